@@ -1,0 +1,42 @@
+# hearsay: the two commands are `make demo` and `make test`. This Makefile drives CMake
+# (as neovim's does); everything lands in build/, binaries in build/bin/.
+BUILD_DIR   ?= build
+BUILD_TYPE  ?= Release
+HEARSAY_CUDA ?= AUTO
+JOBS        ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: all deps bench-deps build test test-asan demo bench clean
+
+all: build
+
+deps:
+	@tools/install-deps.sh
+
+bench-deps:
+	@tools/install-deps.sh deps/debian-packages.txt deps/debian-bench-packages.txt
+
+$(BUILD_DIR)/CMakeCache.txt: | deps
+	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DHEARSAY_CUDA=$(HEARSAY_CUDA) $(CMAKE_FLAGS)
+
+build: deps $(BUILD_DIR)/CMakeCache.txt
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+test: build
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+
+# The tests again under AddressSanitizer and UndefinedBehaviorSanitizer (CPU only, the
+# slow convergence tests left out: they add minutes and no new code paths).
+test-asan: deps
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DHEARSAY_SANITIZE=ON -DHEARSAY_CUDA=OFF $(CMAKE_FLAGS)
+	cmake --build build-asan -j $(JOBS)
+	cd build-asan && ctest --output-on-failure -j $(JOBS) -LE slow
+
+demo: build
+	$(BUILD_DIR)/bin/hearsay-peer --config configs/single-mlp.textproto --log runs/demo/peer0.jsonl
+
+bench: build bench-deps
+	$(BUILD_DIR)/bin/hearsay-bench step
+
+clean:
+	rm -rf $(BUILD_DIR) build-asan

@@ -1,0 +1,35 @@
+// hearsay-bench SUITE: benchmark programs that print JSON Lines (docs/BENCHMARKS.md).
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "hearsay/error.h"
+
+namespace hearsay::bench {
+int run_step_bench(int argc, char** argv);
+}
+
+int main(int argc, char** argv) {
+  const char* usage =
+      "usage: hearsay-bench SUITE [options]\n"
+      "suites:\n"
+      "  step   local training step of the MLP 784-256-256-10, against sgemm and PyTorch\n"
+      "         options: --batches 64,256  --repeats 7  --round-s 0.5  --no-torch\n";
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0) {
+    std::fputs(usage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string suite = argv[1];
+  try {
+    if (suite == "step") return hearsay::bench::run_step_bench(argc - 2, argv + 2);
+  } catch (const hearsay::InputError& e) {
+    std::fprintf(stderr, "hearsay-bench: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hearsay-bench: failed: %s\n", e.what());
+    return 1;
+  }
+  std::fprintf(stderr, "hearsay-bench: unknown suite '%s'\n%s", suite.c_str(), usage);
+  return 2;
+}

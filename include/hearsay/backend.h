@@ -1,0 +1,122 @@
+// The compute backend: where a peer's flat parameter and gradient buffers live and the
+// kernels a training step needs. Implementations: "cpu" (OpenBLAS and vectorised loops)
+// and "cuda:N" (cuBLAS and kernels of our own). Models, optimizers and codecs call only
+// this interface; they never know which device they run on.
+//
+// Pointers passed to a backend are its own device pointers (from allocate()), except
+// where a parameter says "host". All matrices are row-major.
+//
+// Thread safety: a backend instance belongs to one peer and is used from one thread.
+// Operations may run asynchronously on the device; download() and synchronize() wait.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace hearsay {
+
+enum class Activation : uint8_t { kNone, kRelu };
+
+struct SgdParams {
+  float lr = 0.01f;
+  float momentum = 0.0f;
+  float weight_decay = 0.0f;
+  bool nesterov = false;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // "cpu" or "cuda:N".
+  virtual std::string name() const = 0;
+  // True when device pointers are ordinary host memory.
+  virtual bool is_host() const = 0;
+
+  // --- Memory --------------------------------------------------------------------------
+  // Zero-filled device memory, 64-byte aligned; throws BackendError when out of memory.
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void deallocate(void* ptr) = 0;
+  virtual void upload(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void download(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  virtual void fill_zero(void* dst, size_t bytes) = 0;
+  virtual void synchronize() = 0;
+
+  // --- Dense algebra -------------------------------------------------------------------
+  // C[m,n] = alpha * op(A) * op(B) + beta * C, op(X) = X or X^T, row-major.
+  virtual void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                    const float* a, int lda, const float* b, int ldb, float beta, float* c,
+                    int ldc) = 0;
+  // y += alpha * x
+  virtual void axpy(size_t n, float alpha, const float* x, float* y) = 0;
+  // x *= alpha
+  virtual void scale(size_t n, float alpha, float* x) = 0;
+
+  // --- Fused layer kernels --------------------------------------------------------------
+  // y[r,c] = act(y[r,c] + bias[c]) in one pass (bias may be null).
+  virtual void bias_activation(float* y, const float* bias, int rows, int cols,
+                               Activation act) = 0;
+  // dy[r,c] *= act'(y[r,c]) and, if dbias is not null, dbias[c] = sum_r dy[r,c]; one pass.
+  virtual void activation_backward_bias_grad(float* dy, const float* y, float* dbias, int rows,
+                                             int cols, Activation act) = 0;
+  // Softmax cross-entropy, forward and backward fused. For each row: dlogits = (softmax -
+  // onehot(label)) * grad_scale. stats (device, 2 floats) receives {sum of losses, number
+  // of rows whose argmax equals the label}. Labels must lie in [0, cols).
+  virtual void softmax_cross_entropy(const float* logits, const int32_t* labels, int rows,
+                                     int cols, float grad_scale, float* dlogits,
+                                     float* stats) = 0;
+
+  // --- Convolution helpers (NHWC activations) -------------------------------------------
+  // cols[(b,oy,ox), (ky,kx,c)] from x[b,y,x,c]; stride 1, zero padding `pad`.
+  virtual void im2col(const float* x, int batch, int h, int w, int c, int k, int pad,
+                      float* cols) = 0;
+  // dx[b,y,x,c] = sum of the cols entries that im2col read from it (overwrites dx).
+  virtual void col2im(const float* cols, int batch, int h, int w, int c, int k, int pad,
+                      float* dx) = 0;
+  // 2x2 max pooling, stride 2 (h and w even). argmax records which of the 4 won.
+  virtual void maxpool2_forward(const float* x, int batch, int h, int w, int c, float* y,
+                                int32_t* argmax) = 0;
+  virtual void maxpool2_backward(const float* dy, const int32_t* argmax, int batch, int h, int w,
+                                 int c, float* dx) = 0;
+
+  // --- Optimizer ------------------------------------------------------------------------
+  // One SGD step over flat buffers: g' = g + wd*w; v = m*v + g'; w -= lr * (nesterov ?
+  // g' + m*v : v). velocity may be null when momentum is 0.
+  virtual void sgd_update(float* w, const float* g, float* velocity, size_t n,
+                          const SgdParams& p) = 0;
+};
+
+// Creates the backend a device string names: "cpu" or "cuda:N". `threads` is the CPU
+// backend's BLAS thread count. Throws InputError for an unknown or unavailable device.
+std::unique_ptr<Backend> create_backend(const std::string& device, int threads = 1);
+
+// Device strings this build can create (cuda entries only where a GPU is present).
+std::vector<std::string> available_devices();
+
+// Owns device memory of one backend; moves, never copies.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Backend& backend, size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* data() const { return ptr_; }
+  float* f32() const { return static_cast<float*>(ptr_); }
+  int32_t* i32() const { return static_cast<int32_t*>(ptr_); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  Backend* backend_ = nullptr;
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+}  // namespace hearsay

@@ -1,0 +1,82 @@
+// Data: loaders (IDX as used by MNIST and Fashion-MNIST, LIBSVM text, a synthetic
+// generator), sharding across peers (IID or Dirichlet over labels) and the minibatch
+// sampler. Datasets live in host memory as dense fp32 rows; a peer gathers each minibatch
+// and uploads it to its backend.
+//
+// Loaders throw InputError naming the file and the place: the byte offset (of the
+// decompressed stream) for IDX, line:column for LIBSVM.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hearsay {
+
+struct Dataset {
+  std::string name;
+  int64_t size = 0;     // number of samples
+  int height = 1, width = 1, channels = 1;
+  int num_classes = 0;
+  std::vector<float> features;  // size * dim(), row-major (NHWC per sample)
+  std::vector<int32_t> labels;  // size, each in [0, num_classes)
+
+  int dim() const { return height * width * channels; }
+  const float* row(int64_t i) const { return features.data() + i * dim(); }
+};
+
+struct TrainTest {
+  Dataset train, test;
+};
+
+// Reads an IDX image file (type ubyte, 3 dims) and its IDX label file (1 dim), gzip or
+// plain; pixels are scaled to [0, 1]. Never allocates more than the data actually read.
+Dataset load_idx(const std::string& images_path, const std::string& labels_path, int num_classes = 10);
+
+// Loads {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] from `dir` (Fashion-MNIST's
+// layout, as Debian's dataset-fashion-mnist installs it in kFashionMnistDir).
+TrainTest load_mnist_dir(const std::string& dir, const std::string& name);
+inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+
+// LIBSVM text: "label index:value ..." with 1-based, increasing indices. Labels: -1 maps
+// to class 0, other integer labels k >= 0 to class k. num_features 0 infers it from the
+// file; num_classes 0 infers max label + 1.
+Dataset load_libsvm(const std::string& path, int num_features = 0, int num_classes = 0);
+
+// Gaussian blobs: one random mean per class (scaled by `separation`) plus unit noise.
+// Deterministic in seed; train and test drawn from the same means.
+TrainTest make_synthetic(int64_t train_size, int64_t test_size, int dim, int num_classes,
+                         float separation, uint64_t seed);
+
+enum class Partition { kIid, kDirichlet };
+
+// Splits the sample indices of `data` among num_shards peers. IID: a seeded permutation
+// cut into near-equal parts. Dirichlet: each class's samples split by proportions drawn
+// from Dirichlet(alpha) (small alpha: each peer sees few classes). Every shard gets at
+// least one sample or InputError is thrown.
+std::vector<std::vector<int64_t>> shard_indices(const Dataset& data, int num_shards,
+                                                Partition partition, double alpha, uint64_t seed);
+
+// Endless minibatches over a shard, reshuffled (deterministically) each epoch; a batch
+// that crosses an epoch boundary continues into the next shuffle.
+class BatchSampler {
+ public:
+  BatchSampler(std::vector<int64_t> indices, uint64_t seed);
+  // Fills out[0..batch) with sample indices.
+  void next(int batch, int64_t* out);
+  int64_t epoch() const { return epoch_; }        // completed passes over the shard
+  int64_t shard_size() const { return static_cast<int64_t>(indices_.size()); }
+  double epochs_done() const;                      // fractional passes
+
+ private:
+  void reshuffle();
+  std::vector<int64_t> indices_;
+  uint64_t seed_;
+  int64_t epoch_ = 0;
+  size_t pos_ = 0;
+};
+
+// Copies the rows and labels of `idx` into x [n, dim] and y [n].
+void gather_batch(const Dataset& data, const int64_t* idx, int n, float* x, int32_t* y);
+
+}  // namespace hearsay

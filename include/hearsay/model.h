@@ -1,0 +1,106 @@
+// Models: a stack of layers whose parameters live in ONE contiguous device buffer and whose
+// gradients live in another of the same layout. Per-layer views (ParamView) name the
+// slices. Codecs, mixers and transports work on the flat buffers directly.
+//
+// Activations are NHWC; a flat input of D features is 1x1xD. A model is owned by one
+// peer and used from one thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hearsay/backend.h"
+
+namespace hearsay {
+
+struct ModelSpec {
+  enum class Kind { kLogReg, kMlp, kCnn };
+  Kind kind = Kind::kMlp;
+  // Input image shape; flat inputs use height = width = 1 and channels = features.
+  int height = 1, width = 1, channels = 1;
+  int num_classes = 10;
+  std::vector<int> hidden;         // MLP hidden widths
+  std::vector<int> conv_channels;  // CNN: output channels of the two conv layers
+  int kernel = 5;                  // CNN conv kernel size (odd; "same" padding)
+  int fc_width = 128;              // CNN hidden fully connected width
+
+  int input_dim() const { return height * width * channels; }
+};
+
+// A named slice of the flat parameter (and gradient) buffer.
+struct ParamView {
+  std::string name;  // "fc1.weight"
+  size_t offset = 0;
+  size_t size = 0;
+  std::vector<int> shape;  // weights are [out, in] (conv: [out, k*k*in])
+};
+
+struct BatchStats {
+  double loss_sum = 0.0;  // sum over the batch of per-sample cross-entropy
+  int64_t correct = 0;
+  int64_t count = 0;
+  double loss() const { return count > 0 ? loss_sum / count : 0.0; }
+  double accuracy() const { return count > 0 ? static_cast<double>(correct) / count : 0.0; }
+};
+
+class Layer;
+
+class Model {
+ public:
+  // Builds the model, allocates parameters, gradients and activations for up to max_batch
+  // samples on `backend` (which must outlive the model), and initialises the parameters
+  // deterministically from `seed`. Throws InputError for an impossible shape.
+  Model(const ModelSpec& spec, Backend& backend, int max_batch, uint64_t seed);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelSpec& spec() const { return spec_; }
+  Backend& backend() const { return backend_; }
+  size_t num_params() const { return num_params_; }
+  int max_batch() const { return max_batch_; }
+  const std::vector<ParamView>& param_views() const { return views_; }
+  // Device pointers to the flat buffers (num_params() floats each).
+  float* params() const { return params_.f32(); }
+  float* grads() const { return grads_.f32(); }
+
+  // One forward and backward pass over a minibatch already on the device: x is
+  // [batch, input_dim], labels [batch]. Overwrites grads() with the gradient of the mean
+  // loss. Waits for the device to report the batch's loss.
+  BatchStats forward_backward(const float* x, const int32_t* labels, int batch);
+  // Forward pass only.
+  BatchStats evaluate(const float* x, const int32_t* labels, int batch);
+
+  // Host copies of the flat parameters, for checkpoints, tests and gossip.
+  std::vector<float> get_params() const;
+  void set_params(const std::vector<float>& host);
+
+  // Floating-point operations of the matrix products in one training step, per sample.
+  double gemm_flops_per_sample() const;
+  // One line per layer: "conv1 28x28x1 -> 28x28x16 (416 params)".
+  std::string summary() const;
+
+ private:
+  void forward(const float* x, int batch);
+
+  ModelSpec spec_;
+  Backend& backend_;
+  int max_batch_;
+  size_t num_params_ = 0;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::vector<size_t> layer_offsets_;
+  std::vector<ParamView> views_;
+  DeviceBuffer params_, grads_;
+  std::vector<DeviceBuffer> acts_;   // acts_[i]: output of layer i
+  std::vector<DeviceBuffer> dacts_;  // dacts_[i]: gradient w.r.t. acts_[i]
+  DeviceBuffer stats_;
+};
+
+// Number of classes and input shape come from the data; this fills them in and checks the
+// spec. Throws InputError naming the problem.
+void check_model_spec(const ModelSpec& spec);
+
+}  // namespace hearsay

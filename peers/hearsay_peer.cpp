@@ -1,0 +1,80 @@
+// hearsay-peer: one site's peer process. Exit status: 0 done, 2 bad input (config, data,
+// arguments), 1 anything else.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "hearsay/build_config.h"
+#include "hearsay/config.h"
+#include "hearsay/error.h"
+#include "hearsay/log.h"
+#include "hearsay/peer.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: hearsay-peer --config FILE [--log PATH] [--quiet]\n"
+    "  --config FILE  experiment or peer config (protobuf text format, docs/CONFIG.md)\n"
+    "  --log PATH     JSON Lines event log (docs/LOGS.md); overrides log.path\n"
+    "  --quiet        no progress display\n";
+
+int usage_error(const std::string& why) {
+  std::fprintf(stderr, "hearsay-peer: %s\n%s", why.c_str(), kUsage);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string config_path, log_path;
+  bool quiet = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&](const char* flag) -> const char* {
+      if (i + 1 >= argc) return nullptr;
+      (void)flag;
+      return argv[++i];
+    };
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (arg == "--version") {
+      std::printf("hearsay-peer %s\n", HEARSAY_VERSION);
+      return 0;
+    } else if (arg == "--config") {
+      const char* v = value("--config");
+      if (v == nullptr) return usage_error("--config needs a file");
+      config_path = v;
+    } else if (arg == "--log") {
+      const char* v = value("--log");
+      if (v == nullptr) return usage_error("--log needs a path");
+      log_path = v;
+    } else if (arg == "--quiet") {
+      quiet = true;
+    } else {
+      return usage_error("unknown argument '" + arg + "'");
+    }
+  }
+  if (config_path.empty()) return usage_error("--config is required");
+
+  try {
+    const hearsay::config::Config cfg = hearsay::load_config_file(config_path);
+    if (log_path.empty()) log_path = cfg.log().path();
+    hearsay::EventLog log(log_path, cfg.name());
+    hearsay::Progress progress(stderr, cfg.name());
+    hearsay::Peer peer(cfg, log, quiet ? nullptr : &progress);
+    std::fprintf(stderr, "hearsay-peer: %s on %s, %zu parameters, %lld training samples%s%s\n", cfg.name().c_str(),
+                 cfg.device().c_str(), peer.model().num_params(), static_cast<long long>(peer.data().train.size),
+                 log_path.empty() ? "" : ", log ", log_path.c_str());
+    const hearsay::TrainResult r = peer.run();
+    std::printf("final test accuracy %.2f%% (loss %.4f) after %lld steps, %.2f epochs, %.1f s\n",
+                100.0 * r.final_test_acc, r.final_test_loss, static_cast<long long>(r.steps), r.epochs, r.wall_s);
+    return 0;
+  } catch (const hearsay::InputError& e) {
+    std::fprintf(stderr, "hearsay-peer: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hearsay-peer: failed: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,242 @@
+#include "cpu_backend.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "hearsay/error.h"
+
+namespace hearsay {
+namespace {
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int threads) { openblas_set_num_threads(threads); }
+
+  std::string name() const override { return "cpu"; }
+  bool is_host() const override { return true; }
+
+  void* allocate(size_t bytes) override {
+    const size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded);
+    if (p == nullptr) throw BackendError("cpu: out of memory allocating " + std::to_string(bytes) + " bytes");
+    std::memset(p, 0, rounded);
+    return p;
+  }
+  void deallocate(void* ptr) override { std::free(ptr); }
+  void upload(void* dst, const void* src, size_t bytes) override { copy(dst, src, bytes); }
+  void download(void* dst, const void* src, size_t bytes) override { copy(dst, src, bytes); }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes != 0 && dst != src) std::memmove(dst, src, bytes);
+  }
+  void fill_zero(void* dst, size_t bytes) override {
+    if (bytes != 0) std::memset(dst, 0, bytes);
+  }
+  void synchronize() override {}
+
+  void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+            const float* b, int ldb, float beta, float* c, int ldc) override {
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+
+  void axpy(size_t n, float alpha, const float* __restrict x, float* __restrict y) override {
+    for (size_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+  }
+
+  void scale(size_t n, float alpha, float* x) override {
+    for (size_t i = 0; i < n; ++i) x[i] *= alpha;
+  }
+
+  void bias_activation(float* y, const float* bias, int rows, int cols, Activation act) override {
+    for (int r = 0; r < rows; ++r) {
+      float* __restrict row = y + static_cast<size_t>(r) * cols;
+      if (bias != nullptr) {
+        const float* __restrict b = bias;
+        if (act == Activation::kRelu) {
+          for (int c = 0; c < cols; ++c) row[c] = std::max(row[c] + b[c], 0.0f);
+        } else {
+          for (int c = 0; c < cols; ++c) row[c] += b[c];
+        }
+      } else if (act == Activation::kRelu) {
+        for (int c = 0; c < cols; ++c) row[c] = std::max(row[c], 0.0f);
+      }
+    }
+  }
+
+  void activation_backward_bias_grad(float* dy, const float* y, float* dbias, int rows, int cols,
+                                     Activation act) override {
+    if (dbias != nullptr) std::memset(dbias, 0, sizeof(float) * cols);
+    for (int r = 0; r < rows; ++r) {
+      float* __restrict d = dy + static_cast<size_t>(r) * cols;
+      const float* __restrict out = y + static_cast<size_t>(r) * cols;
+      if (act == Activation::kRelu) {
+        for (int c = 0; c < cols; ++c) d[c] = out[c] > 0.0f ? d[c] : 0.0f;
+      }
+      if (dbias != nullptr) {
+        float* __restrict db = dbias;
+        for (int c = 0; c < cols; ++c) db[c] += d[c];
+      }
+    }
+  }
+
+  void softmax_cross_entropy(const float* logits, const int32_t* labels, int rows, int cols,
+                             float grad_scale, float* dlogits, float* stats) override {
+    double loss = 0.0;
+    int correct = 0;
+    for (int r = 0; r < rows; ++r) {
+      const float* __restrict z = logits + static_cast<size_t>(r) * cols;
+      float* __restrict d = dlogits + static_cast<size_t>(r) * cols;
+      const int label = labels[r];
+      HEARSAY_CHECK(label >= 0 && label < cols, "label out of range");
+      int best = 0;
+      float zmax = z[0];
+      for (int c = 1; c < cols; ++c) {
+        if (z[c] > zmax) {
+          zmax = z[c];
+          best = c;
+        }
+      }
+      float sum = 0.0f;
+      for (int c = 0; c < cols; ++c) {
+        d[c] = std::exp(z[c] - zmax);
+        sum += d[c];
+      }
+      const float inv = 1.0f / sum;
+      for (int c = 0; c < cols; ++c) d[c] *= inv * grad_scale;
+      d[label] -= grad_scale;
+      loss += std::log(sum) - (z[label] - zmax);
+      correct += best == label;
+    }
+    stats[0] = static_cast<float>(loss);
+    stats[1] = static_cast<float>(correct);
+  }
+
+  void im2col(const float* x, int batch, int h, int w, int c, int k, int pad,
+              float* cols) override {
+    const int oh = h + 2 * pad - k + 1, ow = w + 2 * pad - k + 1;
+    const size_t row_len = static_cast<size_t>(k) * k * c;
+    for (int b = 0; b < batch; ++b) {
+      const float* img = x + static_cast<size_t>(b) * h * w * c;
+      for (int oy = 0; oy < oh; ++oy) {
+        for (int ox = 0; ox < ow; ++ox) {
+          float* out = cols + ((static_cast<size_t>(b) * oh + oy) * ow + ox) * row_len;
+          for (int ky = 0; ky < k; ++ky) {
+            const int iy = oy + ky - pad;
+            for (int kx = 0; kx < k; ++kx, out += c) {
+              const int ix = ox + kx - pad;
+              if (iy < 0 || iy >= h || ix < 0 || ix >= w) {
+                std::memset(out, 0, sizeof(float) * c);
+              } else {
+                std::memcpy(out, img + (static_cast<size_t>(iy) * w + ix) * c, sizeof(float) * c);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+
+  void col2im(const float* cols, int batch, int h, int w, int c, int k, int pad,
+              float* dx) override {
+    const int oh = h + 2 * pad - k + 1, ow = w + 2 * pad - k + 1;
+    const size_t row_len = static_cast<size_t>(k) * k * c;
+    std::memset(dx, 0, sizeof(float) * static_cast<size_t>(batch) * h * w * c);
+    for (int b = 0; b < batch; ++b) {
+      float* img = dx + static_cast<size_t>(b) * h * w * c;
+      for (int oy = 0; oy < oh; ++oy) {
+        for (int ox = 0; ox < ow; ++ox) {
+          const float* in = cols + ((static_cast<size_t>(b) * oh + oy) * ow + ox) * row_len;
+          for (int ky = 0; ky < k; ++ky) {
+            const int iy = oy + ky - pad;
+            for (int kx = 0; kx < k; ++kx, in += c) {
+              const int ix = ox + kx - pad;
+              if (iy < 0 || iy >= h || ix < 0 || ix >= w) continue;
+              float* __restrict dst = img + (static_cast<size_t>(iy) * w + ix) * c;
+              const float* __restrict src = in;
+              for (int ch = 0; ch < c; ++ch) dst[ch] += src[ch];
+            }
+          }
+        }
+      }
+    }
+  }
+
+  void maxpool2_forward(const float* x, int batch, int h, int w, int c, float* y,
+                        int32_t* argmax) override {
+    const int oh = h / 2, ow = w / 2;
+    for (int b = 0; b < batch; ++b) {
+      for (int oy = 0; oy < oh; ++oy) {
+        for (int ox = 0; ox < ow; ++ox) {
+          const size_t o = ((static_cast<size_t>(b) * oh + oy) * ow + ox) * c;
+          const float* p[4];
+          for (int q = 0; q < 4; ++q) {
+            p[q] = x + ((static_cast<size_t>(b) * h + 2 * oy + q / 2) * w + 2 * ox + q % 2) * c;
+          }
+          for (int ch = 0; ch < c; ++ch) {
+            int best = 0;
+            float v = p[0][ch];
+            for (int q = 1; q < 4; ++q) {
+              if (p[q][ch] > v) {
+                v = p[q][ch];
+                best = q;
+              }
+            }
+            y[o + ch] = v;
+            argmax[o + ch] = best;
+          }
+        }
+      }
+    }
+  }
+
+  void maxpool2_backward(const float* dy, const int32_t* argmax, int batch, int h, int w, int c,
+                         float* dx) override {
+    const int oh = h / 2, ow = w / 2;
+    for (int b = 0; b < batch; ++b) {
+      for (int oy = 0; oy < oh; ++oy) {
+        for (int ox = 0; ox < ow; ++ox) {
+          const size_t o = ((static_cast<size_t>(b) * oh + oy) * ow + ox) * c;
+          for (int q = 0; q < 4; ++q) {
+            float* d = dx + ((static_cast<size_t>(b) * h + 2 * oy + q / 2) * w + 2 * ox + q % 2) * c;
+            for (int ch = 0; ch < c; ++ch) d[ch] = argmax[o + ch] == q ? dy[o + ch] : 0.0f;
+          }
+        }
+      }
+    }
+  }
+
+  void sgd_update(float* __restrict w, const float* __restrict g, float* __restrict v, size_t n,
+                  const SgdParams& p) override {
+    const float lr = p.lr, m = p.momentum, wd = p.weight_decay;
+    if (m == 0.0f || v == nullptr) {
+      for (size_t i = 0; i < n; ++i) w[i] -= lr * (g[i] + wd * w[i]);
+    } else if (p.nesterov) {
+      for (size_t i = 0; i < n; ++i) {
+        const float gi = g[i] + wd * w[i];
+        const float vi = m * v[i] + gi;
+        v[i] = vi;
+        w[i] -= lr * (gi + m * vi);
+      }
+    } else {
+      for (size_t i = 0; i < n; ++i) {
+        const float vi = m * v[i] + g[i] + wd * w[i];
+        v[i] = vi;
+        w[i] -= lr * vi;
+      }
+    }
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> create_cpu_backend(int threads) {
+  if (threads < 1) throw InputError("cpu backend: threads must be >= 1, got " + std::to_string(threads));
+  return std::make_unique<CpuBackend>(threads);
+}
+
+}  // namespace hearsay

@@ -1,0 +1,29 @@
+#include "hearsay/backend.h"
+
+#include <utility>
+
+namespace hearsay {
+
+DeviceBuffer::DeviceBuffer(Backend& backend, size_t bytes)
+    : backend_(&backend), ptr_(backend.allocate(bytes)), bytes_(bytes) {}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (ptr_ != nullptr) backend_->deallocate(ptr_);
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : backend_(std::exchange(other.backend_, nullptr)),
+      ptr_(std::exchange(other.ptr_, nullptr)),
+      bytes_(std::exchange(other.bytes_, 0)) {}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    if (ptr_ != nullptr) backend_->deallocate(ptr_);
+    backend_ = std::exchange(other.backend_, nullptr);
+    ptr_ = std::exchange(other.ptr_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+}  // namespace hearsay

@@ -1,0 +1,73 @@
+#include "hearsay/config.h"
+#include "hearsay/error.h"
+
+namespace hearsay {
+
+TrainTest load_data(const config::DataConfig& d, uint64_t seed) {
+  TrainTest tt;
+  switch (d.format()) {
+    case config::DataConfig::IDX: {
+      const std::string name = d.dir() == kFashionMnistDir ? "fashion-mnist" : d.dir();
+      tt = load_mnist_dir(d.dir(), name);
+      break;
+    }
+    case config::DataConfig::LIBSVM: {
+      tt.train = load_libsvm(d.train_path(), d.num_features(), d.num_classes());
+      // The test file must agree with the training file's shape.
+      tt.test = load_libsvm(d.test_path(), tt.train.dim(), tt.train.num_classes);
+      break;
+    }
+    case config::DataConfig::SYNTHETIC:
+      tt = make_synthetic(d.synthetic_train(), d.synthetic_test(), d.synthetic_dim(),
+                          d.num_classes() > 0 ? d.num_classes() : 10, d.synthetic_separation(), seed);
+      break;
+  }
+  if (d.test_limit() > 0 && d.test_limit() < tt.test.size) {
+    tt.test.size = d.test_limit();
+    tt.test.features.resize(static_cast<size_t>(tt.test.size) * tt.test.dim());
+    tt.test.labels.resize(tt.test.size);
+  }
+  return tt;
+}
+
+ModelSpec model_spec(const config::ModelConfig& m, const Dataset& train) {
+  ModelSpec s;
+  s.height = train.height;
+  s.width = train.width;
+  s.channels = train.channels;
+  s.num_classes = train.num_classes;
+  switch (m.kind()) {
+    case config::ModelConfig::LOGREG: s.kind = ModelSpec::Kind::kLogReg; break;
+    case config::ModelConfig::MLP: s.kind = ModelSpec::Kind::kMlp; break;
+    case config::ModelConfig::CNN: s.kind = ModelSpec::Kind::kCnn; break;
+  }
+  s.hidden.assign(m.hidden().begin(), m.hidden().end());
+  s.conv_channels.assign(m.conv_channels().begin(), m.conv_channels().end());
+  if (s.conv_channels.empty()) s.conv_channels = {16, 32};
+  s.kernel = m.kernel();
+  s.fc_width = m.fc_width();
+  check_model_spec(s);
+  return s;
+}
+
+SgdParams sgd_params(const config::OptimConfig& o) {
+  return SgdParams{o.lr(), o.momentum(), o.weight_decay(), o.nesterov()};
+}
+
+LrSchedule lr_schedule(const config::OptimConfig& o, int64_t total_steps) {
+  LrSchedule s;
+  switch (o.schedule()) {
+    case config::OptimConfig::CONSTANT: s.kind = LrSchedule::Kind::kConstant; break;
+    case config::OptimConfig::STEP: s.kind = LrSchedule::Kind::kStep; break;
+    case config::OptimConfig::COSINE: s.kind = LrSchedule::Kind::kCosine; break;
+  }
+  s.base_lr = o.lr();
+  s.warmup_steps = o.warmup_steps();
+  s.step_size = o.step_size();
+  s.gamma = o.gamma();
+  s.total_steps = total_steps;
+  s.min_lr = o.min_lr();
+  return s;
+}
+
+}  // namespace hearsay

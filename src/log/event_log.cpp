@@ -1,0 +1,42 @@
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "hearsay/error.h"
+#include "hearsay/log.h"
+
+namespace hearsay {
+
+EventLog::EventLog(const std::string& path, std::string peer)
+    : path_(path), peer_(std::move(peer)), start_(std::chrono::steady_clock::now()) {
+  if (path_.empty()) return;
+  const auto parent = std::filesystem::path(path_).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  file_ = std::fopen(path_.c_str(), "a");
+  if (file_ == nullptr) throw InputError(path_ + ": cannot open log for writing: " + std::strerror(errno));
+}
+
+EventLog::~EventLog() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+double EventLog::elapsed() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+JsonObject EventLog::event(const std::string& name) const {
+  JsonObject o;
+  o.add("t", elapsed()).add("peer", peer_).add("event", name);
+  return o;
+}
+
+void EventLog::write(const JsonObject& event) {
+  if (file_ == nullptr) return;
+  const std::string line = event.str() + "\n";
+  std::lock_guard<std::mutex> lock(mu_);
+  std::fwrite(line.data(), 1, line.size(), file_);
+  std::fflush(file_);
+}
+
+}  // namespace hearsay

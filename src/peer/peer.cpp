@@ -1,0 +1,179 @@
+#include "hearsay/peer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "hearsay/error.h"
+
+namespace hearsay {
+
+Peer::Peer(const config::Config& cfg, EventLog& log, Progress* progress)
+    : cfg_(cfg), log_(log), progress_(progress) {
+  data_ = load_data(cfg_.data(), cfg_.seed());
+  const ModelSpec spec = model_spec(cfg_.model(), data_.train);
+  backend_ = create_backend(cfg_.device(), cfg_.threads());
+  const int batch = cfg_.train().batch_size();
+  const int max_batch = std::max(batch, cfg_.train().eval_batch_size());
+  model_ = std::make_unique<Model>(spec, *backend_, max_batch, cfg_.seed());
+  sgd_ = std::make_unique<Sgd>(*backend_, model_->num_params(), sgd_params(cfg_.optim()));
+
+  const auto& d = cfg_.data();
+  const Partition partition = d.partition() == config::DataConfig::DIRICHLET ? Partition::kDirichlet : Partition::kIid;
+  auto shards = shard_indices(data_.train, d.num_shards(), partition, d.dirichlet_alpha(), cfg_.seed());
+  sampler_ = std::make_unique<BatchSampler>(std::move(shards[d.shard()]), cfg_.seed() * 1315423911ULL + d.shard());
+
+  batch_x_ = DeviceBuffer(*backend_, sizeof(float) * static_cast<size_t>(max_batch) * data_.train.dim());
+  batch_y_ = DeviceBuffer(*backend_, sizeof(int32_t) * static_cast<size_t>(max_batch));
+  if (!backend_->is_host()) {
+    host_x_.resize(static_cast<size_t>(max_batch) * data_.train.dim());
+    host_y_.resize(max_batch);
+  }
+}
+
+Peer::~Peer() = default;
+
+BatchStats Peer::evaluate() {
+  const Dataset& test = data_.test;
+  const int eb = cfg_.train().eval_batch_size();
+  BatchStats total;
+  std::vector<int64_t> idx(eb);
+  for (int64_t start = 0; start < test.size; start += eb) {
+    const int n = static_cast<int>(std::min<int64_t>(eb, test.size - start));
+    if (backend_->is_host()) {
+      // Test rows are contiguous: hand them to the model without copying.
+      const auto* labels = test.labels.data() + start;
+      const BatchStats s = model_->evaluate(test.row(start), labels, n);
+      total.loss_sum += s.loss_sum;
+      total.correct += s.correct;
+      total.count += s.count;
+      continue;
+    }
+    backend_->upload(batch_x_.data(), test.row(start), sizeof(float) * static_cast<size_t>(n) * test.dim());
+    backend_->upload(batch_y_.data(), test.labels.data() + start, sizeof(int32_t) * n);
+    const BatchStats s = model_->evaluate(batch_x_.f32(), batch_y_.i32(), n);
+    total.loss_sum += s.loss_sum;
+    total.correct += s.correct;
+    total.count += s.count;
+  }
+  return total;
+}
+
+TrainResult Peer::run() {
+  const auto& t = cfg_.train();
+  const int batch = t.batch_size();
+  const int64_t shard = sampler_->shard_size();
+  int64_t total_steps = static_cast<int64_t>(std::ceil(t.epochs() * static_cast<double>(shard) / batch));
+  if (t.max_steps() > 0) total_steps = t.epochs() > 0 ? std::min(total_steps, t.max_steps()) : t.max_steps();
+  const LrSchedule schedule = lr_schedule(cfg_.optim(), total_steps);
+  const int64_t log_every = cfg_.log().every_steps();
+
+  log_.write(log_.event("start")
+                 .add("device", backend_->name())
+                 .add("model", cfg_.model().ShortDebugString())
+                 .add("params", static_cast<int64_t>(model_->num_params()))
+                 .add("shard_size", shard)
+                 .add("batch_size", batch)
+                 .add("total_steps", total_steps)
+                 .add("seed", static_cast<int64_t>(cfg_.seed())));
+
+  TrainResult result;
+  std::vector<int64_t> idx(batch);
+  double window_loss = 0, window_train_s = 0;
+  int64_t window_steps = 0;
+  double train_s = 0;
+  ProgressState state;
+  int64_t last_epoch = 0;
+
+  auto do_eval = [&](int64_t step) {
+    const double t0 = log_.elapsed();
+    const BatchStats s = evaluate();
+    const double eval_s = log_.elapsed() - t0;
+    result.final_test_acc = s.accuracy();
+    result.final_test_loss = s.loss();
+    state.test_acc = s.accuracy();
+    log_.write(log_.event("eval")
+                   .add("step", step)
+                   .add("epoch", sampler_->epochs_done())
+                   .add("test_acc", s.accuracy())
+                   .add("test_loss", s.loss())
+                   .add("eval_s", eval_s));
+    if (t.target_test_acc() > 0 && !result.time_to_target_s && s.accuracy() >= t.target_test_acc()) {
+      result.time_to_target_s = log_.elapsed();
+    }
+  };
+
+  for (int64_t step = 0; step < total_steps; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    sampler_->next(batch, idx.data());
+    if (backend_->is_host()) {
+      gather_batch(data_.train, idx.data(), batch, batch_x_.f32(), batch_y_.i32());
+    } else {
+      gather_batch(data_.train, idx.data(), batch, host_x_.data(), host_y_.data());
+      backend_->upload(batch_x_.data(), host_x_.data(), sizeof(float) * batch * data_.train.dim());
+      backend_->upload(batch_y_.data(), host_y_.data(), sizeof(int32_t) * batch);
+    }
+    const BatchStats s = model_->forward_backward(batch_x_.f32(), batch_y_.i32(), batch);
+    const float lr = schedule.at(step);
+    sgd_->step(model_->params(), model_->grads(), lr);
+    const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+    const double loss = s.loss();
+    if (!std::isfinite(loss)) {
+      log_.write(log_.event("diverged").add("step", step).add("lr", static_cast<double>(lr)));
+      throw InputError("training diverged at step " + std::to_string(step) + " (loss is not finite); lower optim.lr (now " +
+                       std::to_string(cfg_.optim().lr()) + ")");
+    }
+    result.losses.push_back(loss);
+    result.steps = step + 1;
+    window_loss += loss;
+    window_train_s += step_s;
+    train_s += step_s;
+    ++window_steps;
+
+    state.step = step + 1;
+    state.epoch = sampler_->epochs_done();
+    state.loss = loss;
+    state.samples_per_s = train_s > 0 ? static_cast<double>(result.steps) * batch / train_s : 0;
+    state.eta_s = state.samples_per_s > 0 ? static_cast<double>(total_steps - result.steps) * batch / state.samples_per_s : -1;
+
+    if (result.steps % log_every == 0 || result.steps == total_steps) {
+      log_.write(log_.event("step")
+                     .add("step", result.steps)
+                     .add("epoch", state.epoch)
+                     .add("loss", window_loss / window_steps)
+                     .add("lr", static_cast<double>(lr))
+                     .add("samples_per_s", window_train_s > 0 ? window_steps * batch / window_train_s : 0.0));
+      window_loss = window_train_s = 0;
+      window_steps = 0;
+    }
+    const bool epoch_ended = static_cast<int64_t>(state.epoch) > last_epoch;
+    last_epoch = static_cast<int64_t>(state.epoch);
+    const bool eval_now = t.eval_every_steps() > 0 ? result.steps % t.eval_every_steps() == 0 : epoch_ended;
+    if (eval_now || result.steps == total_steps) {
+      do_eval(result.steps);
+      if (progress_) progress_->update(state, true);
+      if (result.time_to_target_s) break;
+    } else if (progress_) {
+      progress_->update(state);
+    }
+  }
+  result.epochs = sampler_->epochs_done();
+  result.wall_s = log_.elapsed();
+  auto end = log_.event("end");
+  end.add("steps", result.steps)
+      .add("epoch", result.epochs)
+      .add("final_test_acc", result.final_test_acc)
+      .add("final_test_loss", result.final_test_loss)
+      .add("train_s", train_s)
+      .add("samples_per_s", train_s > 0 ? result.steps * batch / train_s : 0.0);
+  if (result.time_to_target_s) {
+    end.add("time_to_target_s", *result.time_to_target_s);
+  } else {
+    end.add_null("time_to_target_s");
+  }
+  log_.write(end);
+  if (progress_) progress_->finish(state);
+  return result;
+}
+
+}  // namespace hearsay
