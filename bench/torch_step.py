@@ -85,7 +85,7 @@ def main():
             step()
         rounds.append((time.perf_counter() - t0) / iters)
     print(json.dumps({"samples_per_s": args.batch / statistics.median(rounds),
-                      "torch": torch.__version__, "blas": blas_library()}))
+                      "torch": torch.__version__, "blas": blas_library()}, separators=(",", ":")))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "hearsay/build_config.h"
 #include "hearsay/config.h"
@@ -13,8 +14,9 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: hearsay-peer --config FILE [--log PATH] [--quiet]\n"
+    "usage: hearsay-peer --config FILE [--set FRAGMENT]... [--log PATH] [--quiet]\n"
     "  --config FILE  experiment or peer config (protobuf text format, docs/CONFIG.md)\n"
+    "  --set FRAG     merge a text-format fragment over the config, e.g. 'train { epochs: 1 }'\n"
     "  --log PATH     JSON Lines event log (docs/LOGS.md); overrides log.path\n"
     "  --quiet        no progress display\n";
 
@@ -27,6 +29,7 @@ int usage_error(const std::string& why) {
 
 int main(int argc, char** argv) {
   std::string config_path, log_path;
+  std::vector<std::string> overrides;
   bool quiet = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -49,6 +52,10 @@ int main(int argc, char** argv) {
       const char* v = value("--log");
       if (v == nullptr) return usage_error("--log needs a path");
       log_path = v;
+    } else if (arg == "--set") {
+      const char* v = value("--set");
+      if (v == nullptr) return usage_error("--set needs a text-format fragment");
+      overrides.push_back(v);
     } else if (arg == "--quiet") {
       quiet = true;
     } else {
@@ -58,7 +65,7 @@ int main(int argc, char** argv) {
   if (config_path.empty()) return usage_error("--config is required");
 
   try {
-    const hearsay::config::Config cfg = hearsay::load_config_file(config_path);
+    const hearsay::config::Config cfg = hearsay::load_config_file(config_path, overrides);
     if (log_path.empty()) log_path = cfg.log().path();
     hearsay::EventLog log(log_path, cfg.name());
     hearsay::Progress progress(stderr, cfg.name());

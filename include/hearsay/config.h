@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "hearsay/config.pb.h"
 #include "hearsay/data.h"
@@ -12,10 +13,13 @@
 
 namespace hearsay {
 
-// Reads, parses and validates a config file. Throws InputError.
-config::Config load_config_file(const std::string& path);
-// Parses and validates config text; `source` names it in errors.
-config::Config parse_config(const std::string& text, const std::string& source);
+// Reads, parses and validates a config file, then merges each override (a text-format
+// fragment such as 'train { batch_size: 128 }', as given to --set) over it in order:
+// scalar fields are replaced, repeated fields appended to. Throws InputError.
+config::Config load_config_file(const std::string& path, const std::vector<std::string>& overrides = {});
+// The same for config text; `source` names it in errors.
+config::Config parse_config(const std::string& text, const std::string& source,
+                            const std::vector<std::string>& overrides = {});
 
 // Loads (or generates) the train and test sets the data config names.
 TrainTest load_data(const config::DataConfig& data, uint64_t seed);

@@ -2,6 +2,7 @@
 #include <google/protobuf/text_format.h>
 
 #include <cerrno>
+#include <deque>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -27,36 +28,43 @@ class CollectFirstError : public pb::io::ErrorCollector {
   std::string first_;
 };
 
-// Finds where a field was written, so semantic errors point at the line too.
+// Finds where a field was written, so semantic errors point at the line too. Sources are
+// searched last first: an override (--set) wins over the file it was merged into.
 class Locator {
  public:
-  Locator(const std::string& source, const pb::TextFormat::ParseInfoTree& tree) : source_(source), tree_(tree) {}
+  struct Source {
+    std::string name;
+    const pb::TextFormat::ParseInfoTree* tree;
+  };
+  explicit Locator(std::vector<Source> sources) : sources_(std::move(sources)) {}
 
   // path: "train.batch_size"; index for repeated fields.
   std::string at(const std::string& path, int index = -1) const {
-    const pb::Descriptor* desc = config::Config::descriptor();
-    const pb::TextFormat::ParseInfoTree* tree = &tree_;
-    std::stringstream parts(path);
-    std::string part;
     std::vector<std::string> names;
-    while (std::getline(parts, part, '.')) names.push_back(part);
-    for (size_t i = 0; i < names.size() && desc != nullptr && tree != nullptr; ++i) {
-      const pb::FieldDescriptor* field = desc->FindFieldByName(names[i]);
-      if (field == nullptr) break;
-      if (i + 1 == names.size()) {
-        const auto loc = tree->GetLocation(field, field->is_repeated() ? std::max(index, 0) : -1);
-        if (loc.line >= 0) return source_ + ":" + std::to_string(loc.line + 1) + ":" + std::to_string(loc.column + 1) + ": " + path;
-        break;
+    std::stringstream parts(path);
+    for (std::string part; std::getline(parts, part, '.');) names.push_back(part);
+    for (auto it = sources_.rbegin(); it != sources_.rend(); ++it) {
+      const pb::Descriptor* desc = config::Config::descriptor();
+      const pb::TextFormat::ParseInfoTree* tree = it->tree;
+      for (size_t i = 0; i < names.size() && desc != nullptr && tree != nullptr; ++i) {
+        const pb::FieldDescriptor* field = desc->FindFieldByName(names[i]);
+        if (field == nullptr) break;
+        if (i + 1 == names.size()) {
+          const auto loc = tree->GetLocation(field, field->is_repeated() ? std::max(index, 0) : -1);
+          if (loc.line >= 0) {
+            return it->name + ":" + std::to_string(loc.line + 1) + ":" + std::to_string(loc.column + 1) + ": " + path;
+          }
+          break;
+        }
+        tree = tree->GetTreeForNested(field, -1);
+        desc = field->message_type();
       }
-      tree = tree->GetTreeForNested(field, -1);
-      desc = field->message_type();
     }
-    return source_ + ": " + path;
+    return sources_.front().name + ": " + path;
   }
 
  private:
-  const std::string& source_;
-  const pb::TextFormat::ParseInfoTree& tree_;
+  std::vector<Source> sources_;
 };
 
 void validate(const config::Config& c, const Locator& at) {
@@ -120,27 +128,38 @@ void validate(const config::Config& c, const Locator& at) {
 
 }  // namespace
 
-config::Config parse_config(const std::string& text, const std::string& source) {
+config::Config parse_config(const std::string& text, const std::string& source,
+                            const std::vector<std::string>& overrides) {
   config::Config c;
-  pb::TextFormat::Parser parser;
-  CollectFirstError errors;
-  pb::TextFormat::ParseInfoTree tree;
-  parser.RecordErrorsTo(&errors);
-  parser.WriteLocationsTo(&tree);
-  if (!parser.ParseFromString(text, &c)) {
-    throw InputError(source + ":" + (errors.first().empty() ? std::string("could not parse") : errors.first()));
-  }
-  validate(c, Locator(source, tree));
+  // Trees must outlive validation; a deque keeps their addresses stable.
+  std::deque<pb::TextFormat::ParseInfoTree> trees;
+  std::vector<Locator::Source> sources;
+  auto merge = [&](const std::string& body, const std::string& name) {
+    pb::TextFormat::Parser parser;
+    CollectFirstError errors;
+    trees.emplace_back();
+    parser.RecordErrorsTo(&errors);
+    parser.WriteLocationsTo(&trees.back());
+    // MergeFromString lets a fragment set fields of a message the file already set;
+    // within one text, setting a singular field twice is still an error.
+    if (!parser.MergeFromString(body, &c)) {
+      throw InputError(name + ":" + (errors.first().empty() ? std::string("could not parse") : errors.first()));
+    }
+    sources.push_back({name, &trees.back()});
+  };
+  merge(text, source);
+  for (size_t i = 0; i < overrides.size(); ++i) merge(overrides[i], "--set #" + std::to_string(i + 1));
+  validate(c, Locator(sources));
   return c;
 }
 
-config::Config load_config_file(const std::string& path) {
+config::Config load_config_file(const std::string& path, const std::vector<std::string>& overrides) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError(path + ": cannot open config: " + std::strerror(errno));
   std::stringstream text;
   text << in.rdbuf();
   if (in.bad()) throw InputError(path + ": read error");
-  return parse_config(text.str(), path);
+  return parse_config(text.str(), path, overrides);
 }
 
 }  // namespace hearsay

@@ -169,8 +169,13 @@ TrainTest load_mnist_dir(const std::string& dir, const std::string& name) {
                      (dir == kFashionMnistDir ? "; install it with: apt-get install dataset-fashion-mnist" : ""));
   };
   TrainTest tt;
-  tt.train = load_idx(pick("train-images-idx3-ubyte"), pick("train-labels-idx1-ubyte"));
-  tt.test = load_idx(pick("t10k-images-idx3-ubyte"), pick("t10k-labels-idx1-ubyte"));
+  // Named one by one so a missing file is reported in a fixed order.
+  const std::string train_images = pick("train-images-idx3-ubyte");
+  const std::string train_labels = pick("train-labels-idx1-ubyte");
+  const std::string test_images = pick("t10k-images-idx3-ubyte");
+  const std::string test_labels = pick("t10k-labels-idx1-ubyte");
+  tt.train = load_idx(train_images, train_labels);
+  tt.test = load_idx(test_images, test_labels);
   tt.train.name = name + "/train";
   tt.test.name = name + "/test";
   return tt;

@@ -49,8 +49,9 @@ Dataset load_libsvm(const std::string& path, int num_features, int num_classes) 
     size_t col = 0;
     std::string_view tok = next_token(col);
     double label_value = 0;
-    auto [lp, lec] = std::from_chars(tok.data(), tok.data() + tok.size(), label_value);
-    if (lec != std::errc() || lp != tok.data() + tok.size() || label_value != std::floor(label_value) ||
+    const std::string_view number = tok.size() > 1 && tok[0] == '+' ? tok.substr(1) : tok;
+    auto [lp, lec] = std::from_chars(number.data(), number.data() + number.size(), label_value);
+    if (tok.empty() || lec != std::errc() || lp != number.data() + number.size() || label_value != std::floor(label_value) ||
         label_value < -1 || label_value > 65535) {
       throw InputError(where(col) + "bad label '" + std::string(tok) + "' (expected an integer: -1 or a class >= 0)");
     }

@@ -78,11 +78,11 @@ void BatchSampler::reshuffle() {
 
 void BatchSampler::next(int batch, int64_t* out) {
   for (int i = 0; i < batch; ++i) {
+    out[i] = indices_[pos_++];
     if (pos_ == indices_.size()) {
       ++epoch_;
       reshuffle();
     }
-    out[i] = indices_[pos_++];
   }
 }
 

@@ -1,0 +1,68 @@
+#include <doctest/doctest.h>
+
+#include "hearsay/config.h"
+#include "hearsay/peer.h"
+#include "test_util.h"
+
+using namespace hearsay;
+
+namespace {
+
+const char* kSynthetic = R"(
+  name: "p"
+  seed: 9
+  model { kind: MLP hidden: [16] }
+  data { format: SYNTHETIC synthetic_train: 2000 synthetic_test: 500 synthetic_dim: 20 num_classes: 4 }
+  optim { lr: 0.05 momentum: 0.9 }
+  train { batch_size: 32 epochs: 2 }
+  log { every_steps: 10 }
+)";
+
+TrainResult train(const std::string& set = "", const std::string& log_path = "") {
+  const auto cfg = parse_config(kSynthetic, "test", {set});
+  EventLog log(log_path, cfg.name());
+  Peer peer(cfg, log, nullptr);
+  return peer.run();
+}
+
+}  // namespace
+
+TEST_CASE("peer: the same seed gives a bit-identical loss curve on the CPU") {
+  const TrainResult a = train(), b = train();
+  REQUIRE(a.losses.size() == 125);  // 2 epochs * 2000 / 32
+  CHECK(a.losses == b.losses);
+  const TrainResult c = train("seed: 10");
+  CHECK(a.losses != c.losses);
+}
+
+TEST_CASE("peer: training on separable data learns it") {
+  const TrainResult r = train();
+  CHECK(r.final_test_acc > 0.9);
+  CHECK(r.losses.back() < r.losses.front());
+}
+
+TEST_CASE("peer: stops at max_steps and at the target accuracy") {
+  CHECK(train("train { max_steps: 7 }").steps == 7);
+  const TrainResult r = train("train { target_test_acc: 0.5 eval_every_steps: 5 }");
+  REQUIRE(r.time_to_target_s.has_value());
+  CHECK(r.steps < 125);
+  CHECK(r.final_test_acc >= 0.5);
+}
+
+TEST_CASE("peer: the log has start, step, eval and end events with the documented fields") {
+  test::TempDir dir;
+  train("", dir.file("p.jsonl"));
+  const std::string log = test::read_file(dir.file("p.jsonl"));
+  CHECK(log.find(R"("event":"start")") != std::string::npos);
+  for (const char* field : {R"("event":"step","step":10,"epoch":)", R"("loss":)", R"("lr":)", R"("samples_per_s":)",
+                            R"("event":"eval")", R"("test_acc":)", R"("test_loss":)", R"("event":"end")"}) {
+    CAPTURE(field);
+    CHECK(log.find(field) != std::string::npos);
+  }
+}
+
+TEST_CASE("peer: shards of a non-IID split train on different data") {
+  const std::string base = "data { partition: DIRICHLET dirichlet_alpha: 0.1 num_shards: 4 ";
+  const TrainResult a = train(base + "shard: 0 }"), b = train(base + "shard: 1 }");
+  CHECK(a.losses != b.losses);
+}
