@@ -33,7 +33,9 @@ test-asan: deps
 	cd build-asan && ctest --output-on-failure -j $(JOBS) -LE slow
 
 demo: build
+	rm -rf runs/demo
 	$(BUILD_DIR)/bin/hearsay-peer --config configs/single-mlp.textproto --log runs/demo/peer0.jsonl
+	/usr/bin/python3 experiments/hearsay_plot.py runs/demo
 
 bench: build bench-deps
 	$(BUILD_DIR)/bin/hearsay-bench step

@@ -57,4 +57,37 @@ inline std::vector<double> time_rounds(const std::function<void()>& body, int re
   return per_iter;
 }
 
+// Times several bodies side by side: each round runs every body once for its own
+// iteration count (sized to about round_s by a warm-up), so all of them see the same
+// machine noise. `bodies[i](iters)` runs iters iterations and returns the seconds they
+// took. Returns per-body lists of seconds per iteration, one entry per round.
+inline std::vector<std::vector<double>> time_interleaved(const std::vector<std::function<double(int)>>& bodies,
+                                                         int repeats, double round_s) {
+  std::vector<int> iters(bodies.size(), 1);
+  for (size_t b = 0; b < bodies.size(); ++b) {
+    for (;;) {
+      const double s = bodies[b](iters[b]);
+      if (s >= round_s / 4 || iters[b] >= (1 << 24)) {
+        iters[b] = std::max(1, static_cast<int>(iters[b] * round_s / std::max(s, 1e-9)));
+        break;
+      }
+      iters[b] *= 2;
+    }
+  }
+  std::vector<std::vector<double>> per_iter(bodies.size());
+  for (int r = 0; r < repeats; ++r) {
+    for (size_t b = 0; b < bodies.size(); ++b) per_iter[b].push_back(bodies[b](iters[b]) / iters[b]);
+  }
+  return per_iter;
+}
+
+// Wraps a one-iteration body as a timed multi-iteration body for time_interleaved.
+inline std::function<double(int)> timed(std::function<void()> body) {
+  return [body = std::move(body)](int iters) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) body();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+}
+
 }  // namespace hearsay::bench

@@ -3,11 +3,13 @@
 // data, measured in the same run (bench/torch_step.py).
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "bench_util.h"
+#include "subprocess.h"
 #include "hearsay/backend.h"
 #include "hearsay/data.h"
 #include "hearsay/error.h"
@@ -51,28 +53,21 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-// Runs PyTorch's step on the same model and batch; returns samples/s or < 0.
-double torch_samples_per_s(int batch, const Options& o, std::string* note) {
-  const std::string script = std::string(HEARSAY_SOURCE_DIR) + "/bench/torch_step.py";
-  const std::string cmd = "OMP_NUM_THREADS=1 /usr/bin/python3 " + script + " --batch " + std::to_string(batch) +
-                          " --repeats " + std::to_string(o.repeats) + " --round-s " + std::to_string(o.round_s) + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) {
-    *note = "could not start python";
-    return -1;
+// PyTorch's step on the same model, batch and data, in a child process that answers step
+// counts with seconds (bench/torch_step.py --serve). Null when torch is unavailable.
+std::unique_ptr<LineProcess> start_torch(int batch, std::string* blas, std::string* why) {
+  auto p = std::make_unique<LineProcess>(
+      std::vector<std::string>{"/usr/bin/python3", std::string(HEARSAY_SOURCE_DIR) + "/bench/torch_step.py",
+                               "--serve", "--batch", std::to_string(batch)},
+      std::vector<std::string>{"OMP_NUM_THREADS=1"});
+  std::string line;
+  if (!p->receive(&line) || line.find("\"ready\":true") == std::string::npos) {
+    *why = line.empty() ? "python3 or torch could not start (make bench-deps installs python3-torch)" : line;
+    return nullptr;
   }
-  std::string out;
-  char buf[512];
-  while (std::fgets(buf, sizeof(buf), p) != nullptr) out += buf;
-  const int status = pclose(p);
-  const auto pos = out.find("\"samples_per_s\":");
-  if (status != 0 || pos == std::string::npos) {
-    *note = out.substr(0, 300);
-    return -1;
-  }
-  const auto blas = out.find("\"blas\":\"");
-  if (blas != std::string::npos) *note = out.substr(blas + 8, out.find('"', blas + 8) - blas - 8);
-  return std::atof(out.c_str() + pos + 16);
+  const auto b = line.find("\"blas\":\"");
+  if (b != std::string::npos) *blas = line.substr(b + 8, line.find('"', b + 8) - b - 8);
+  return p;
 }
 
 }  // namespace
@@ -114,15 +109,11 @@ int run_step_bench(int argc, char** argv) {
       gather_batch(data, idx.data(), batch, xs.back().f32(), ys.back().i32());
     }
     int which = 0;
-    const auto step_times = time_rounds(
-        [&] {
-          model.forward_backward(xs[which].f32(), ys[which].i32(), batch);
-          sgd.step(model.params(), model.grads(), 0.05f);
-          which = (which + 1) % kBatches;
-        },
-        o.repeats, o.round_s);
-    const double step_s = median(step_times);
-    const double samples_per_s = batch / step_s;
+    auto step = [&] {
+      model.forward_backward(xs[which].f32(), ys[which].i32(), batch);
+      sgd.step(model.params(), model.grads(), 0.05f);
+      which = (which + 1) % kBatches;
+    };
 
     // The roofline: the step's own GEMMs, same shapes, back to back with nothing else.
     struct Gemm { bool ta, tb; int m, n, k; };
@@ -142,16 +133,38 @@ int run_step_bench(int argc, char** argv) {
     }
     DeviceBuffer a(*backend, sizeof(float) * biggest), b(*backend, sizeof(float) * biggest), c(*backend, sizeof(float) * biggest);
     for (size_t i = 0; i < biggest; ++i) a.f32()[i] = b.f32()[i] = 0.01f * static_cast<float>(i % 97);
-    const auto gemm_times = time_rounds(
-        [&] {
-          for (const auto& g : gemms) {
-            const int lda = g.ta ? g.m : g.k, ldb = g.tb ? g.k : g.n;
-            backend->gemm(g.ta, g.tb, g.m, g.n, g.k, 1.0f, a.f32(), lda, b.f32(), ldb, 0.0f, c.f32(), g.n);
-          }
-        },
-        o.repeats, o.round_s);
-    const double gemm_s = median(gemm_times);
+    auto gemm_pass = [&] {
+      for (const auto& g : gemms) {
+        const int lda = g.ta ? g.m : g.k, ldb = g.tb ? g.k : g.n;
+        backend->gemm(g.ta, g.tb, g.m, g.n, g.k, 1.0f, a.f32(), lda, b.f32(), ldb, 0.0f, c.f32(), g.n);
+      }
+    };
+
+    std::vector<std::function<double(int)>> bodies{timed(step), timed(gemm_pass)};
+    std::string blas, why;
+    std::unique_ptr<LineProcess> torch = o.torch ? start_torch(batch, &blas, &why) : nullptr;
+    bool torch_failed = false;
+    if (torch) {
+      bodies.push_back([&](int iters) {
+        std::string line;
+        if (torch_failed || !torch->send(std::to_string(iters)) || !torch->receive(&line)) {
+          torch_failed = true;
+          return 1.0;
+        }
+        return std::atof(line.c_str());
+      });
+    }
+    const auto rounds = time_interleaved(bodies, o.repeats, o.round_s);
+    const double step_s = median(rounds[0]);
+    const double gemm_s = median(rounds[1]);
+    const double samples_per_s = batch / step_s;
     const double roofline = batch / gemm_s;
+    // Ratios per round (same noise), then their median.
+    std::vector<double> fraction, speedup;
+    for (int r = 0; r < o.repeats; ++r) {
+      fraction.push_back(rounds[1][r] / rounds[0][r]);
+      if (torch && !torch_failed) speedup.push_back(rounds[2][r] / rounds[0][r]);
+    }
 
     JsonObject extra;
     extra.add("data", data_name).add("threads", 1).add("repeats", o.repeats);
@@ -159,21 +172,20 @@ int run_step_bench(int argc, char** argv) {
     emit("step", case_name, "step_gflops", flops / step_s / 1e9, "GFLOP/s");
     emit("step", case_name, "sgemm_gflops", flops / gemm_s / 1e9, "GFLOP/s");
     emit("step", case_name, "roofline_samples_per_s", roofline, "samples/s");
-    emit("step", case_name, "roofline_fraction", samples_per_s / roofline, "ratio");
-    if (o.torch) {
-      std::string note;
-      const double torch = torch_samples_per_s(batch, o, &note);
-      if (torch > 0) {
-        JsonObject t;
-        t.add("blas", note);
-        emit("step", case_name, "torch_samples_per_s", torch, "samples/s", &t);
-        emit("step", case_name, "torch_roofline_fraction", torch / roofline, "ratio");
-        emit("step", case_name, "speedup_vs_torch", samples_per_s / torch, "ratio");
-      } else {
-        JsonObject t;
-        t.add("note", "pytorch unavailable: " + note);
-        std::printf("%s\n", t.str().c_str());
-      }
+    emit("step", case_name, "roofline_fraction", median(fraction), "ratio");
+    if (torch && !torch_failed) {
+      const double torch_sps = batch / median(rounds[2]);
+      JsonObject t;
+      t.add("blas", blas);
+      emit("step", case_name, "torch_samples_per_s", torch_sps, "samples/s", &t);
+      std::vector<double> torch_fraction;
+      for (int r = 0; r < o.repeats; ++r) torch_fraction.push_back(rounds[1][r] / rounds[2][r]);
+      emit("step", case_name, "torch_roofline_fraction", median(torch_fraction), "ratio");
+      emit("step", case_name, "speedup_vs_torch", median(speedup), "ratio");
+    } else if (o.torch) {
+      JsonObject t;
+      t.add("suite", "step").add("case", case_name).add("note", "pytorch unavailable: " + (torch_failed ? std::string("it stopped answering") : why));
+      std::printf("%s\n", t.str().c_str());
     }
   }
   return 0;

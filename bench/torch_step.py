@@ -11,6 +11,7 @@ import json
 import os
 import statistics
 import struct
+import sys
 import time
 
 import numpy as np
@@ -43,6 +44,7 @@ def main():
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--round-s", type=float, default=0.5)
+    ap.add_argument("--serve", action="store_true", help="answer step counts on stdin with seconds")
     args = ap.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(1)
@@ -68,6 +70,19 @@ def main():
         loss.backward()
         opt.step()
 
+    if args.serve:
+        # Driven by hearsay-bench: announce, then answer each line "N" with the seconds N
+        # steps took, so the two programs' rounds interleave.
+        print(json.dumps({"ready": True, "torch": torch.__version__, "blas": blas_library()},
+                         separators=(",", ":")), flush=True)
+        for line in sys.stdin:
+            n = int(line)
+            t0 = time.perf_counter()
+            for _ in range(n):
+                step()
+            print(time.perf_counter() - t0, flush=True)
+        return
+
     iters = 1
     while True:  # warm up and size a round, as bench_util.h does
         t0 = time.perf_counter()
@@ -86,7 +101,6 @@ def main():
         rounds.append((time.perf_counter() - t0) / iters)
     print(json.dumps({"samples_per_s": args.batch / statistics.median(rounds),
                       "torch": torch.__version__, "blas": blas_library()}, separators=(",", ":")))
-
 
 if __name__ == "__main__":
     main()

@@ -30,7 +30,7 @@ TEST_CASE("convergence: logistic regression reaches 80% test accuracy within 5 e
 TEST_CASE("convergence: the MLP 784-256-256-10 reaches 88% test accuracy within 5 epochs") {
   const double acc = final_accuracy(R"(
     model { kind: MLP hidden: [256, 256] }
-    optim { lr: 0.05 momentum: 0.9 nesterov: true schedule: COSINE warmup_steps: 200 }
+    optim { lr: 0.1 momentum: 0.9 nesterov: true schedule: COSINE warmup_steps: 200 }
     train { batch_size: 64 epochs: 5 }
   )");
   MESSAGE("MLP test accuracy " << acc);
