@@ -1,0 +1,40 @@
+// Link emulation: a decorator over any transport that gives each directed link a one-way
+// latency, jitter, a bandwidth cap, a loss probability and scheduled outages. This is how
+// a geo-distributed cluster is reproduced on one machine.
+//
+// The model, per link: a frame of S bytes starts transmitting when the link is free
+// (back-to-back frames queue behind each other), occupies it for 8S/B seconds (a token
+// bucket with no burst allowance), and arrives latency + jitter after its last bit left;
+// arrivals keep their order, as on a TCP path. A frame sent during an outage, or lost
+// with probability `loss`, never arrives. The sender's completion fires when its frame
+// has left the emulated link.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hearsay/transport.h"
+
+namespace hearsay {
+
+struct LinkModel {
+  double latency_s = 0;
+  double jitter_s = 0;        // arrival delay varies uniformly in [-jitter, +jitter]
+  double bandwidth_bps = 0;   // bits per second; 0: unlimited
+  double loss = 0;            // probability in [0, 1)
+  // [start, end) in seconds since the transport was created.
+  std::vector<std::pair<double, double>> outages;
+};
+
+// Checks a model's numbers; throws InputError naming `where` and the field.
+void check_link_model(const LinkModel& m, const std::string& where);
+
+// Wraps `inner`. Links to peers not in `per_peer` use `default_model`.
+std::unique_ptr<Transport> create_emulated_transport(std::unique_ptr<Transport> inner, LinkModel default_model,
+                                                     std::map<std::string, LinkModel> per_peer = {},
+                                                     uint64_t seed = 1);
+
+}  // namespace hearsay

@@ -1,0 +1,109 @@
+// Transports move frames (include/hearsay/wire.h) between peers named by id. One
+// interface, one folder per implementation: tcp (Asio, the default), fabric (libfabric
+// RDM endpoints), inproc (in-process queues, for tests and one-process clusters); and
+// decorators with the same interface: link emulation (emulated.h).
+//
+// Every connection starts with the admission handshake (docs/WIRE.md): nothing from a
+// connection reaches the receiver before the other side has proven knowledge of the
+// cluster secret. Hello, Heartbeat and Bye frames are handled inside the transport;
+// Update and Credit frames are delivered.
+//
+// Threads: a transport runs its own threads. The receiver and link callbacks run on them
+// and must not block. send() may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hearsay/wire.h"
+
+namespace hearsay {
+
+inline constexpr uint32_t kProtocolVersion = 1;
+
+struct TransportOptions {
+  std::string peer_id;
+  std::string site;
+  std::string cluster_id = "hearsay";
+  // The cluster secret itself (loaded by the caller from a file or an environment
+  // variable, never from the command line). Must not be empty.
+  std::string secret;
+  WireLimits limits;
+  int io_threads = 1;
+  double handshake_timeout_s = 5.0;
+  double heartbeat_interval_s = 1.0;  // 0: no heartbeats
+  double reconnect_initial_s = 0.05;  // back-off doubles from here, with jitter...
+  double reconnect_max_s = 2.0;       // ...up to here
+  std::string fabric_provider = "tcp;ofi_rxm";
+};
+
+struct SendStatus {
+  bool ok = true;
+  std::string error;
+};
+using SendCallback = std::function<void(const SendStatus&)>;
+
+struct LinkStats {
+  bool connected = false;
+  uint64_t bytes_sent = 0, bytes_received = 0;
+  uint64_t frames_sent = 0, frames_received = 0;
+  uint64_t queue_depth = 0;  // frames accepted by send() and not yet on the wire
+  uint64_t queue_bytes = 0;
+  double rtt_s = -1;         // smoothed heartbeat round trip; < 0 while unknown
+};
+
+// What a transport refused, by reason (frame_error_name, or "admission: ...").
+struct TransportCounters {
+  std::map<std::string, uint64_t> rejected;
+  uint64_t connections_admitted = 0;
+};
+
+struct LinkEvent {
+  enum class Kind { kUp, kDown, kRejected };
+  Kind kind;
+  std::string peer_id;         // empty when rejected before the peer named itself
+  std::string remote_address;
+  std::string reason;
+};
+
+class Transport {
+ public:
+  using Receiver = std::function<void(const std::string& from_peer, InFrame&& frame)>;
+  using LinkListener = std::function<void(const LinkEvent& event)>;
+
+  virtual ~Transport() = default;
+  // "tcp", "fabric(shm)", "inproc", "emulated(tcp)".
+  virtual std::string kind() const = 0;
+
+  // Set both before listen() or connect().
+  virtual void set_receiver(Receiver receiver) = 0;
+  virtual void set_link_listener(LinkListener listener) = 0;
+
+  // Accepts connections at `address` ("host:port"; port 0 picks one). Returns the address
+  // others should connect to. Throws InputError if it cannot listen there.
+  virtual std::string listen(const std::string& address) = 0;
+  // Keeps a connection to `peer_id` at `address`, reconnecting with exponential back-off
+  // and jitter whenever it drops, until close().
+  virtual void connect(const std::string& peer_id, const std::string& address) = 0;
+  // Queues a frame for `peer_id`. `done` runs exactly once: ok when the frame was handed
+  // to the wire, or an error (not connected, connection lost, closed). Never blocks.
+  virtual void send(const std::string& peer_id, OutFrame frame, SendCallback done) = 0;
+
+  virtual LinkStats link_stats(const std::string& peer_id) const = 0;
+  virtual std::vector<std::string> connected_peers() const = 0;
+  virtual TransportCounters counters() const = 0;
+  // Says Bye to every peer, stops the threads, fails what is still queued. Idempotent.
+  virtual void close() = 0;
+};
+
+// Creates a transport by kind: "tcp", "inproc", "fabric" (provider from options).
+// Throws InputError for an unknown or unavailable kind, or bad options.
+std::unique_ptr<Transport> create_transport(const std::string& kind, const TransportOptions& options);
+// Kinds this build offers.
+std::vector<std::string> available_transports();
+
+}  // namespace hearsay

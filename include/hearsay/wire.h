@@ -1,0 +1,103 @@
+// The wire format (docs/WIRE.md). A frame is
+//
+//   fixed header (24 bytes, little-endian) | protobuf Envelope | raw payload
+//   magic u32 "HRSY" | version u16 | flags u16 | header_len u32 | payload_len u64 | payload CRC32C u32
+//
+// Tensor payloads travel outside protobuf: no extra copy, no 2 GiB limit. The decoder
+// checks every length against configured limits before it allocates anything.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hearsay/wire.pb.h"
+
+namespace hearsay {
+
+inline constexpr uint32_t kFrameMagic = 0x59535248;  // "HRSY" in memory order
+inline constexpr uint16_t kWireVersion = 1;
+inline constexpr size_t kFixedHeaderSize = 24;
+
+struct WireLimits {
+  uint32_t max_header_bytes = 64 * 1024;
+  uint64_t max_payload_bytes = uint64_t{1} << 30;
+};
+
+// CRC32C (Castagnoli), hardware-accelerated with SSE4.2 where the CPU has it.
+uint32_t crc32c(const void* data, size_t n, uint32_t crc = 0);
+
+// A frame ready to send: `head` holds the fixed header and the encoded Envelope; the
+// payload is referenced, not copied, and kept alive by `payload_owner` until sent.
+struct OutFrame {
+  std::string head;
+  const uint8_t* payload = nullptr;
+  size_t payload_size = 0;
+  std::shared_ptr<const void> payload_owner;
+
+  size_t size() const { return head.size() + payload_size; }
+};
+
+// Builds a frame. With an owner, the payload is referenced; without one it is copied.
+OutFrame make_frame(const wire::Envelope& envelope, const uint8_t* payload = nullptr, size_t payload_size = 0,
+                    std::shared_ptr<const void> payload_owner = nullptr);
+// The whole frame as one byte string (tests, fuzzing, datagram transports).
+std::string flatten(const OutFrame& frame);
+
+// A received, checked frame.
+struct InFrame {
+  wire::Envelope envelope;
+  std::vector<uint8_t> payload;
+};
+
+// Why a frame was rejected. Every reason but kNone is counted; all of them except
+// kBadUpdate leave the byte stream impossible to resynchronise, so the connection closes.
+enum class FrameError {
+  kNone,
+  kBadMagic,
+  kBadVersion,
+  kHeaderTooLarge,
+  kPayloadTooLarge,
+  kBadCrc,
+  kBadProtobuf,
+  kBadUpdate,
+};
+const char* frame_error_name(FrameError e);
+
+// Incremental decoder for one byte stream. Feed it bytes as they arrive; it emits each
+// complete frame. After an error it refuses further input.
+class FrameDecoder {
+ public:
+  explicit FrameDecoder(WireLimits limits = {}) : limits_(limits) {}
+  // Consumes all of data; calls on_frame for each complete frame. Returns kNone, or the
+  // error that stopped decoding (detail() says more).
+  FrameError feed(const uint8_t* data, size_t n, const std::function<void(InFrame&&)>& on_frame);
+  const std::string& detail() const { return detail_; }
+  // Bytes buffered towards the next frame.
+  size_t pending() const;
+
+ private:
+  FrameError fail(FrameError e, std::string detail);
+
+  WireLimits limits_;
+  enum class State { kFixed, kHeader, kPayload, kFailed } state_ = State::kFixed;
+  uint8_t fixed_[kFixedHeaderSize];
+  size_t fixed_have_ = 0;
+  uint32_t header_len_ = 0;
+  uint64_t payload_len_ = 0;
+  uint32_t crc_ = 0;
+  std::string header_;
+  InFrame frame_;
+  std::string detail_;
+};
+
+// Checks an Update's segment against its payload and (if known, > 0) the receiver's
+// tensor length: offset + length within the tensor, segment index below the count,
+// payload size consistent with an uncompressed (codec 0) fp32 segment. Returns an empty
+// string when valid, else the reason.
+std::string check_update(const wire::Update& u, size_t payload_size, uint64_t expected_tensor_length = 0);
+
+}  // namespace hearsay

@@ -1,0 +1,307 @@
+#include "inproc_transport.h"
+
+#include <atomic>
+#include <cmath>
+#include <future>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "../link_table.h"
+#include "../session.h"
+#include "../timed_executor.h"
+#include "hearsay/error.h"
+
+namespace hearsay {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+using Mailbox = TimedExecutor;
+
+class InprocTransport;
+
+class InprocConnection final : public Connection, public std::enable_shared_from_this<InprocConnection> {
+ public:
+  InprocConnection(InprocTransport& t, std::shared_ptr<Mailbox> home, std::string address, std::string dial_peer);
+  void pair_with(const std::shared_ptr<InprocConnection>& other) {
+    other_ = other;
+    other_home_ = other->home_;
+  }
+  void start();
+  void send(OutFrame frame, SendCallback done) override;
+  void close(const std::string& reason) override;
+  // On our own thread.
+  void close_now(const std::string& reason);
+  LinkStats stats() const override;
+  void tick(Clock::time_point now);
+  void on_bytes(const std::shared_ptr<const std::string>& bytes);
+  void remote_closed();
+  const std::string& dial_peer() const { return dial_peer_; }
+
+ private:
+  void transmit(const OutFrame& frame);
+  void fail(const std::string& reason, bool rejected);
+
+  InprocTransport& t_;
+  std::shared_ptr<Mailbox> home_;
+  std::weak_ptr<InprocConnection> other_;
+  std::weak_ptr<Mailbox> other_home_;
+  std::string address_, dial_peer_;
+  FrameDecoder decoder_;
+  Session session_;
+  bool closed_ = false;
+  std::atomic<bool> admitted_{false}, open_{true};
+  std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0}, frames_sent_{0}, frames_received_{0}, queue_depth_{0};
+  std::atomic<double> rtt_s_{-1};
+};
+
+// Process-wide directory of listening inproc transports.
+std::mutex g_directory_mu;
+std::map<std::string, InprocTransport*> g_directory;
+std::atomic<uint64_t> g_next_name{0};
+
+class InprocTransport final : public Transport {
+ public:
+  explicit InprocTransport(const TransportOptions& o) : options_(o), links_("inproc"), home_(std::make_shared<Mailbox>()) {
+    if (options_.secret.empty()) throw InputError("inproc transport: the cluster secret is empty");
+    if (options_.peer_id.empty()) throw InputError("inproc transport: peer id is empty");
+    thread_ = std::thread([this] { home_->run(); });
+    schedule_heartbeat();
+  }
+  ~InprocTransport() override { close(); }
+
+  std::string kind() const override { return "inproc"; }
+  void set_receiver(Receiver r) override { links_.set_receiver(std::move(r)); }
+  void set_link_listener(LinkListener l) override { links_.set_listener(std::move(l)); }
+
+  std::string listen(const std::string& address) override {
+    const std::string name = address.empty() ? "inproc-" + std::to_string(++g_next_name) : address;
+    std::lock_guard<std::mutex> lock(g_directory_mu);
+    if (g_directory.count(name) != 0) throw InputError("inproc: address '" + name + "' is already in use");
+    g_directory[name] = this;
+    names_.push_back(name);
+    return name;
+  }
+
+  void connect(const std::string& peer_id, const std::string& address) override {
+    home_->post([this, peer_id, address] { dial(peer_id, address, 0); });
+  }
+
+  void send(const std::string& peer_id, OutFrame frame, SendCallback done) override {
+    if (auto c = links_.find(peer_id)) return c->send(std::move(frame), std::move(done));
+    if (done) done({false, "inproc: not connected to peer '" + peer_id + "'"});
+  }
+
+  LinkStats link_stats(const std::string& peer_id) const override { return links_.stats(peer_id); }
+  std::vector<std::string> connected_peers() const override { return links_.peers(); }
+  TransportCounters counters() const override { return links_.counters(); }
+
+  void close() override {
+    if (closing_.exchange(true)) return;
+    {
+      std::lock_guard<std::mutex> lock(g_directory_mu);
+      for (const auto& n : names_) g_directory.erase(n);
+    }
+    // Close every connection on our own thread (Bye first), then stop it.
+    std::promise<void> done;
+    home_->post([this, &done] {
+      for (auto& c : std::set<std::shared_ptr<InprocConnection>>(live_)) c->close_now("transport closed");
+      done.set_value();
+    });
+    done.get_future().wait_for(std::chrono::seconds(2));
+    home_->stop();
+    if (thread_.joinable()) thread_.join();
+    live_.clear();
+  }
+
+  // --- used by InprocConnection, on our thread ----------------------------------------
+  const TransportOptions& options() const { return options_; }
+  LinkTable& links() { return links_; }
+  bool closing() const { return closing_; }
+  void add_live(const std::shared_ptr<InprocConnection>& c) { live_.insert(c); }
+  void connection_closed(const std::shared_ptr<InprocConnection>& c) {
+    live_.erase(c);
+    if (closing_ || c->dial_peer().empty()) return;
+    const auto it = dial_targets_.find(c->dial_peer());
+    if (it == dial_targets_.end()) return;
+    // Back off before redialling, so a peer that keeps refusing us is not hammered.
+    const int attempt = ++redials_[it->first];
+    const double delay = std::min(options_.reconnect_max_s, options_.reconnect_initial_s * std::pow(2.0, attempt));
+    home_->post([this, peer = it->first, address = it->second, attempt] { dial(peer, address, attempt); },
+                Clock::now() + seconds_to_duration(delay));
+  }
+  void reset_backoff(const std::string& peer) { redials_.erase(peer); }
+  const std::shared_ptr<Mailbox>& home() const { return home_; }
+
+  // Called on the acceptor's thread to take the far end of a new connection.
+  void accept(const std::shared_ptr<InprocConnection>& local) {
+    add_live(local);
+    local->start();
+  }
+
+ private:
+  void dial(const std::string& peer_id, const std::string& address, int attempt) {
+    if (closing_) return;
+    dial_targets_[peer_id] = address;
+    InprocTransport* target = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(g_directory_mu);
+      const auto it = g_directory.find(address);
+      if (it != g_directory.end()) target = it->second;
+    }
+    if (target == nullptr || target->closing()) {
+      const double delay = std::min(options_.reconnect_max_s, options_.reconnect_initial_s * std::pow(2.0, attempt));
+      home_->post([this, peer_id, address, attempt] { dial(peer_id, address, attempt + 1); },
+                  Clock::now() + seconds_to_duration(delay));
+      return;
+    }
+    auto mine = std::make_shared<InprocConnection>(*this, home_, address, peer_id);
+    auto theirs = std::make_shared<InprocConnection>(*target, target->home(), options_.peer_id + "@inproc", "");
+    mine->pair_with(theirs);
+    theirs->pair_with(mine);
+    add_live(mine);
+    // The far end starts on its own thread; frames it receives before then wait in its mailbox.
+    target->home()->post([target, theirs] { target->accept(theirs); });
+    mine->start();
+  }
+
+  void schedule_heartbeat() {
+    home_->post(
+        [this] {
+          if (closing_) return;
+          const auto now = Clock::now();
+          for (auto& c : std::set<std::shared_ptr<InprocConnection>>(live_)) c->tick(now);
+          schedule_heartbeat();
+        },
+        Clock::now() + std::chrono::milliseconds(100));
+  }
+
+  TransportOptions options_;
+  LinkTable links_;
+  std::shared_ptr<Mailbox> home_;
+  std::thread thread_;
+  std::atomic<bool> closing_{false};
+  std::vector<std::string> names_;
+  std::set<std::shared_ptr<InprocConnection>> live_;  // only touched on our thread
+  std::map<std::string, std::string> dial_targets_;   // only touched on our thread
+  std::map<std::string, int> redials_;                 // only touched on our thread
+};
+
+InprocConnection::InprocConnection(InprocTransport& t, std::shared_ptr<Mailbox> home, std::string address,
+                                   std::string dial_peer)
+    : t_(t), home_(std::move(home)), address_(std::move(address)), dial_peer_(std::move(dial_peer)),
+      decoder_(t.options().limits),
+      session_(t.options(), address_,
+               Session::Hooks{
+                   [this](OutFrame f) { transmit(f); },
+                   [this](const std::string& reason) { fail(reason, true); },
+                   [this](const std::string& peer) {
+                     if (!dial_peer_.empty() && peer != dial_peer_) {
+                       return fail("admission: dialled peer '" + dial_peer_ + "' but it is '" + peer + "'", true);
+                     }
+                     admitted_ = true;
+                     t_.reset_backoff(peer);
+                     t_.links().admitted(peer, shared_from_this(), address_);
+                   },
+                   [this](InFrame&& f) { t_.links().deliver(session_.peer_id(), std::move(f)); },
+                   [this](const std::string& reason) { t_.links().dropped(session_.peer_id(), address_, reason); },
+               }) {}
+
+void InprocConnection::start() {
+  session_.start();
+  auto self = shared_from_this();
+  home_->post(
+      [this, self] {
+        if (!closed_ && !session_.admitted()) fail("admission: no valid Hello within the handshake timeout", true);
+      },
+      Clock::now() + seconds_to_duration(t_.options().handshake_timeout_s));
+}
+
+// On our thread: hands the frame's bytes to the other end's mailbox.
+void InprocConnection::transmit(const OutFrame& frame) {
+  auto bytes = std::make_shared<const std::string>(flatten(frame));
+  auto other = other_.lock();
+  auto home = other_home_.lock();
+  if (!other || !home) return;
+  bytes_sent_ += bytes->size();
+  ++frames_sent_;
+  home->post([other, bytes] { other->on_bytes(bytes); });
+}
+
+void InprocConnection::send(OutFrame frame, SendCallback done) {
+  auto self = shared_from_this();
+  ++queue_depth_;
+  home_->post([this, self, f = std::move(frame), d = std::move(done)] {
+    --queue_depth_;
+    if (closed_) {
+      if (d) d({false, "inproc: connection to '" + session_.peer_id() + "' closed"});
+      return;
+    }
+    transmit(f);
+    if (d) d({});
+  });
+}
+
+void InprocConnection::on_bytes(const std::shared_ptr<const std::string>& bytes) {
+  if (closed_) return;
+  bytes_received_ += bytes->size();
+  const FrameError err = decoder_.feed(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size(), [&](InFrame&& f) {
+    ++frames_received_;
+    if (!closed_) session_.on_frame(std::move(f));
+  });
+  if (err != FrameError::kNone) fail(std::string(frame_error_name(err)) + ": " + decoder_.detail(), true);
+}
+
+void InprocConnection::close(const std::string& reason) {
+  auto self = shared_from_this();
+  home_->post([this, self, reason] { close_now(reason); });
+}
+
+void InprocConnection::close_now(const std::string& reason) {
+  if (closed_) return;
+  if (session_.admitted()) transmit(session_.bye(reason));
+  fail(reason, false);
+}
+
+void InprocConnection::remote_closed() { fail("connection closed by peer", false); }
+
+void InprocConnection::fail(const std::string& reason, bool rejected) {
+  if (closed_) return;
+  closed_ = true;
+  open_ = false;
+  if (auto other = other_.lock()) {
+    if (auto home = other_home_.lock()) home->post([other] { other->remote_closed(); });
+  }
+  if (rejected) t_.links().rejected(session_.peer_id(), address_, reason);
+  t_.links().closed(session_.peer_id(), this, address_, reason);
+  t_.connection_closed(shared_from_this());
+}
+
+LinkStats InprocConnection::stats() const {
+  LinkStats s;
+  s.connected = admitted_ && open_;
+  s.bytes_sent = bytes_sent_;
+  s.bytes_received = bytes_received_;
+  s.frames_sent = frames_sent_;
+  s.frames_received = frames_received_;
+  s.queue_depth = queue_depth_;
+  s.rtt_s = rtt_s_;
+  return s;
+}
+
+void InprocConnection::tick(Clock::time_point now) {
+  if (closed_) return;
+  session_.tick(now);
+  rtt_s_ = session_.rtt_s();
+}
+
+}  // namespace
+
+std::unique_ptr<Transport> create_inproc_transport(const TransportOptions& options) {
+  return std::make_unique<InprocTransport>(options);
+}
+
+}  // namespace hearsay

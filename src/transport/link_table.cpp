@@ -1,0 +1,96 @@
+#include "link_table.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+
+namespace hearsay {
+
+void LinkTable::set_receiver(Transport::Receiver r) { receiver_ = std::move(r); }
+void LinkTable::set_listener(Transport::LinkListener l) { listener_ = std::move(l); }
+
+void LinkTable::count(const std::string& reason) {
+  // Count by the reason's kind (text before the first ':'), so counters stay few.
+  const std::string key = reason.substr(0, reason.find(':'));
+  ++counters_.rejected[key];
+}
+
+void LinkTable::admitted(const std::string& peer, const std::shared_ptr<Connection>& c, const std::string& address) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    links_.emplace_back(peer, c);
+    ++counters_.connections_admitted;
+  }
+  if (listener_) listener_({LinkEvent::Kind::kUp, peer, address, ""});
+}
+
+void LinkTable::closed(const std::string& peer, const Connection* c, const std::string& address, const std::string& reason) {
+  bool was_admitted = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = std::find_if(links_.begin(), links_.end(), [&](const auto& l) { return l.second.get() == c; });
+    if (it != links_.end()) {
+      links_.erase(it);
+      was_admitted = true;
+    }
+  }
+  if (was_admitted && listener_) listener_({LinkEvent::Kind::kDown, peer, address, reason});
+}
+
+void LinkTable::rejected(const std::string& peer, const std::string& address, const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    count(reason);
+  }
+  std::fprintf(stderr, "hearsay: %s: closed connection %s%s%s: %s\n", name_.c_str(), address.c_str(),
+               peer.empty() ? "" : " of peer ", peer.c_str(), reason.c_str());
+  if (listener_) listener_({LinkEvent::Kind::kRejected, peer, address, reason});
+}
+
+void LinkTable::dropped(const std::string& peer, const std::string& address, const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    count(reason);
+  }
+  std::fprintf(stderr, "hearsay: %s: dropped a frame from %s (%s): %s\n", name_.c_str(), peer.c_str(), address.c_str(),
+               reason.c_str());
+}
+
+void LinkTable::deliver(const std::string& peer, InFrame&& frame) {
+  if (receiver_) receiver_(peer, std::move(frame));
+}
+
+std::shared_ptr<Connection> LinkTable::find(const std::string& peer) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = links_.rbegin(); it != links_.rend(); ++it) {
+    if (it->first == peer) return it->second;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> LinkTable::peers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::set<std::string> s;
+  for (const auto& l : links_) s.insert(l.first);
+  return {s.begin(), s.end()};
+}
+
+LinkStats LinkTable::stats(const std::string& peer) const {
+  const auto c = find(peer);
+  return c ? c->stats() : LinkStats{};
+}
+
+TransportCounters LinkTable::counters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return counters_;
+}
+
+std::vector<std::shared_ptr<Connection>> LinkTable::take_all() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::shared_ptr<Connection>> out;
+  for (auto& l : links_) out.push_back(std::move(l.second));
+  links_.clear();
+  return out;
+}
+
+}  // namespace hearsay

@@ -1,0 +1,56 @@
+// What every transport keeps about its links: the admitted connection(s) of each peer,
+// per-link statistics, rejection counters, and the receiver and listener callbacks.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "hearsay/transport.h"
+
+namespace hearsay {
+
+// One connection of a transport, whatever carries it.
+class Connection {
+ public:
+  virtual ~Connection() = default;
+  virtual void send(OutFrame frame, SendCallback done) = 0;
+  virtual void close(const std::string& reason) = 0;
+  virtual LinkStats stats() const = 0;
+};
+
+class LinkTable {
+ public:
+  explicit LinkTable(std::string transport_name) : name_(std::move(transport_name)) {}
+
+  void set_receiver(Transport::Receiver r);
+  void set_listener(Transport::LinkListener l);
+
+  void admitted(const std::string& peer, const std::shared_ptr<Connection>& c, const std::string& address);
+  void closed(const std::string& peer, const Connection* c, const std::string& address, const std::string& reason);
+  // A connection refused (admission, a broken stream): counted, logged, reported.
+  void rejected(const std::string& peer, const std::string& address, const std::string& reason);
+  // A single frame dropped while the link stays up.
+  void dropped(const std::string& peer, const std::string& address, const std::string& reason);
+  void deliver(const std::string& peer, InFrame&& frame);
+
+  std::shared_ptr<Connection> find(const std::string& peer) const;
+  std::vector<std::string> peers() const;
+  LinkStats stats(const std::string& peer) const;
+  TransportCounters counters() const;
+  // Removes and returns every connection (for close()).
+  std::vector<std::shared_ptr<Connection>> take_all();
+
+ private:
+  void count(const std::string& reason);
+
+  std::string name_;
+  mutable std::mutex mu_;
+  std::vector<std::pair<std::string, std::shared_ptr<Connection>>> links_;  // GUARDED_BY(mu_), newest last
+  TransportCounters counters_;                                              // GUARDED_BY(mu_)
+  Transport::Receiver receiver_;
+  Transport::LinkListener listener_;
+};
+
+}  // namespace hearsay

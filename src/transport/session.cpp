@@ -1,0 +1,157 @@
+#include "session.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
+
+#include "hearsay/error.h"
+
+namespace hearsay {
+namespace {
+
+uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+constexpr size_t kNonceBytes = 32;
+
+}  // namespace
+
+std::string admission_proof(const std::string& secret, const std::string& cluster, const std::string& peer_id,
+                            const std::string& nonce) {
+  // Length-prefixed fields, so no two different tuples sign the same bytes.
+  std::string msg = "hearsay-hello-v1";
+  for (const std::string* f : {&cluster, &peer_id, &nonce}) {
+    const uint32_t n = static_cast<uint32_t>(f->size());
+    msg.append(reinterpret_cast<const char*>(&n), 4);
+    msg += *f;
+  }
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  HEARSAY_CHECK(HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
+                     reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), out, &len) != nullptr,
+                "HMAC-SHA256 failed");
+  return std::string(reinterpret_cast<char*>(out), len);
+}
+
+std::string random_nonce() {
+  std::string n(kNonceBytes, '\0');
+  HEARSAY_CHECK(RAND_bytes(reinterpret_cast<unsigned char*>(n.data()), kNonceBytes) == 1, "RAND_bytes failed");
+  return n;
+}
+
+Session::Session(const TransportOptions& options, std::string remote_address, Hooks hooks)
+    : options_(options), remote_address_(std::move(remote_address)), hooks_(std::move(hooks)),
+      started_(std::chrono::steady_clock::now()), last_heartbeat_(started_) {}
+
+void Session::reject(const std::string& reason) {
+  rejected_ = true;
+  hooks_.reject(reason);
+}
+
+void Session::start() {
+  nonce_ = random_nonce();
+  wire::Envelope e;
+  auto* h = e.mutable_hello();
+  h->set_peer_id(options_.peer_id);
+  h->set_site(options_.site);
+  h->set_cluster_id(options_.cluster_id);
+  h->set_protocol_version(kProtocolVersion);
+  h->set_nonce(nonce_);
+  hooks_.send(make_frame(e));
+}
+
+void Session::on_hello(const wire::Hello& h) {
+  if (h.has_nonce()) {  // phase 1
+    if (!remote_nonce_.empty()) return reject("admission: second phase-1 Hello");
+    if (h.protocol_version() != kProtocolVersion) {
+      return reject("admission: protocol version " + std::to_string(h.protocol_version()) +
+                           " unsupported (this peer speaks " + std::to_string(kProtocolVersion) + ")");
+    }
+    if (h.cluster_id() != options_.cluster_id) {
+      return reject("admission: wrong cluster '" + h.cluster_id() + "'");
+    }
+    if (h.peer_id().empty()) return reject("admission: Hello without a peer id");
+    if (h.nonce().size() != kNonceBytes) return reject("admission: nonce of the wrong size");
+    remote_id_ = h.peer_id();
+    remote_nonce_ = h.nonce();
+    wire::Envelope e;
+    auto* reply = e.mutable_hello();
+    reply->set_peer_id(options_.peer_id);
+    reply->set_proof(admission_proof(options_.secret, options_.cluster_id, options_.peer_id, remote_nonce_));
+    sent_proof_ = true;
+    hooks_.send(make_frame(e));
+    return;
+  }
+  if (h.has_proof()) {  // phase 2
+    if (remote_nonce_.empty()) return reject("admission: proof before Hello");
+    if (admitted_) return reject("admission: second proof");
+    const std::string want = admission_proof(options_.secret, options_.cluster_id, remote_id_, nonce_);
+    if (h.proof().size() != want.size() || CRYPTO_memcmp(h.proof().data(), want.data(), want.size()) != 0) {
+      return reject("admission: wrong proof (cluster secret differs)");
+    }
+    admitted_ = true;
+    hooks_.admitted(remote_id_);
+    return;
+  }
+  reject("admission: Hello with neither nonce nor proof");
+}
+
+void Session::on_frame(InFrame&& frame) {
+  if (rejected_) return;
+  const auto& e = frame.envelope;
+  switch (e.body_case()) {
+    case wire::Envelope::kHello:
+      on_hello(e.hello());
+      return;
+    case wire::Envelope::kBye:
+      if (!admitted_) return reject("admission: Bye before admission");
+      return reject("bye: " + e.bye().reason());
+    case wire::Envelope::kHeartbeat: {
+      if (!admitted_) return reject("admission: frame before admission");
+      const auto& hb = e.heartbeat();
+      if (hb.is_reply()) {
+        const double sample = static_cast<double>(now_ns() - hb.send_time_ns()) * 1e-9;
+        if (sample >= 0 && sample < 3600) rtt_s_ = rtt_s_ < 0 ? sample : 0.875 * rtt_s_ + 0.125 * sample;
+      } else {
+        wire::Envelope r;
+        *r.mutable_heartbeat() = hb;
+        r.mutable_heartbeat()->set_is_reply(true);
+        hooks_.send(make_frame(r));
+      }
+      return;
+    }
+    case wire::Envelope::kUpdate:
+    case wire::Envelope::kCredit:
+      if (!admitted_) return reject("admission: frame before admission");
+      if (e.has_update()) {
+        const std::string why = check_update(e.update(), frame.payload.size());
+        // Frame boundaries are intact, so only this frame goes; the link stays up.
+        if (!why.empty()) return hooks_.drop(std::string(frame_error_name(FrameError::kBadUpdate)) + ": " + why);
+      }
+      hooks_.deliver(std::move(frame));
+      return;
+    case wire::Envelope::BODY_NOT_SET:
+      return reject(admitted_ ? "bad_protobuf: empty envelope" : "admission: frame before admission");
+  }
+}
+
+void Session::tick(std::chrono::steady_clock::time_point now) {
+  if (!admitted_ || options_.heartbeat_interval_s <= 0) return;
+  if (std::chrono::duration<double>(now - last_heartbeat_).count() < options_.heartbeat_interval_s) return;
+  last_heartbeat_ = now;
+  wire::Envelope e;
+  e.mutable_heartbeat()->set_seq(++heartbeat_seq_);
+  e.mutable_heartbeat()->set_send_time_ns(now_ns());
+  hooks_.send(make_frame(e));
+}
+
+OutFrame Session::bye(const std::string& reason) const {
+  wire::Envelope e;
+  e.mutable_bye()->set_reason(reason);
+  return make_frame(e);
+}
+
+}  // namespace hearsay

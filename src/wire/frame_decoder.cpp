@@ -1,0 +1,98 @@
+#include <algorithm>
+#include <cstring>
+
+#include "hearsay/wire.h"
+
+namespace hearsay {
+namespace {
+
+uint64_t get_le(const uint8_t* p, int bytes) {
+  uint64_t v = 0;
+  for (int i = bytes - 1; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+
+// Payload memory grows with the bytes that actually arrive, never ahead by more than
+// this, so a peer that claims a large payload and stops sending costs us little.
+constexpr size_t kGrowStep = 1 << 20;
+
+}  // namespace
+
+FrameError FrameDecoder::fail(FrameError e, std::string detail) {
+  state_ = State::kFailed;
+  detail_ = std::move(detail);
+  return e;
+}
+
+size_t FrameDecoder::pending() const {
+  switch (state_) {
+    case State::kFixed: return fixed_have_;
+    case State::kHeader: return kFixedHeaderSize + header_.size();
+    case State::kPayload: return kFixedHeaderSize + header_len_ + frame_.payload.size();
+    case State::kFailed: return 0;
+  }
+  return 0;
+}
+
+FrameError FrameDecoder::feed(const uint8_t* data, size_t n, const std::function<void(InFrame&&)>& on_frame) {
+  if (state_ == State::kFailed) return FrameError::kBadMagic;
+  while (n > 0 || state_ == State::kPayload) {
+    if (state_ == State::kFixed) {
+      const size_t take = std::min(n, kFixedHeaderSize - fixed_have_);
+      std::memcpy(fixed_ + fixed_have_, data, take);
+      fixed_have_ += take;
+      data += take;
+      n -= take;
+      if (fixed_have_ < kFixedHeaderSize) return FrameError::kNone;
+      const uint32_t magic = static_cast<uint32_t>(get_le(fixed_, 4));
+      if (magic != kFrameMagic) return fail(FrameError::kBadMagic, "wrong magic (not a hearsay frame)");
+      const uint16_t version = static_cast<uint16_t>(get_le(fixed_ + 4, 2));
+      if (version != kWireVersion) {
+        return fail(FrameError::kBadVersion, "frame version " + std::to_string(version) + ", this peer speaks " +
+                                                 std::to_string(kWireVersion));
+      }
+      header_len_ = static_cast<uint32_t>(get_le(fixed_ + 8, 4));
+      payload_len_ = get_le(fixed_ + 12, 8);
+      crc_ = static_cast<uint32_t>(get_le(fixed_ + 20, 4));
+      if (header_len_ > limits_.max_header_bytes) {
+        return fail(FrameError::kHeaderTooLarge, "header of " + std::to_string(header_len_) + " bytes exceeds the limit of " +
+                                                     std::to_string(limits_.max_header_bytes));
+      }
+      if (payload_len_ > limits_.max_payload_bytes) {
+        return fail(FrameError::kPayloadTooLarge, "payload of " + std::to_string(payload_len_) +
+                                                      " bytes exceeds the limit of " + std::to_string(limits_.max_payload_bytes));
+      }
+      header_.clear();
+      frame_ = InFrame{};
+      state_ = State::kHeader;
+    }
+    if (state_ == State::kHeader) {
+      const size_t take = std::min<size_t>(n, header_len_ - header_.size());
+      header_.append(reinterpret_cast<const char*>(data), take);
+      data += take;
+      n -= take;
+      if (header_.size() < header_len_) return FrameError::kNone;
+      if (!frame_.envelope.ParseFromString(header_)) return fail(FrameError::kBadProtobuf, "envelope does not parse");
+      state_ = State::kPayload;
+    }
+    if (state_ == State::kPayload) {
+      auto& p = frame_.payload;
+      const size_t take = static_cast<size_t>(std::min<uint64_t>(n, payload_len_ - p.size()));
+      if (p.capacity() < p.size() + take) {
+        p.reserve(static_cast<size_t>(std::min<uint64_t>(payload_len_, std::max(p.size() * 2, p.size() + take + kGrowStep))));
+      }
+      p.insert(p.end(), data, data + take);
+      data += take;
+      n -= take;
+      if (p.size() < payload_len_) return FrameError::kNone;
+      if (crc32c(p.data(), p.size()) != crc_) return fail(FrameError::kBadCrc, "payload CRC32C mismatch");
+      state_ = State::kFixed;
+      fixed_have_ = 0;
+      on_frame(std::move(frame_));
+      frame_ = InFrame{};
+    }
+  }
+  return FrameError::kNone;
+}
+
+}  // namespace hearsay

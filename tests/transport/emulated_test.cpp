@@ -1,0 +1,93 @@
+// The link emulator must be faithful: a message of S bytes on a link of B bit/s and
+// latency L arrives after about L + 8S/B, and back-to-back messages queue.
+#include <doctest/doctest.h>
+
+#include <thread>
+
+#include "hearsay/emulated.h"
+#include "hearsay/error.h"
+#include "transport_harness.h"
+
+using namespace hearsay;
+using test::Node;
+using test::options_for;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+OutFrame payload_frame(size_t bytes, uint64_t id) {
+  wire::Envelope e;
+  auto* u = e.mutable_update();
+  u->set_update_id(id);
+  u->set_tensor_length(bytes / 4);
+  u->set_segment_length(bytes / 4);
+  auto data = std::make_shared<std::vector<uint8_t>>(bytes, 1);
+  return make_frame(e, data->data(), data->size(), data);
+}
+
+}  // namespace
+
+TEST_CASE("emulated link: 1 MiB over 50 ms / 100 Mbit/s arrives within 5% of L + 8S/B, back-to-back queues") {
+  LinkModel m;
+  m.latency_s = 0.050;
+  m.bandwidth_bps = 100e6;
+  Node a(create_transport("tcp", options_for("a")));
+  Node b(create_emulated_transport(create_transport("tcp", options_for("b")), m));
+  b.t->connect("a", a.t->listen("127.0.0.1:0"));
+  REQUIRE(b.wait_connected("a"));
+
+  const size_t bytes = 1 << 20;
+  std::vector<Clock::time_point> arrivals;
+  a.t->set_receiver([&](const std::string&, InFrame&&) {
+    std::lock_guard<std::mutex> lock(a.mu);
+    arrivals.push_back(Clock::now());
+    a.cv.notify_all();
+  });
+  const auto t0 = Clock::now();
+  const OutFrame f1 = payload_frame(bytes, 1);
+  const double frame_bytes = static_cast<double>(f1.size());
+  b.t->send("a", f1, nullptr);
+  b.t->send("a", payload_frame(bytes, 2), nullptr);
+  REQUIRE(a.wait([&] { return arrivals.size() == 2; }, 5.0));
+  const double transmit = 8.0 * frame_bytes / m.bandwidth_bps;
+  const double first = std::chrono::duration<double>(arrivals[0] - t0).count();
+  const double second = std::chrono::duration<double>(arrivals[1] - t0).count();
+  MESSAGE("expected " << (m.latency_s + transmit) << " s and " << (m.latency_s + 2 * transmit) << " s, measured " << first
+                      << " s and " << second << " s");
+  CHECK(first == doctest::Approx(m.latency_s + transmit).epsilon(0.05));
+  CHECK(second == doctest::Approx(m.latency_s + 2 * transmit).epsilon(0.05));
+}
+
+TEST_CASE("emulated link: outages and loss drop frames; per-peer models apply") {
+  LinkModel lossy;
+  lossy.loss = 0.5;
+  LinkModel down;
+  down.outages = {{0.0, 60.0}};
+  Node a(create_transport("inproc", options_for("a")));
+  Node c(create_transport("inproc", options_for("c")));
+  Node b(create_emulated_transport(create_transport("inproc", options_for("b")), lossy, {{"c", down}}, 5));
+  b.t->connect("a", a.t->listen(""));
+  b.t->connect("c", c.t->listen(""));
+  REQUIRE(b.wait_connected("a"));
+  REQUIRE(b.wait_connected("c"));
+  for (int i = 0; i < 200; ++i) {
+    b.t->send("a", payload_frame(16, i), nullptr);
+    b.t->send("c", payload_frame(16, i), nullptr);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::lock_guard<std::mutex> la(a.mu);
+  CHECK(a.got.size() > 60);
+  CHECK(a.got.size() < 140);
+  CHECK(c.got.empty());
+  CHECK(b.t->counters().rejected["emulated_loss"] == 400 - a.got.size());
+}
+
+TEST_CASE("emulated link: impossible models are input errors") {
+  LinkModel m;
+  m.loss = 1.5;
+  CHECK_THROWS_WITH_AS(create_emulated_transport(create_transport("inproc", options_for("x")), m), doctest::Contains("loss"),
+                       InputError);
+  m = LinkModel{};
+  m.outages = {{5.0, 1.0}};
+  CHECK_THROWS_AS(create_emulated_transport(create_transport("inproc", options_for("x")), m), InputError);
+}
