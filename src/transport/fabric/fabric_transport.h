@@ -1,0 +1,24 @@
+// The fabric transport: libfabric reliable-datagram endpoints (FI_EP_RDM) with the
+// provider named in the options: "tcp;ofi_rxm" (default), "shm" for peers on one host,
+// verbs or efa where the machine has them.
+//
+// How it works: each peer opens one endpoint. Peers find each other through a small TCP
+// bootstrap at the listen address: the dialler sends its endpoint name, the listener
+// answers with its own, both insert the other into their address vector, and the
+// bootstrap socket stays open as the link's liveness signal (its close means the peer is
+// gone). Frames then travel as ordered (FI_ORDER_SAS) messages of at most one receive
+// buffer each, reassembled by the same FrameDecoder and Session as tcp. Receive buffers
+// are registered once and reposted; payloads are sent from the caller's memory unless
+// the provider needs local registration (FI_MR_LOCAL), in which case they are staged
+// through registered send buffers. One thread drives the completion queue.
+#pragma once
+
+#include <memory>
+
+#include "hearsay/transport.h"
+
+namespace hearsay {
+
+std::unique_ptr<Transport> create_fabric_transport(const TransportOptions& options);
+
+}  // namespace hearsay
