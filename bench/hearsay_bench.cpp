@@ -8,6 +8,7 @@
 
 namespace hearsay::bench {
 int run_step_bench(int argc, char** argv);
+int run_transport_bench(int argc, char** argv);
 }
 
 int main(int argc, char** argv) {
@@ -15,7 +16,10 @@ int main(int argc, char** argv) {
       "usage: hearsay-bench SUITE [options]\n"
       "suites:\n"
       "  step   local training step of the MLP 784-256-256-10, against sgemm and PyTorch\n"
-      "         options: --batches 64,256  --repeats 7  --round-s 0.5  --no-torch\n";
+      "         options: --batches 64,256  --repeats 7  --round-s 0.5  --no-torch\n"
+      "  transport  loopback throughput and latency of each transport, beside iperf3 and fi_pingpong\n"
+      "         options: --sizes 4096,65536,1048576,16777216  --transports tcp,fabric:shm  --seconds 1\n"
+      "                  --rounds 3  --no-tools\n";
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0) {
     std::fputs(usage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
@@ -23,6 +27,7 @@ int main(int argc, char** argv) {
   const std::string suite = argv[1];
   try {
     if (suite == "step") return hearsay::bench::run_step_bench(argc - 2, argv + 2);
+    if (suite == "transport") return hearsay::bench::run_transport_bench(argc - 2, argv + 2);
   } catch (const hearsay::InputError& e) {
     std::fprintf(stderr, "hearsay-bench: error: %s\n", e.what());
     return 2;

@@ -46,7 +46,9 @@ class TimedExecutor {
         if (timed_.empty()) {
           cv_.wait(lock);
         } else {
-          cv_.wait_until(lock, timed_.begin()->first);
+          // A copy: the map may change (or be cleared by stop()) while we wait.
+          const Clock::time_point next = timed_.begin()->first;
+          cv_.wait_until(lock, next);
         }
         continue;
       }
