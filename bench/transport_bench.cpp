@@ -94,19 +94,26 @@ struct Pair {
 double stream(Pair& p, size_t size, double seconds) {
   auto payload = std::make_shared<std::vector<uint8_t>>(size, 7);
   const size_t window = std::max<size_t>(2, std::min<size_t>(256, (32u << 20) / size));
-  std::atomic<size_t> in_flight{0};
+  size_t in_flight = 0;  // GUARDED_BY(p.mu)
   p.echo = false;
   const uint64_t start_bytes = p.a_bytes;
   const auto t0 = Clock::now();
   const auto end = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
   uint64_t sent = 0;
   while (Clock::now() < end) {
-    if (in_flight >= window) {
-      std::this_thread::yield();
-      continue;
+    {
+      // Sleep, not spin, while the window is full: on two cores a spinning sender steals
+      // the CPU the transports need.
+      std::unique_lock<std::mutex> lock(p.mu);
+      p.cv.wait_until(lock, end, [&] { return in_flight < window; });
+      if (in_flight >= window) break;
+      ++in_flight;
     }
-    ++in_flight;
-    p.b->send("a", frame_of(payload), [&](const SendStatus&) { --in_flight; });
+    p.b->send("a", frame_of(payload), [&](const SendStatus&) {
+      std::lock_guard<std::mutex> lock(p.mu);
+      --in_flight;
+      p.cv.notify_all();
+    });
     ++sent;
   }
   // Wait for what was sent to arrive.
@@ -114,7 +121,7 @@ double stream(Pair& p, size_t size, double seconds) {
   std::unique_lock<std::mutex> lock(p.mu);
   p.cv.wait_for(lock, std::chrono::seconds(30), [&] { return p.a_bytes >= want; });
   const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
-  while (in_flight > 0) std::this_thread::yield();
+  p.cv.wait_for(lock, std::chrono::seconds(30), [&] { return in_flight == 0; });
   return static_cast<double>(p.a_bytes - start_bytes) / elapsed;
 }
 
@@ -164,12 +171,13 @@ double iperf3_bps(double seconds, int port) {
 // 1e6) and microseconds per transfer; < 0 if unavailable.
 std::pair<double, double> fi_pingpong(const std::string& provider, size_t size, int iters, int port) {
   if (run_command("command -v fi_pingpong").empty()) return {-1, -1};
+  // IP providers are pinned to the loopback domain, as hearsay's own endpoints are.
   const std::string common = "fi_pingpong -p '" + provider + "' -e rdm -S " + std::to_string(size) + " -I " +
-                             std::to_string(iters) + " -B " + std::to_string(port);
-  const std::string src = provider.find("tcp") != std::string::npos ? " -s 127.0.0.1" : "";
-  if (std::system(("timeout 60 " + common + src + " >/dev/null 2>&1 &").c_str()) != 0) return {-1, -1};
+                             std::to_string(iters) + (provider.find("tcp") != std::string::npos ? " -d lo" : "");
+  const std::string p = std::to_string(port);
+  if (std::system(("timeout 60 " + common + " -B " + p + " >/dev/null 2>&1 &").c_str()) != 0) return {-1, -1};
   std::this_thread::sleep_for(std::chrono::milliseconds(400));
-  const std::string out = run_command("timeout 60 " + common + src + " 127.0.0.1");
+  const std::string out = run_command("timeout 60 " + common + " -P " + p + " 127.0.0.1");
   // The last line: bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec
   std::istringstream lines(out);
   std::string line, last;

@@ -27,6 +27,9 @@ struct WireLimits {
   uint64_t max_payload_bytes = uint64_t{1} << 30;
 };
 
+// Limits for a connection that has not been admitted yet: Hello frames are small.
+inline constexpr WireLimits kHandshakeLimits{4096, 4096};
+
 // CRC32C (Castagnoli), hardware-accelerated with SSE4.2 where the CPU has it.
 uint32_t crc32c(const void* data, size_t n, uint32_t crc = 0);
 
@@ -68,7 +71,9 @@ enum class FrameError {
 const char* frame_error_name(FrameError e);
 
 // Incremental decoder for one byte stream. Feed it bytes as they arrive; it emits each
-// complete frame. After an error it refuses further input.
+// complete frame. After an error it refuses further input. A payload's memory is
+// reserved once its length has passed the limit check; connections use a small limit
+// (kHandshakeLimits) until the peer is admitted.
 class FrameDecoder {
  public:
   explicit FrameDecoder(WireLimits limits = {}) : limits_(limits) {}
@@ -76,6 +81,8 @@ class FrameDecoder {
   // error that stopped decoding (detail() says more).
   FrameError feed(const uint8_t* data, size_t n, const std::function<void(InFrame&&)>& on_frame);
   const std::string& detail() const { return detail_; }
+  // Applies to frames whose fixed header has not been read yet.
+  void set_limits(WireLimits limits);
   // Bytes buffered towards the next frame.
   size_t pending() const;
 

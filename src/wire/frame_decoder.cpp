@@ -12,9 +12,6 @@ uint64_t get_le(const uint8_t* p, int bytes) {
   return v;
 }
 
-// Payload memory grows with the bytes that actually arrive, never ahead by more than
-// this, so a peer that claims a large payload and stops sending costs us little.
-constexpr size_t kGrowStep = 1 << 20;
 
 }  // namespace
 
@@ -23,6 +20,8 @@ FrameError FrameDecoder::fail(FrameError e, std::string detail) {
   detail_ = std::move(detail);
   return e;
 }
+
+void FrameDecoder::set_limits(WireLimits limits) { limits_ = limits; }
 
 size_t FrameDecoder::pending() const {
   switch (state_) {
@@ -64,6 +63,9 @@ FrameError FrameDecoder::feed(const uint8_t* data, size_t n, const std::function
       }
       header_.clear();
       frame_ = InFrame{};
+      // The length passed the limit check: reserve it once, so large payloads are not
+      // copied as they grow. (Connections keep the limit small until admission.)
+      frame_.payload.reserve(static_cast<size_t>(payload_len_));
       state_ = State::kHeader;
     }
     if (state_ == State::kHeader) {
@@ -78,9 +80,6 @@ FrameError FrameDecoder::feed(const uint8_t* data, size_t n, const std::function
     if (state_ == State::kPayload) {
       auto& p = frame_.payload;
       const size_t take = static_cast<size_t>(std::min<uint64_t>(n, payload_len_ - p.size()));
-      if (p.capacity() < p.size() + take) {
-        p.reserve(static_cast<size_t>(std::min<uint64_t>(payload_len_, std::max(p.size() * 2, p.size() + take + kGrowStep))));
-      }
       p.insert(p.end(), data, data + take);
       data += take;
       n -= take;

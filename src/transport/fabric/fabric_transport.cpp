@@ -29,6 +29,7 @@ using asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kChunkBytes = 256 * 1024;  // largest fabric message we send
+constexpr size_t kRxmEagerBytes = 16000;
 constexpr int kRecvBuffers = 32;
 constexpr int kStagingBuffers = 32;
 constexpr uint32_t kBootstrapMagic = 0x42595348;  // "HSYB"
@@ -304,6 +305,9 @@ class FabricTransport final : public Transport {
     check("fi_getname", fi_getname(&ep_->fid, name_.data(), &len));
     name_.resize(len);
     chunk_ = std::min<size_t>(kChunkBytes, info_->ep_attr->max_msg_size);
+    // ofi_rxm's rendezvous path for large messages stalls under streaming load here
+    // (libfabric 1.17); keep every message within its eager buffer (16 KiB by default).
+    if (options_.fabric_provider.find("ofi_rxm") != std::string::npos) chunk_ = std::min<size_t>(chunk_, kRxmEagerBytes);
     need_local_mr_ = (info_->domain_attr->mr_mode & FI_MR_LOCAL) != 0;
 
     // Receive buffers: registered once, reposted after each message.
@@ -680,7 +684,7 @@ class FabricTransport final : public Transport {
 FabricConnection::FabricConnection(FabricTransport& t, fi_addr_t addr, std::shared_ptr<tcp::socket> bootstrap,
                                    std::string address, std::string dial_peer)
     : t_(t), addr_(addr), bootstrap_(std::move(bootstrap)), address_(std::move(address)), dial_peer_(std::move(dial_peer)),
-      decoder_(t.options().limits),
+      decoder_(kHandshakeLimits),
       session_(t.options(), address_,
                Session::Hooks{
                    [this](OutFrame f) {
@@ -698,6 +702,7 @@ FabricConnection::FabricConnection(FabricTransport& t, fi_addr_t addr, std::shar
                      }
                      admitted_ = true;
                      t_.connection_admitted(peer);
+                     decoder_.set_limits(t_.options().limits);
                      t_.links().admitted(peer, shared_from_this(), address_);
                    },
                    [this](InFrame&& f) { t_.links().deliver(session_.peer_id(), std::move(f)); },

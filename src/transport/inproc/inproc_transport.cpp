@@ -193,7 +193,7 @@ class InprocTransport final : public Transport {
 InprocConnection::InprocConnection(InprocTransport& t, std::shared_ptr<Mailbox> home, std::string address,
                                    std::string dial_peer)
     : t_(t), home_(std::move(home)), address_(std::move(address)), dial_peer_(std::move(dial_peer)),
-      decoder_(t.options().limits),
+      decoder_(kHandshakeLimits),
       session_(t.options(), address_,
                Session::Hooks{
                    [this](OutFrame f) { transmit(f); },
@@ -204,6 +204,7 @@ InprocConnection::InprocConnection(InprocTransport& t, std::shared_ptr<Mailbox> 
                      }
                      admitted_ = true;
                      t_.reset_backoff(peer);
+                     decoder_.set_limits(t_.options().limits);
                      t_.links().admitted(peer, shared_from_this(), address_);
                    },
                    [this](InFrame&& f) { t_.links().deliver(session_.peer_id(), std::move(f)); },

@@ -263,7 +263,7 @@ class TcpTransport final : public Transport {
 
 TcpConnection::TcpConnection(TcpTransport& t, tcp::socket sock, std::string address, std::string dial_peer)
     : t_(t), sock_(std::move(sock)), strand_(asio::make_strand(t.io().get_executor())), handshake_timer_(strand_),
-      address_(std::move(address)), dial_peer_(std::move(dial_peer)), decoder_(t.options().limits),
+      address_(std::move(address)), dial_peer_(std::move(dial_peer)), decoder_(kHandshakeLimits),
       session_(t.options(), address_,
                Session::Hooks{
                    [this](OutFrame f) { queue(std::move(f), nullptr); },
@@ -274,6 +274,7 @@ TcpConnection::TcpConnection(TcpTransport& t, tcp::socket sock, std::string addr
                      }
                      handshake_timer_.cancel();
                      admitted_ = true;
+                     decoder_.set_limits(t_.options().limits);
                      t_.links().admitted(peer, shared_from_this(), address_);
                      t_.connection_admitted(shared_from_this(), peer);
                    },
