@@ -3,11 +3,15 @@
 // foundation every decentralized algorithm builds on).
 #pragma once
 
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <optional>
 
 #include "hearsay/backend.h"
+#include "hearsay/clock.h"
 #include "hearsay/config.h"
+#include "hearsay/gossip.h"
 #include "hearsay/data.h"
 #include "hearsay/log.h"
 #include "hearsay/model.h"
@@ -23,14 +27,34 @@ struct TrainResult {
   double wall_s = 0;
   std::optional<double> time_to_target_s;  // set when train.target_test_acc was reached
   std::vector<double> losses;              // training loss of every step (for tests)
+  double steps_per_s = 0;                  // over the whole run, waits and slowdown included
+  size_t max_buffered_bytes = 0;           // gossip buffers' high-water mark
+};
+
+// How a peer joins a cluster: who the peers are, which one it is, the transport it
+// reaches them over (already listening and connecting), and how it gossips.
+struct PeerNetwork {
+  GossipSpec gossip;
+  std::vector<std::string> peers;
+  int me = 0;
+  Transport* transport = nullptr;
+  // Emulated compute heterogeneity: each step is stretched to `slowdown` times its
+  // measured duration (a 4x slower GPU on the same machine).
+  double slowdown = 1.0;
+  // Called every log.every_steps steps with a consistent host copy of the parameters
+  // (in-process clusters use it for the consensus distance). May be empty.
+  std::function<void(int64_t step, const std::vector<float>& params)> on_snapshot;
 };
 
 class Peer {
  public:
   // Loads data, builds the model on the configured device. Throws InputError on bad
-  // config or data. `log` must outlive the peer; `progress` may be null.
-  Peer(const config::Config& cfg, EventLog& log, Progress* progress);
+  // config or data. `log` must outlive the peer; `progress` may be null. Without a
+  // network the peer trains alone.
+  Peer(const config::Config& cfg, EventLog& log, Progress* progress, const PeerNetwork* network = nullptr);
   ~Peer();
+  // Asks run() to return after the current step (any thread).
+  void stop();
 
   TrainResult run();
   // Evaluates the current model on the whole test set.
@@ -48,6 +72,10 @@ class Peer {
   std::unique_ptr<Model> model_;
   std::unique_ptr<Sgd> sgd_;
   std::unique_ptr<BatchSampler> sampler_;
+  RealClock clock_;
+  std::unique_ptr<GossipEngine> engine_;
+  PeerNetwork network_;
+  std::atomic<bool> stop_{false};
   DeviceBuffer batch_x_, batch_y_;
   std::vector<float> host_x_;
   std::vector<int32_t> host_y_;

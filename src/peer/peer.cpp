@@ -2,12 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <thread>
 
 #include "hearsay/error.h"
 
 namespace hearsay {
 
-Peer::Peer(const config::Config& cfg, EventLog& log, Progress* progress)
+Peer::Peer(const config::Config& cfg, EventLog& log, Progress* progress, const PeerNetwork* network)
     : cfg_(cfg), log_(log), progress_(progress) {
   data_ = load_data(cfg_.data(), cfg_.seed());
   const ModelSpec spec = model_spec(cfg_.model(), data_.train);
@@ -22,6 +23,13 @@ Peer::Peer(const config::Config& cfg, EventLog& log, Progress* progress)
   auto shards = shard_indices(data_.train, d.num_shards(), partition, d.dirichlet_alpha(), cfg_.seed());
   sampler_ = std::make_unique<BatchSampler>(std::move(shards[d.shard()]), cfg_.seed() * 1315423911ULL + d.shard());
 
+  if (network != nullptr) {
+    network_ = *network;
+    if (network_.transport == nullptr) throw InputError("peer: a network needs a transport");
+    if (!(network_.slowdown >= 1.0)) throw InputError("peer: slowdown must be >= 1");
+    engine_ = std::make_unique<GossipEngine>(network_.gossip, network_.peers, network_.me, *network_.transport, *model_,
+                                             *sgd_, clock_, log_, cfg_.seed());
+  }
   batch_x_ = DeviceBuffer(*backend_, sizeof(float) * static_cast<size_t>(max_batch) * data_.train.dim());
   batch_y_ = DeviceBuffer(*backend_, sizeof(int32_t) * static_cast<size_t>(max_batch));
   if (!backend_->is_host()) {
@@ -31,6 +39,11 @@ Peer::Peer(const config::Config& cfg, EventLog& log, Progress* progress)
 }
 
 Peer::~Peer() = default;
+
+void Peer::stop() {
+  stop_ = true;
+  if (engine_) engine_->stop();
+}
 
 BatchStats Peer::evaluate() {
   const Dataset& test = data_.test;
@@ -61,7 +74,9 @@ BatchStats Peer::evaluate() {
 TrainResult Peer::run() {
   const auto& t = cfg_.train();
   const int batch = t.batch_size();
-  const int64_t shard = sampler_->shard_size();
+  // In a cluster every peer takes the same number of steps (synchronous algorithms meet
+  // every round), sized by the mean shard.
+  const int64_t shard = engine_ ? data_.train.size / cfg_.data().num_shards() : sampler_->shard_size();
   int64_t total_steps = static_cast<int64_t>(std::ceil(t.epochs() * static_cast<double>(shard) / batch));
   if (t.max_steps() > 0) total_steps = t.epochs() > 0 ? std::min(total_steps, t.max_steps()) : t.max_steps();
   const LrSchedule schedule = lr_schedule(cfg_.optim(), total_steps);
@@ -112,9 +127,20 @@ TrainResult Peer::run() {
       backend_->upload(batch_x_.data(), host_x_.data(), sizeof(float) * batch * data_.train.dim());
       backend_->upload(batch_y_.data(), host_y_.data(), sizeof(int32_t) * batch);
     }
-    const BatchStats s = model_->forward_backward(batch_x_.f32(), batch_y_.i32(), batch);
     const float lr = schedule.at(step);
-    sgd_->step(model_->params(), model_->grads(), lr);
+    BatchStats s;
+    if (engine_) {
+      s = engine_->step(batch_x_.f32(), batch_y_.i32(), batch, lr);
+    } else {
+      s = model_->forward_backward(batch_x_.f32(), batch_y_.i32(), batch);
+      sgd_->step(model_->params(), model_->grads(), lr);
+    }
+    if (network_.slowdown > 1.0) {
+      // Stretch the computation only: waiting on the network is not what a slower GPU slows.
+      const double took = engine_ ? engine_->last_compute_s()
+                                  : std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      clock_.sleep_for((network_.slowdown - 1.0) * took);
+    }
     const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
     const double loss = s.loss();
@@ -136,7 +162,12 @@ TrainResult Peer::run() {
     state.samples_per_s = train_s > 0 ? static_cast<double>(result.steps) * batch / train_s : 0;
     state.eta_s = state.samples_per_s > 0 ? static_cast<double>(total_steps - result.steps) * batch / state.samples_per_s : -1;
 
+    if (engine_) result.max_buffered_bytes = std::max(result.max_buffered_bytes, engine_->buffered_bytes());
     if (result.steps % log_every == 0 || result.steps == total_steps) {
+      if (engine_) {
+        engine_->log_stats(result.steps);
+        if (network_.on_snapshot) network_.on_snapshot(result.steps, model_->get_params());
+      }
       log_.write(log_.event("step")
                      .add("step", result.steps)
                      .add("epoch", state.epoch)
@@ -152,11 +183,13 @@ TrainResult Peer::run() {
     if (eval_now || result.steps == total_steps) {
       do_eval(result.steps);
       if (progress_) progress_->update(state, true);
-      if (result.time_to_target_s) break;
+      if (result.time_to_target_s && !engine_) break;
     } else if (progress_) {
       progress_->update(state);
     }
+    if (stop_) break;
   }
+  result.steps_per_s = train_s > 0 ? static_cast<double>(result.steps) / train_s : 0;
   result.epochs = sampler_->epochs_done();
   result.wall_s = log_.elapsed();
   auto end = log_.event("end");

@@ -1,0 +1,41 @@
+// A whole cluster in one process: every peer on its own thread, over the inproc (or
+// tcp) transport, optionally under link emulation. Tests use it; it reports what a
+// cluster's run needs for checking the theory: each peer's result and step rate, the
+// consensus distance over time, and the gossip buffers' high-water mark.
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hearsay/config.h"
+#include "hearsay/emulated.h"
+#include "hearsay/gossip.h"
+#include "hearsay/peer.h"
+
+namespace hearsay {
+
+struct ClusterSpec {
+  config::Config base;         // model, data, optim, train: shared; data is sharded per peer
+  int peers = 4;
+  GossipSpec gossip;
+  std::string transport = "inproc";
+  std::vector<double> slowdown;                  // per peer; empty: all 1
+  LinkModel link;                                // every directed link
+  std::map<std::pair<int, int>, LinkModel> links;  // (from, to) overrides
+  std::string log_dir;                           // per-peer JSON Lines logs; empty: none
+};
+
+struct ClusterResult {
+  std::vector<TrainResult> peers;
+  // (step, mean over peers of ||x_i - mean x||) at every log.every_steps steps.
+  std::vector<std::pair<int64_t, double>> consensus;
+  double wall_s = 0;
+};
+
+// Runs every peer to the end of training. Throws InputError for bad specs; a peer that
+// fails makes the whole run fail with its message.
+ClusterResult run_cluster(const ClusterSpec& spec);
+
+}  // namespace hearsay

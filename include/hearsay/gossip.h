@@ -1,0 +1,138 @@
+// Decentralized training: the engine a peer runs beside its step loop. It sends the
+// model or gradient to neighbours chosen by the topology, applies what arrives through
+// the staleness-aware mixer, and never lets a local step wait for the network in the
+// asynchronous algorithms. docs/ALGORITHMS.md states each update rule.
+//
+//   adpsgd       asynchronous pairwise model averaging (Lian et al., ICML 2018)
+//   gossip_grad  gradients pushed to neighbours, applied with staleness-aware weights,
+//                plus periodic model averaging
+//   sgp          stochastic gradient push with push-sum weights (Assran et al., ICML 2019)
+//   allreduce    synchronous ring all-reduce SGD (baseline)
+//   dpsgd        synchronous decentralized SGD (baseline)
+//   local_sgd    H local steps, then a synchronous model average (baseline)
+//   diloco       H local steps, then an outer Nesterov step on the averaged delta
+//                (Douillard et al., 2023)
+//
+// Threads: the step loop calls before_step/step/after_step from one thread; arrivals come
+// on the transport's threads and are queued, then applied on the step loop's thread
+// between steps, so the model is never read while it is being written.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hearsay/clock.h"
+#include "hearsay/log.h"
+#include "hearsay/mixer.h"
+#include "hearsay/model.h"
+#include "hearsay/optim.h"
+#include "hearsay/topology.h"
+#include "hearsay/transport.h"
+
+namespace hearsay {
+
+struct GossipSpec {
+  std::string algorithm = "adpsgd";
+  TopologySpec topology;
+  MixerSpec mixer;
+  int gossip_every = 1;        // steps between sends (async algorithms)
+  int average_every = 10;      // gossip_grad: steps between model averaging
+  int local_steps = 8;         // local_sgd, diloco: H
+  double outer_lr = 0.7;       // diloco
+  double outer_momentum = 0.9; // diloco (Nesterov)
+  double sync_timeout_s = 60;  // synchronous algorithms: how long to wait for a peer
+  size_t segment_elements = 1 << 20;  // updates larger than this travel in segments
+};
+
+// Throws InputError naming the problem.
+void check_gossip_spec(const GossipSpec& spec, int peers);
+std::vector<std::string> gossip_algorithms();
+bool is_synchronous(const std::string& algorithm);
+
+class Algorithm;
+class Inbox;
+class Outbox;
+
+class GossipEngine {
+ public:
+  // `peers` lists every peer's id in cluster order; `me` is this peer's index. The
+  // transport must already be connecting to the neighbours; the engine installs its
+  // receiver on it. Model, optimizer, transport and log must outlive the engine.
+  GossipEngine(const GossipSpec& spec, std::vector<std::string> peers, int me, Transport& transport, Model& model,
+               Sgd& sgd, Clock& clock, EventLog& log, uint64_t seed);
+  ~GossipEngine();
+
+  // One training step on a minibatch already on the device, with the algorithm's
+  // communication around it. Returns the batch's stats.
+  BatchStats step(const float* x, const int32_t* labels, int batch, float lr);
+  // Seconds of computation (forward and backward) in the last step, waits excluded: what
+  // a compute slowdown stretches.
+  double last_compute_s() const { return compute_s_; }
+  void add_compute_time(double s) { compute_s_ += s; }
+  // Writes a "gossip" event (traffic, staleness, mixing) to the log.
+  void log_stats(int64_t step);
+  // Stops waiting in synchronous algorithms (shutdown).
+  void stop();
+
+  uint64_t clock() const { return logical_clock_; }
+  const std::vector<std::string>& peers() const { return peers_; }
+  int me() const { return me_; }
+  // Bytes of memory held in outboxes and the inbox (bounded; tests assert it).
+  size_t buffered_bytes() const;
+
+  // --- for the algorithms (src/peer/algorithms) --------------------------------------
+  struct Message;
+  Model& model() { return model_; }
+  Sgd& sgd() { return sgd_; }
+  Mixer& mixer() { return mixer_; }
+  Topology& topology() { return *topology_; }
+  Rng& rng() { return rng_; }
+  const GossipSpec& spec() const { return spec_; }
+  uint64_t samples_seen() const { return samples_seen_; }
+  // Sends a copy of `data` (host) to peer index `to`.
+  void send(int to, wire::PayloadKind kind, const std::vector<float>& data, double push_sum_weight = 0,
+            bool synchronous = false, uint64_t round = 0, uint32_t phase = 0, bool reply_requested = false,
+            uint64_t offset = 0, uint64_t total = 0);
+  // Takes the asynchronous arrivals queued so far.
+  std::vector<Message> take_async();
+  // Waits for the synchronous message of (round, phase) from peer index `from`.
+  Message wait_sync(int from, uint64_t round, uint32_t phase);
+  // Host copy of the parameters, and writing them back.
+  std::vector<float> params_host();
+  void set_params_host(const std::vector<float>& p);
+  // x <- (1 - w) x + w y, on the device.
+  void mix_params(const std::vector<float>& y, double w);
+  // x <- x + a * y, on the device.
+  void axpy_params(double a, const std::vector<float>& y);
+  void note_model_distance(const std::string& peer, const std::vector<float>& y);
+
+ private:
+  void on_frame(const std::string& from, InFrame&& frame);
+  int index_of(const std::string& id) const;
+
+  GossipSpec spec_;
+  std::vector<std::string> peers_;
+  int me_;
+  Transport& transport_;
+  Model& model_;
+  Sgd& sgd_;
+  Clock& clock_;
+  EventLog& log_;
+  Mixer mixer_;
+  std::unique_ptr<Topology> topology_;
+  Rng rng_;
+  std::unique_ptr<Inbox> inbox_;
+  std::vector<std::unique_ptr<Outbox>> outboxes_;
+  std::unique_ptr<Algorithm> algorithm_;
+  DeviceBuffer scratch_;
+  std::atomic<uint64_t> logical_clock_{0};
+  uint64_t steps_ = 0, samples_seen_ = 0;
+  std::atomic<uint64_t> next_update_id_{1};  // outboxes send from the step loop and transport threads
+  std::atomic<bool> stopped_{false};
+  double compute_s_ = 0;  // step-loop thread only
+  std::vector<std::pair<std::string, double>> distances_;  // step-loop thread only
+};
+
+}  // namespace hearsay

@@ -1,0 +1,75 @@
+// The staleness-aware mixer: decides how much an arriving update counts, from how stale
+// it is. Staleness tau is measured on the receiver from logical clocks: tau =
+// max(0, receiver's clock - sender's clock when it sent). Weights:
+//
+//   constant      f(tau) = 1
+//   polynomial    f(tau) = 1 / (1 + tau)^alpha
+//   exponential   f(tau) = exp(-lambda * tau)
+//   inverse       f(tau) = 1 / max(1, tau)      (Zhang et al., IJCAI 2016: lr = alpha0 / tau, for gradients)
+//
+// Updates with tau > tau_max are dropped and counted. Model averaging stays a convex
+// combination whatever the weights: the incoming model's share is clamped to [0, max_share].
+// Every decision is recorded for the log (tau percentiles, weights, drops, coalescing).
+// Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace hearsay {
+
+struct MixerSpec {
+  enum class Weighting { kConstant, kPolynomial, kExponential, kInverse };
+  Weighting weighting = Weighting::kPolynomial;
+  double alpha = 0.5;
+  double lambda = 0.1;
+  int64_t tau_max = 64;
+  // Model averaging: scale the incoming share by samples seen, so a slow peer's model
+  // counts for what it has learnt.
+  bool weight_by_samples = false;
+  double max_share = 0.5;
+};
+
+// Parses "constant", "polynomial", "exponential", "inverse"; throws InputError.
+MixerSpec::Weighting parse_weighting(const std::string& name);
+
+class Mixer {
+ public:
+  explicit Mixer(MixerSpec spec);
+
+  struct Decision {
+    bool drop = false;
+    int64_t tau = 0;
+    double weight = 0;  // the share (models) or the gradient scale
+  };
+
+  double staleness_weight(int64_t tau) const;
+  // Share of an incoming model in x <- (1 - w) x + w y. `base` is the algorithm's share
+  // before staleness (1/2 for pairwise averaging).
+  Decision model(uint64_t my_clock, uint64_t their_clock, double base, uint64_t my_samples, uint64_t their_samples);
+  // Scale of an incoming gradient.
+  Decision gradient(uint64_t my_clock, uint64_t their_clock);
+  void count_coalesced(uint64_t n);
+
+  struct Stats {
+    uint64_t applied = 0, dropped = 0, coalesced = 0;
+    double tau_p50 = 0, tau_p90 = 0, tau_p99 = 0, tau_max = 0;
+    double weight_mean = 0;
+  };
+  // Statistics since the last call, then starts a new window.
+  Stats take_stats();
+  const MixerSpec& spec() const { return spec_; }
+
+ private:
+  Decision record(int64_t tau, double weight);
+
+  MixerSpec spec_;
+  std::mutex mu_;
+  std::vector<int64_t> taus_;  // GUARDED_BY(mu_), bounded
+  uint64_t applied_ = 0, dropped_ = 0, coalesced_ = 0, seen_ = 0;
+  double weight_sum_ = 0;
+};
+
+}  // namespace hearsay

@@ -1,0 +1,103 @@
+#include "hearsay/mixer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "hearsay/error.h"
+
+namespace hearsay {
+namespace {
+
+constexpr size_t kMaxTaus = 4096;
+
+double percentile(std::vector<int64_t>& v, double q) {
+  if (v.empty()) return 0;
+  const size_t k = std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5));
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(k), v.end());
+  return static_cast<double>(v[k]);
+}
+
+}  // namespace
+
+MixerSpec::Weighting parse_weighting(const std::string& name) {
+  if (name == "constant") return MixerSpec::Weighting::kConstant;
+  if (name == "polynomial") return MixerSpec::Weighting::kPolynomial;
+  if (name == "exponential") return MixerSpec::Weighting::kExponential;
+  if (name == "inverse") return MixerSpec::Weighting::kInverse;
+  throw InputError("mixer weighting '" + name + "': unknown; use constant, polynomial, exponential or inverse");
+}
+
+Mixer::Mixer(MixerSpec spec) : spec_(spec) {
+  if (!(spec_.alpha >= 0) || !(spec_.lambda >= 0) || spec_.tau_max < 0 || !(spec_.max_share > 0 && spec_.max_share <= 1)) {
+    throw InputError("mixer: alpha and lambda must be >= 0, tau_max >= 0, max_share in (0, 1]");
+  }
+}
+
+double Mixer::staleness_weight(int64_t tau) const {
+  const double t = static_cast<double>(std::max<int64_t>(0, tau));
+  switch (spec_.weighting) {
+    case MixerSpec::Weighting::kConstant: return 1.0;
+    case MixerSpec::Weighting::kPolynomial: return 1.0 / std::pow(1.0 + t, spec_.alpha);
+    case MixerSpec::Weighting::kExponential: return std::exp(-spec_.lambda * t);
+    case MixerSpec::Weighting::kInverse: return 1.0 / std::max(1.0, t);
+  }
+  return 1.0;
+}
+
+Mixer::Decision Mixer::record(int64_t tau, double weight) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++seen_;
+  // Reservoir sampling keeps the percentile window bounded on long windows.
+  if (taus_.size() < kMaxTaus) {
+    taus_.push_back(tau);
+  } else {
+    taus_[seen_ % kMaxTaus] = tau;
+  }
+  if (tau > spec_.tau_max) {
+    ++dropped_;
+    return {true, tau, 0.0};
+  }
+  ++applied_;
+  weight_sum_ += weight;
+  return {false, tau, weight};
+}
+
+Mixer::Decision Mixer::model(uint64_t my_clock, uint64_t their_clock, double base, uint64_t my_samples,
+                             uint64_t their_samples) {
+  const int64_t tau = my_clock > their_clock ? static_cast<int64_t>(my_clock - their_clock) : 0;
+  double share = base;
+  if (spec_.weight_by_samples && my_samples + their_samples > 0) {
+    share = 2.0 * base * static_cast<double>(their_samples) / static_cast<double>(my_samples + their_samples);
+  }
+  share = std::clamp(share * staleness_weight(tau), 0.0, spec_.max_share);
+  return record(tau, share);
+}
+
+Mixer::Decision Mixer::gradient(uint64_t my_clock, uint64_t their_clock) {
+  const int64_t tau = my_clock > their_clock ? static_cast<int64_t>(my_clock - their_clock) : 0;
+  return record(tau, staleness_weight(tau));
+}
+
+void Mixer::count_coalesced(uint64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  coalesced_ += n;
+}
+
+Mixer::Stats Mixer::take_stats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stats s;
+  s.applied = applied_;
+  s.dropped = dropped_;
+  s.coalesced = coalesced_;
+  s.weight_mean = applied_ > 0 ? weight_sum_ / static_cast<double>(applied_) : 0;
+  s.tau_p50 = percentile(taus_, 0.5);
+  s.tau_p90 = percentile(taus_, 0.9);
+  s.tau_p99 = percentile(taus_, 0.99);
+  s.tau_max = taus_.empty() ? 0 : static_cast<double>(*std::max_element(taus_.begin(), taus_.end()));
+  taus_.clear();
+  applied_ = dropped_ = coalesced_ = seen_ = 0;
+  weight_sum_ = 0;
+  return s;
+}
+
+}  // namespace hearsay

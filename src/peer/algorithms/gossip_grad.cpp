@@ -1,0 +1,48 @@
+// Gradient gossip: each step a peer pushes its minibatch gradient to its neighbours and
+// applies, besides its own, the gradients that arrived, each scaled by the staleness
+// weight f(tau). All gradients share the step size lr / (1 + k), k the number of
+// neighbours a peer sends to, so a step is an average over the gradients it combines.
+// Every average_every steps models are exchanged and averaged (share 1/2, staleness
+// weighted) to bound the drift that lost or stale gradients leave.
+#include "../algorithm.h"
+
+namespace hearsay {
+namespace {
+
+class GossipGrad final : public Algorithm {
+ public:
+  BatchStats step(GossipEngine& e, const float* x, const int32_t* labels, int batch, float lr, uint64_t step) override {
+    const auto targets = e.topology().targets(e.me(), static_cast<int64_t>(step), e.rng());
+    const double scale = 1.0 / (1.0 + static_cast<double>(targets.size()));
+    for (auto& m : e.take_async()) {
+      if (m.kind == wire::GRADIENT) {
+        const auto d = e.mixer().gradient(e.clock(), m.clock);
+        if (!d.drop) e.axpy_params(-lr * scale * d.weight, m.data);
+      } else if (m.kind == wire::MODEL) {
+        const auto d = e.mixer().model(e.clock(), m.clock, 0.5, e.samples_seen(), m.samples);
+        if (d.drop) continue;
+        e.note_model_distance(e.peers()[m.from], m.data);
+        e.mix_params(m.data, d.weight);
+      }
+    }
+    const BatchStats s = gradient_only(e, x, labels, batch);
+    if (step % static_cast<uint64_t>(e.spec().gossip_every) == 0) {
+      std::vector<float> g(e.model().num_params());
+      e.model().backend().download(g.data(), e.model().grads(), sizeof(float) * g.size());
+      for (int t : targets) e.send(t, wire::GRADIENT, g);
+    }
+    e.sgd().step(e.model().params(), e.model().grads(), static_cast<float>(lr * scale));
+    const int every = e.spec().average_every;
+    if (every > 0 && step % static_cast<uint64_t>(every) == static_cast<uint64_t>(every - 1)) {
+      const auto params = e.params_host();
+      for (int t : targets) e.send(t, wire::MODEL, params);
+    }
+    return s;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Algorithm> make_gossip_grad() { return std::make_unique<GossipGrad>(); }
+
+}  // namespace hearsay

@@ -1,0 +1,88 @@
+// The synchronous baselines, on the same transports, for honest comparisons. Each waits
+// for its neighbours every round (every H rounds for local_sgd and diloco), so the
+// slowest peer or link sets everyone's pace.
+//   allreduce  g <- ring-allreduce(g) / n, then the optimizer step
+//   dpsgd      gradient at x; x <- mean of x and the neighbours' x (uniform weights);
+//              then the optimizer step with that gradient (Lian et al., NeurIPS 2017)
+//   local_sgd  H optimizer steps alone, then x <- ring-allreduce(x) / n
+//   diloco     H steps alone from the shared anchor a; then delta = a - mean(x);
+//              v <- mu v + delta; a <- a - outer_lr (delta + mu v) (Nesterov); x <- a
+#include "../algorithm.h"
+
+namespace hearsay {
+namespace {
+
+class AllReduce final : public Algorithm {
+ public:
+  BatchStats step(GossipEngine& e, const float* x, const int32_t* labels, int batch, float lr, uint64_t step) override {
+    const BatchStats s = gradient_only(e, x, labels, batch);
+    Backend& b = e.model().backend();
+    std::vector<float> g(e.model().num_params());
+    b.download(g.data(), e.model().grads(), sizeof(float) * g.size());
+    g = ring_allreduce(e, std::move(g), step);
+    const float inv = 1.0f / static_cast<float>(e.peers().size());
+    for (auto& v : g) v *= inv;
+    b.upload(e.model().grads(), g.data(), sizeof(float) * g.size());
+    e.sgd().step(e.model().params(), e.model().grads(), lr);
+    return s;
+  }
+};
+
+class Dpsgd final : public Algorithm {
+ public:
+  BatchStats step(GossipEngine& e, const float* x, const int32_t* labels, int batch, float lr, uint64_t step) override {
+    const BatchStats s = gradient_only(e, x, labels, batch);
+    const auto neighbours = e.topology().neighbours(e.me());
+    auto mine = e.params_host();
+    for (int j : neighbours) e.send(j, wire::MODEL, mine, 0, true, step, 0);
+    std::vector<double> sum(mine.begin(), mine.end());
+    for (int j : neighbours) {
+      const auto m = e.wait_sync(j, step, 0);
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] += m.data[i];
+    }
+    const double inv = 1.0 / (1.0 + static_cast<double>(neighbours.size()));
+    for (size_t i = 0; i < sum.size(); ++i) mine[i] = static_cast<float>(sum[i] * inv);
+    e.set_params_host(mine);
+    e.sgd().step(e.model().params(), e.model().grads(), lr);
+    return s;
+  }
+};
+
+class LocalSgd final : public Algorithm {
+ public:
+  explicit LocalSgd(bool diloco) : diloco_(diloco) {}
+  BatchStats step(GossipEngine& e, const float* x, const int32_t* labels, int batch, float lr, uint64_t step) override {
+    if (diloco_ && anchor_.empty()) anchor_ = e.params_host();
+    const BatchStats s = local_step(e, x, labels, batch, lr);
+    const uint64_t h = static_cast<uint64_t>(e.spec().local_steps);
+    if (step % h != h - 1) return s;
+    auto avg = ring_allreduce(e, e.params_host(), step / h);
+    const float inv = 1.0f / static_cast<float>(e.peers().size());
+    for (auto& v : avg) v *= inv;
+    if (!diloco_) {
+      e.set_params_host(avg);
+      return s;
+    }
+    const double mu = e.spec().outer_momentum, olr = e.spec().outer_lr;
+    if (velocity_.empty()) velocity_.assign(avg.size(), 0.0f);
+    for (size_t i = 0; i < avg.size(); ++i) {
+      const float delta = anchor_[i] - avg[i];
+      velocity_[i] = static_cast<float>(mu * velocity_[i] + delta);
+      anchor_[i] -= static_cast<float>(olr * (delta + mu * velocity_[i]));
+    }
+    e.set_params_host(anchor_);
+    return s;
+  }
+
+ private:
+  bool diloco_;
+  std::vector<float> anchor_, velocity_;
+};
+
+}  // namespace
+
+std::unique_ptr<Algorithm> make_allreduce() { return std::make_unique<AllReduce>(); }
+std::unique_ptr<Algorithm> make_dpsgd() { return std::make_unique<Dpsgd>(); }
+std::unique_ptr<Algorithm> make_local_sgd(bool diloco) { return std::make_unique<LocalSgd>(diloco); }
+
+}  // namespace hearsay

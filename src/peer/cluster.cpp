@@ -1,0 +1,146 @@
+#include "hearsay/cluster.h"
+
+#include <chrono>
+#include <cmath>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "hearsay/error.h"
+
+namespace hearsay {
+namespace {
+
+// Collects each peer's snapshot per step and computes the consensus distance once all
+// peers have reported that step.
+class ConsensusMonitor {
+ public:
+  explicit ConsensusMonitor(int n) : n_(n) {}
+  void add(int peer, int64_t step, const std::vector<float>& params) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& slot = pending_[step];
+    slot.resize(n_);
+    slot[peer] = params;
+    int have = 0;
+    for (const auto& p : slot) have += !p.empty();
+    if (have < n_) return;
+    const size_t d = slot[0].size();
+    std::vector<double> mean(d, 0.0);
+    for (const auto& p : slot) {
+      for (size_t i = 0; i < d; ++i) mean[i] += p[i];
+    }
+    for (auto& m : mean) m /= n_;
+    double total = 0;
+    for (const auto& p : slot) {
+      double s = 0;
+      for (size_t i = 0; i < d; ++i) s += (p[i] - mean[i]) * (p[i] - mean[i]);
+      total += std::sqrt(s);
+    }
+    series_.emplace_back(step, total / n_);
+    pending_.erase(step);
+  }
+  std::vector<std::pair<int64_t, double>> series() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::sort(series_.begin(), series_.end());
+    return series_;
+  }
+
+ private:
+  int n_;
+  std::mutex mu_;
+  std::map<int64_t, std::vector<std::vector<float>>> pending_;
+  std::vector<std::pair<int64_t, double>> series_;
+};
+
+}  // namespace
+
+ClusterResult run_cluster(const ClusterSpec& spec) {
+  const int n = spec.peers;
+  check_gossip_spec(spec.gossip, n);
+  if (!spec.slowdown.empty() && static_cast<int>(spec.slowdown.size()) != n) {
+    throw InputError("cluster: slowdown lists " + std::to_string(spec.slowdown.size()) + " peers, the cluster has " + std::to_string(n));
+  }
+  std::vector<std::string> ids;
+  for (int i = 0; i < n; ++i) ids.push_back("peer" + std::to_string(i));
+
+  // Transports: everyone listens, then dials every peer with a higher index, so each
+  // pair has one connection.
+  std::vector<std::unique_ptr<Transport>> transports;
+  std::vector<std::string> addresses;
+  for (int i = 0; i < n; ++i) {
+    TransportOptions o;
+    o.peer_id = ids[i];
+    o.cluster_id = "cluster-" + spec.base.name();
+    o.secret = "in-process-cluster";
+    o.heartbeat_interval_s = 0.5;
+    auto t = create_transport(spec.transport, o);
+    std::map<std::string, LinkModel> per_peer;
+    for (const auto& [edge, m] : spec.links) {
+      if (edge.first == i) per_peer[ids[edge.second]] = m;
+    }
+    const bool emulate = spec.link.latency_s > 0 || spec.link.bandwidth_bps > 0 || spec.link.loss > 0 ||
+                         !spec.link.outages.empty() || !per_peer.empty();
+    if (emulate) t = create_emulated_transport(std::move(t), spec.link, per_peer, spec.base.seed() + i);
+    addresses.push_back(t->listen(spec.transport == "inproc" ? "" : "127.0.0.1:0"));
+    transports.push_back(std::move(t));
+  }
+  for (int i = 0; i < n; ++i) {
+    for (int j = i + 1; j < n; ++j) transports[i]->connect(ids[j], addresses[j]);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (int i = 0; i < n; ++i) {
+    while (static_cast<int>(transports[i]->connected_peers().size()) < n - 1) {
+      if (std::chrono::steady_clock::now() > deadline) throw InputError("cluster: peers did not all connect within 20 s");
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+
+  ConsensusMonitor monitor(n);
+  std::vector<std::unique_ptr<EventLog>> logs;
+  std::vector<std::unique_ptr<Peer>> peers;
+  for (int i = 0; i < n; ++i) {
+    config::Config c = spec.base;
+    c.set_name(ids[i]);
+    c.mutable_data()->set_num_shards(n);
+    c.mutable_data()->set_shard(i);
+    logs.push_back(std::make_unique<EventLog>(spec.log_dir.empty() ? "" : spec.log_dir + "/" + ids[i] + ".jsonl", ids[i]));
+    PeerNetwork net;
+    net.gossip = spec.gossip;
+    net.peers = ids;
+    net.me = i;
+    net.transport = transports[i].get();
+    net.slowdown = spec.slowdown.empty() ? 1.0 : spec.slowdown[i];
+    net.on_snapshot = [&monitor, i](int64_t step, const std::vector<float>& p) { monitor.add(i, step, p); };
+    peers.push_back(std::make_unique<Peer>(c, *logs.back(), nullptr, &net));
+  }
+
+  ClusterResult result;
+  result.peers.resize(n);
+  std::mutex error_mu;
+  std::exception_ptr first_error;  // the root cause, not the stops it triggered
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        result.peers[i] = peers[i]->run();
+      } catch (...) {
+        {
+          std::lock_guard<std::mutex> lock(error_mu);
+          if (!first_error) first_error = std::current_exception();
+        }
+        for (auto& p : peers) p->stop();  // the others must not wait for this one
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  result.consensus = monitor.series();
+  // Transports stop delivering before the engines they deliver to go away.
+  for (auto& t : transports) t->close();
+  peers.clear();
+  if (first_error) std::rethrow_exception(first_error);
+  return result;
+}
+
+}  // namespace hearsay

@@ -1,0 +1,190 @@
+#include "mailboxes.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace hearsay {
+
+void GossipEngine::Message::absorb(Message&& newer) {
+  const uint64_t folded = coalesced + newer.coalesced + 1;
+  if (kind == wire::MODEL || kind == wire::MODEL_DELTA || data.size() != newer.data.size() || offset != newer.offset) {
+    const bool reply = reply_requested || newer.reply_requested;
+    *this = std::move(newer);
+    reply_requested = reply;
+  } else {
+    for (size_t i = 0; i < data.size(); ++i) data[i] += newer.data[i];
+    push_sum_weight += newer.push_sum_weight;
+    // Staleness of a sum is that of its oldest part.
+    clock = std::min(clock, newer.clock);
+    step = std::max(step, newer.step);
+    samples = std::max(samples, newer.samples);
+  }
+  coalesced = folded;
+}
+
+// --- Outbox ---------------------------------------------------------------------------
+
+void Outbox::offer(GossipEngine::Message&& m) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (m.synchronous) {
+    if (busy_) {
+      sync_.push_back(std::move(m));
+    } else {
+      launch(std::move(m));
+    }
+    return;
+  }
+  if (!busy_ && sync_.empty()) return launch(std::move(m));
+  auto it = pending_.find(m.kind);
+  if (it == pending_.end()) {
+    pending_.emplace(m.kind, std::move(m));
+  } else {
+    it->second.absorb(std::move(m));
+    mixer_.count_coalesced(1);
+  }
+}
+
+void Outbox::launch(GossipEngine::Message&& m) {
+  busy_ = true;
+  in_flight_bytes_ = m.data.size() * sizeof(float);
+  send_(std::move(m), [this](const SendStatus& s) { on_done(s); });
+}
+
+void Outbox::on_done(const SendStatus& s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  busy_ = false;
+  in_flight_bytes_ = 0;
+  if (!s.ok) ++failed_;
+  if (!sync_.empty()) {
+    auto m = std::move(sync_.front());
+    sync_.pop_front();
+    return launch(std::move(m));
+  }
+  if (!pending_.empty()) {
+    auto m = std::move(pending_.begin()->second);
+    pending_.erase(pending_.begin());
+    launch(std::move(m));
+  }
+}
+
+size_t Outbox::buffered_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t b = in_flight_bytes_;
+  for (const auto& [k, m] : pending_) b += m.data.size() * sizeof(float);
+  for (const auto& m : sync_) b += m.data.size() * sizeof(float);
+  return b;
+}
+
+uint64_t Outbox::failed() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failed_;
+}
+
+// --- Inbox ----------------------------------------------------------------------------
+
+bool Inbox::add_segment(int from, const wire::Update& u, const std::vector<uint8_t>& payload) {
+  if (u.codec().codec_id() != 0) return false;  // only uncompressed fp32 so far
+  const uint32_t count = std::max<uint32_t>(1, u.segment_count());
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto key = std::make_pair(from, u.update_id());
+  auto it = partial_.find(key);
+  if (it == partial_.end()) {
+    // A sender has at most a few messages in flight; an old unfinished one is abandoned.
+    int mine = 0;
+    for (const auto& [k, p] : partial_) mine += k.first == from;
+    if (mine >= 8) {
+      for (auto p = partial_.begin(); p != partial_.end(); ++p) {
+        if (p->first.first == from) {
+          partial_.erase(p);
+          break;
+        }
+      }
+    }
+    Partial p;
+    p.count = count;
+    p.m.from = from;
+    p.m.kind = u.kind();
+    p.m.clock = u.clock();
+    p.m.step = u.step();
+    p.m.samples = u.samples_seen();
+    p.m.push_sum_weight = u.push_sum_weight();
+    p.m.synchronous = u.synchronous();
+    p.m.reply_requested = u.reply_requested();
+    p.m.round = u.round();
+    p.m.phase = u.phase();
+    p.m.total = u.tensor_length();
+    it = partial_.emplace(key, std::move(p)).first;
+  }
+  Partial& p = it->second;
+  if (p.count != count || p.m.total != u.tensor_length()) return false;
+  // Segments of one message arrive in order on every transport; each extends the data.
+  if (p.have == 0) {
+    p.lo = u.segment_offset();
+    p.m.offset = p.lo;
+  } else if (u.segment_offset() != p.lo + p.m.data.size()) {
+    partial_.erase(it);
+    return false;
+  }
+  const size_t n = u.segment_length();
+  const size_t old = p.m.data.size();
+  p.m.data.resize(old + n);
+  std::memcpy(p.m.data.data() + old, payload.data(), n * sizeof(float));
+  if (++p.have == p.count) {
+    auto m = std::move(p.m);
+    partial_.erase(it);
+    complete(std::move(m));
+  }
+  return true;
+}
+
+void Inbox::complete(GossipEngine::Message&& m) {
+  if (m.synchronous) {
+    sync_[{m.from, m.round, m.phase}] = std::move(m);
+  } else {
+    const auto key = std::make_pair(m.from, static_cast<int>(m.kind));
+    auto it = async_.find(key);
+    if (it == async_.end()) {
+      async_.emplace(key, std::move(m));
+    } else {
+      it->second.absorb(std::move(m));
+      mixer_.count_coalesced(1);
+    }
+  }
+  cv_.notify_all();
+}
+
+std::vector<GossipEngine::Message> Inbox::take_async() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<GossipEngine::Message> out;
+  for (auto& [k, m] : async_) out.push_back(std::move(m));
+  async_.clear();
+  return out;
+}
+
+std::optional<GossipEngine::Message> Inbox::wait_sync(int from, uint64_t round, uint32_t phase, double timeout_s,
+                                                      const std::atomic<bool>& stop) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const auto key = std::make_tuple(from, round, phase);
+  cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return stop || sync_.count(key) != 0; });
+  auto it = sync_.find(key);
+  if (it == sync_.end()) return std::nullopt;
+  auto m = std::move(it->second);
+  sync_.erase(it);
+  return m;
+}
+
+void Inbox::wake() {
+  std::lock_guard<std::mutex> lock(mu_);
+  cv_.notify_all();
+}
+
+size_t Inbox::buffered_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t b = 0;
+  for (const auto& [k, p] : partial_) b += p.m.data.capacity() * sizeof(float);
+  for (const auto& [k, m] : async_) b += m.data.size() * sizeof(float);
+  for (const auto& [k, m] : sync_) b += m.data.size() * sizeof(float);
+  return b;
+}
+
+}  // namespace hearsay

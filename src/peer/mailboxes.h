@@ -1,0 +1,77 @@
+// Bounded queues between the step loop and the network.
+//
+// Outbox (one per neighbour): at most one message in flight and one pending per kind.
+// When the link is slower than the update rate, a new asynchronous message is folded
+// into the pending one (Message::absorb) instead of queued, so memory per link is
+// bounded whatever the link's speed and the step loop never blocks on it. Synchronous
+// messages are never folded; the algorithms bound them.
+//
+// Inbox: reassembles segments, then keeps one pending asynchronous message per (sender,
+// kind), folding newer ones in, and synchronous messages by (sender, round, phase).
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <tuple>
+
+#include "message.h"
+
+namespace hearsay {
+
+class Outbox {
+ public:
+  using Send = std::function<void(GossipEngine::Message&&, std::function<void(const SendStatus&)>)>;
+  // `send` puts a message on the wire and calls back once every segment has left.
+  Outbox(Send send, Mixer& mixer) : send_(std::move(send)), mixer_(mixer) {}
+  void offer(GossipEngine::Message&& m);
+  size_t buffered_bytes() const;
+  uint64_t failed() const;
+
+ private:
+  void launch(GossipEngine::Message&& m);  // with mu_ held
+  void on_done(const SendStatus& s);
+
+  Send send_;
+  Mixer& mixer_;
+  mutable std::mutex mu_;
+  bool busy_ = false;                                     // GUARDED_BY(mu_)
+  size_t in_flight_bytes_ = 0;                            // GUARDED_BY(mu_)
+  std::map<int, GossipEngine::Message> pending_;          // GUARDED_BY(mu_), by kind
+  std::deque<GossipEngine::Message> sync_;                // GUARDED_BY(mu_)
+  uint64_t failed_ = 0;                                   // GUARDED_BY(mu_)
+};
+
+class Inbox {
+ public:
+  explicit Inbox(Mixer& mixer) : mixer_(mixer) {}
+  // Adds one wire segment; complete messages become available. Returns false (and drops
+  // it) when the segment does not fit the message it claims to belong to.
+  bool add_segment(int from, const wire::Update& u, const std::vector<uint8_t>& payload);
+  std::vector<GossipEngine::Message> take_async();
+  // Waits until the message is there, `stop` is set or the timeout passes.
+  std::optional<GossipEngine::Message> wait_sync(int from, uint64_t round, uint32_t phase, double timeout_s,
+                                                 const std::atomic<bool>& stop);
+  void wake();
+  size_t buffered_bytes() const;
+
+ private:
+  struct Partial {
+    GossipEngine::Message m;
+    uint32_t have = 0, count = 0;
+    uint64_t lo = 0;
+  };
+  void complete(GossipEngine::Message&& m);  // with mu_ held
+
+  Mixer& mixer_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::pair<int, uint64_t>, Partial> partial_;                    // GUARDED_BY(mu_)
+  std::map<std::pair<int, int>, GossipEngine::Message> async_;            // GUARDED_BY(mu_)
+  std::map<std::tuple<int, uint64_t, uint32_t>, GossipEngine::Message> sync_;  // GUARDED_BY(mu_)
+};
+
+}  // namespace hearsay

@@ -1,0 +1,30 @@
+// A logical gossip message as the engine sees it: a slice of a flat tensor with the
+// sender's clock and what it is. It may travel as several wire segments.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "hearsay/gossip.h"
+
+namespace hearsay {
+
+struct GossipEngine::Message {
+  int from = -1;
+  wire::PayloadKind kind = wire::MODEL;
+  uint64_t clock = 0, step = 0, samples = 0;
+  double push_sum_weight = 0;
+  bool synchronous = false, reply_requested = false;
+  uint64_t round = 0;
+  uint32_t phase = 0;
+  uint64_t offset = 0;  // of data within the whole tensor, in elements
+  uint64_t total = 0;   // the whole tensor's length
+  std::vector<float> data;
+  uint64_t coalesced = 0;  // how many messages were folded into this one
+
+  // Folds a newer message of the same kind into this one: models, newest wins;
+  // gradients and push-sum mass add up (nothing is lost, memory stays one message).
+  void absorb(Message&& newer);
+};
+
+}  // namespace hearsay

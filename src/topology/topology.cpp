@@ -1,0 +1,196 @@
+#include "hearsay/topology.h"
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+
+#include "hearsay/error.h"
+
+namespace hearsay {
+namespace {
+
+std::vector<int> all_but(int n, int peer) {
+  std::vector<int> v;
+  for (int j = 0; j < n; ++j) {
+    if (j != peer) v.push_back(j);
+  }
+  return v;
+}
+
+int random_other(int n, int peer, Rng& rng) {
+  const int j = static_cast<int>(rng.below(n - 1));
+  return j >= peer ? j + 1 : j;
+}
+
+class Ring final : public Topology {
+ public:
+  explicit Ring(int n) : Topology(n) {}
+  std::vector<int> targets(int peer, int64_t, Rng&) const override { return neighbours(peer); }
+  std::vector<int> neighbours(int peer) const override {
+    if (n_ == 2) return {1 - peer};
+    return {(peer + n_ - 1) % n_, (peer + 1) % n_};
+  }
+};
+
+class Torus final : public Topology {
+ public:
+  explicit Torus(int n) : Topology(n) {
+    rows_ = static_cast<int>(std::sqrt(static_cast<double>(n)));
+    while (n % rows_ != 0) --rows_;
+    cols_ = n / rows_;
+  }
+  std::vector<int> targets(int peer, int64_t, Rng&) const override { return neighbours(peer); }
+  std::vector<int> neighbours(int peer) const override {
+    const int r = peer / cols_, c = peer % cols_;
+    std::vector<int> v{((r + rows_ - 1) % rows_) * cols_ + c, ((r + 1) % rows_) * cols_ + c,
+                       r * cols_ + (c + cols_ - 1) % cols_, r * cols_ + (c + 1) % cols_};
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+    v.erase(std::remove(v.begin(), v.end(), peer), v.end());
+    return v;
+  }
+
+ private:
+  int rows_, cols_;
+};
+
+class Exponential final : public Topology {
+ public:
+  explicit Exponential(int n) : Topology(n) {
+    while ((1 << levels_) < n) ++levels_;
+  }
+  std::vector<int> targets(int peer, int64_t round, Rng&) const override {
+    const int hop = 1 << static_cast<int>(round % levels_);
+    return {(peer + hop) % n_};
+  }
+  std::vector<int> neighbours(int peer) const override {
+    std::vector<int> v;
+    for (int l = 0; l < levels_; ++l) v.push_back((peer + (1 << l)) % n_);
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+    return v;
+  }
+
+ private:
+  int levels_ = 0;
+};
+
+class Complete final : public Topology {
+ public:
+  explicit Complete(int n) : Topology(n) {}
+  std::vector<int> targets(int peer, int64_t, Rng&) const override { return all_but(n_, peer); }
+  std::vector<int> neighbours(int peer) const override { return all_but(n_, peer); }
+};
+
+class RandomPeer final : public Topology {
+ public:
+  explicit RandomPeer(int n) : Topology(n) {}
+  std::vector<int> targets(int peer, int64_t, Rng& rng) const override { return {random_other(n_, peer, rng)}; }
+  std::vector<int> neighbours(int peer) const override { return all_but(n_, peer); }
+};
+
+class Hierarchical final : public Topology {
+ public:
+  Hierarchical(int n, std::vector<int> site_of, int cross_every)
+      : Topology(n), site_of_(std::move(site_of)), cross_every_(std::max(1, cross_every)) {
+    if (site_of_.empty()) site_of_.assign(n, 0);
+  }
+  std::vector<int> targets(int peer, int64_t round, Rng& rng) const override {
+    std::vector<int> same, other;
+    for (int j = 0; j < n_; ++j) {
+      if (j == peer) continue;
+      (site_of_[j] == site_of_[peer] ? same : other).push_back(j);
+    }
+    const bool cross = (round % cross_every_ == cross_every_ - 1) || same.empty();
+    const auto& pool = cross && !other.empty() ? other : same;
+    return {pool[rng.below(pool.size())]};
+  }
+  std::vector<int> neighbours(int peer) const override { return all_but(n_, peer); }
+
+ private:
+  std::vector<int> site_of_;
+  int cross_every_;
+};
+
+class BandwidthAware final : public Topology {
+ public:
+  BandwidthAware(int n, double floor) : Topology(n), floor_(floor), thr_(static_cast<size_t>(n) * n, 0.0) {}
+  std::vector<int> targets(int peer, int64_t, Rng& rng) const override {
+    const auto p = probabilities(peer);
+    double u = rng.uniform(), acc = 0;
+    for (int j = 0; j < n_; ++j) {
+      acc += p[j];
+      if (u < acc && j != peer) return {j};
+    }
+    return {random_other(n_, peer, rng)};
+  }
+  std::vector<int> neighbours(int peer) const override { return all_but(n_, peer); }
+  void observe_throughput(int peer, int other, double bps) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    double& t = thr_[static_cast<size_t>(peer) * n_ + other];
+    t = t <= 0 ? bps : 0.8 * t + 0.2 * bps;  // smoothed
+  }
+  // Probability of each peer as the next target: throughput-proportional, floored.
+  std::vector<double> probabilities(int peer) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<double> p(n_, 0.0);
+    double sum = 0;
+    int known = 0;
+    for (int j = 0; j < n_; ++j) {
+      if (j == peer) continue;
+      const double t = thr_[static_cast<size_t>(peer) * n_ + j];
+      if (t > 0) {
+        sum += t;
+        ++known;
+      }
+    }
+    const double uniform = 1.0 / (n_ - 1);
+    const double least = floor_ * uniform;
+    // Unmeasured links are tried as if they were average.
+    const double mean = known > 0 ? sum / known : 1.0;
+    double total = 0;
+    for (int j = 0; j < n_; ++j) {
+      if (j == peer) continue;
+      const double t = thr_[static_cast<size_t>(peer) * n_ + j];
+      p[j] = t > 0 ? t : mean;
+      total += p[j];
+    }
+    // Mix with the uniform distribution just enough that no edge falls below the floor.
+    double lowest = 1.0;
+    for (int j = 0; j < n_; ++j) {
+      if (j != peer) lowest = std::min(lowest, p[j] / total);
+    }
+    const double mix = lowest >= least ? 0.0 : (least - lowest) / (uniform - lowest);
+    for (int j = 0; j < n_; ++j) {
+      if (j != peer) p[j] = (1 - mix) * p[j] / total + mix * uniform;
+    }
+    return p;
+  }
+
+ private:
+  double floor_;
+  mutable std::mutex mu_;
+  std::vector<double> thr_;  // GUARDED_BY(mu_)
+};
+
+}  // namespace
+
+std::unique_ptr<Topology> make_topology(const TopologySpec& spec, int n) {
+  if (n < 2) throw InputError("topology: a cluster needs at least 2 peers, got " + std::to_string(n));
+  if (!spec.site_of.empty() && static_cast<int>(spec.site_of.size()) != n) {
+    throw InputError("topology: site_of names " + std::to_string(spec.site_of.size()) + " peers, the cluster has " + std::to_string(n));
+  }
+  if (spec.kind == "ring") return std::make_unique<Ring>(n);
+  if (spec.kind == "torus") return std::make_unique<Torus>(n);
+  if (spec.kind == "exponential") return std::make_unique<Exponential>(n);
+  if (spec.kind == "complete") return std::make_unique<Complete>(n);
+  if (spec.kind == "random") return std::make_unique<RandomPeer>(n);
+  if (spec.kind == "hierarchical") return std::make_unique<Hierarchical>(n, spec.site_of, spec.cross_every);
+  if (spec.kind == "bandwidth") {
+    if (!(spec.floor > 0 && spec.floor <= 1)) throw InputError("topology: bandwidth floor must be in (0, 1]");
+    return std::make_unique<BandwidthAware>(n, spec.floor);
+  }
+  throw InputError("topology '" + spec.kind + "': unknown; use ring, torus, exponential, complete, random, hierarchical or bandwidth");
+}
+
+}  // namespace hearsay
