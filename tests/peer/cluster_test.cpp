@@ -78,3 +78,86 @@ TEST_CASE("cluster: every algorithm on 8 peers reaches the centralized optimum o
     CHECK(mean_acc(r) >= ref.final_test_acc - 0.02);
   }
 }
+
+TEST_CASE("cluster: the consensus distance falls as the learning rate decays") {
+  // With a cosine schedule the gossip keeps mixing while the steps that pull peers apart
+  // shrink, so the distance between peers must end far below its peak.
+  for (const std::string algorithm : {"adpsgd", "gossip_grad", "sgp"}) {
+    CAPTURE(algorithm);
+    const ClusterResult r = cluster(algorithm, 8, base("optim { momentum: 0 }"), std::vector<double>(8, 20.0));
+    REQUIRE(r.consensus.size() > 10);
+    double peak = 0;
+    for (const auto& [step, d] : r.consensus) peak = std::max(peak, d);
+    const double last = r.consensus.back().second;
+    MESSAGE(algorithm << ": consensus distance peak " << peak << ", final " << last);
+    CHECK(last < peak / 3);
+  }
+}
+
+namespace {
+
+std::vector<double> fast_rates(const ClusterResult& r, int slow) {
+  std::vector<double> v;
+  for (size_t i = 0; i < r.peers.size(); ++i) {
+    if (static_cast<int>(i) != slow) v.push_back(r.peers[i].steps_per_s);
+  }
+  return v;
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+TEST_CASE("cluster: with one peer 10x slower, asynchronous peers keep their pace and allreduce does not") {
+  // An MLP on 256 features, stretched 10x, makes computation dominate a step as on a
+  // real model; the straggler computes 10x slower still.
+  const auto c = base("model { kind: MLP hidden: [128] } data { synthetic_dim: 256 } train { epochs: 4 }");
+  const std::vector<double> even(4, 10.0);
+  std::vector<double> straggler(4, 10.0);
+  straggler[3] = 100.0;
+  for (const std::string algorithm : {"adpsgd", "gossip_grad", "sgp", "allreduce"}) {
+    CAPTURE(algorithm);
+    const ClusterResult base_run = cluster(algorithm, 4, c, even);
+    const ClusterResult slow_run = cluster(algorithm, 4, c, straggler);
+    const double before = median_of(fast_rates(base_run, -1));
+    const double after = median_of(fast_rates(slow_run, 3));
+    const double slow = slow_run.peers[3].steps_per_s;
+    MESSAGE(algorithm << ": fast peers " << before << " steps/s alone, " << after << " beside a 10x slower peer (" << slow
+                      << " steps/s): " << after / before);
+    if (algorithm == "allreduce") {
+      CHECK(after < 1.5 * slow);  // everyone runs at the straggler's pace
+    } else {
+      // The goal is 90% (docs/BENCHMARKS.md records the measured ratios); the assertion
+      // leaves 5 points for the noise of a shared 2-core machine.
+      CHECK(after >= 0.85 * before);
+    }
+  }
+}
+
+TEST_CASE("cluster: with one link 100x slower, memory stays bounded and the run still converges") {
+  ClusterSpec s;
+  s.base = base();
+  s.peers = 4;
+  s.gossip.algorithm = "gossip_grad";
+  s.gossip.topology.kind = "ring";
+  s.slowdown = std::vector<double>(4, 20.0);
+  // Every link at 100 Mbit/s except 0 -> 1 at 1 Mbit/s: its gradients arrive far slower
+  // than they are made.
+  s.link.bandwidth_bps = 100e6;
+  LinkModel slow;
+  slow.bandwidth_bps = 1e6;
+  slow.latency_s = 0.01;
+  s.links[{0, 1}] = slow;
+  const ClusterResult r = run_cluster(s);
+  const TrainResult ref = centralized(base());
+  const size_t model_bytes = (16 * 4 + 4) * sizeof(float);
+  for (const auto& p : r.peers) {
+    // At most one message in flight and one pending per kind per link, plus one per
+    // sender and kind in the inbox: a few models' worth, whatever the link's speed.
+    CHECK(p.max_buffered_bytes <= 16 * model_bytes);
+    CHECK(p.final_test_loss <= ref.final_test_loss + 0.05);
+  }
+}

@@ -1,0 +1,115 @@
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <functional>
+#include <set>
+
+#include "hearsay/error.h"
+#include "hearsay/topology.h"
+
+using namespace hearsay;
+
+namespace {
+
+// Every peer reaches every other through the targets used over `rounds` rounds.
+bool strongly_connected(const Topology& t, int rounds) {
+  const int n = t.size();
+  std::vector<std::set<int>> out(n);
+  Rng rng(1);
+  for (int r = 0; r < rounds; ++r) {
+    for (int i = 0; i < n; ++i) {
+      for (int j : t.targets(i, r, rng)) {
+        REQUIRE(j != i);
+        REQUIRE(j >= 0);
+        REQUIRE(j < n);
+        out[i].insert(j);
+      }
+    }
+  }
+  for (int s = 0; s < n; ++s) {
+    std::vector<bool> seen(n, false);
+    std::function<void(int)> visit = [&](int v) {
+      if (seen[v]) return;
+      seen[v] = true;
+      for (int w : out[v]) visit(w);
+    };
+    visit(s);
+    if (!std::all_of(seen.begin(), seen.end(), [](bool b) { return b; })) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("topology: every kind yields a connected graph over a few rounds") {
+  for (const std::string kind : {"ring", "torus", "exponential", "complete", "random", "hierarchical", "bandwidth"}) {
+    for (int n : {2, 3, 8, 12}) {
+      CAPTURE(kind);
+      CAPTURE(n);
+      TopologySpec spec;
+      spec.kind = kind;
+      if (kind == "hierarchical") {
+        for (int i = 0; i < n; ++i) spec.site_of.push_back(i % 2);
+      }
+      auto t = make_topology(spec, n);
+      CHECK(strongly_connected(*t, 64));
+    }
+  }
+}
+
+TEST_CASE("topology: ring, torus and exponential have their documented neighbours") {
+  TopologySpec s;
+  Rng rng(1);
+  s.kind = "ring";
+  CHECK(make_topology(s, 5)->neighbours(0) == std::vector<int>{4, 1});
+  s.kind = "torus";
+  CHECK(make_topology(s, 9)->neighbours(4) == std::vector<int>{1, 3, 5, 7});
+  s.kind = "exponential";
+  auto e = make_topology(s, 8);
+  CHECK(e->targets(3, 0, rng) == std::vector<int>{4});
+  CHECK(e->targets(3, 1, rng) == std::vector<int>{5});
+  CHECK(e->targets(3, 2, rng) == std::vector<int>{7});
+  CHECK(e->targets(3, 3, rng) == std::vector<int>{4});
+}
+
+TEST_CASE("topology: hierarchical gossip stays inside the site except every cross_every-th round") {
+  TopologySpec s;
+  s.kind = "hierarchical";
+  s.site_of = {0, 0, 0, 1, 1, 1};
+  s.cross_every = 4;
+  auto t = make_topology(s, 6);
+  Rng rng(2);
+  for (int r = 0; r < 40; ++r) {
+    const int j = t->targets(1, r, rng)[0];
+    CHECK((s.site_of[j] != 0) == (r % 4 == 3));
+  }
+}
+
+TEST_CASE("topology: bandwidth-aware choice favours fast links but keeps every edge above the floor") {
+  TopologySpec s;
+  s.kind = "bandwidth";
+  s.floor = 0.2;
+  auto t = make_topology(s, 4);
+  t->observe_throughput(0, 1, 1e9);
+  t->observe_throughput(0, 2, 1e6);
+  t->observe_throughput(0, 3, 1e6);
+  Rng rng(3);
+  int counts[4] = {};
+  for (int r = 0; r < 30000; ++r) ++counts[t->targets(0, r, rng)[0]];
+  CHECK(counts[0] == 0);
+  CHECK(counts[1] > 20000);
+  // Floor: 0.2 of the uniform 1/3 for each slow edge.
+  CHECK(counts[2] > 0.8 * 30000 * 0.2 / 3);
+  CHECK(counts[3] > 0.8 * 30000 * 0.2 / 3);
+}
+
+TEST_CASE("topology: bad specs are input errors") {
+  TopologySpec s;
+  s.kind = "star";
+  CHECK_THROWS_WITH_AS(make_topology(s, 4), doctest::Contains("star"), InputError);
+  s.kind = "ring";
+  CHECK_THROWS_AS(make_topology(s, 1), InputError);
+  s.kind = "hierarchical";
+  s.site_of = {0, 1};
+  CHECK_THROWS_AS(make_topology(s, 4), InputError);
+}
