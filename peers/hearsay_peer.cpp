@@ -1,5 +1,7 @@
 // hearsay-peer: one site's peer process. Exit status: 0 done, 2 bad input (config, data,
 // arguments), 1 anything else.
+#include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -14,11 +16,18 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: hearsay-peer --config FILE [--set FRAGMENT]... [--log PATH] [--quiet]\n"
+    "usage: hearsay-peer --config FILE [--peer NAME] [--set FRAGMENT]... [--log PATH] [--quiet]\n"
+    "       hearsay-peer --config FILE --list-peers\n"
+    "  --peer NAME    which peer of the config's cluster this process is (default: from\n"
+    "                 SLURM_PROCID or RANK); without a cluster the peer trains alone\n"
+    "  --list-peers   print the cluster's peer names, one per line, and exit\n"
     "  --config FILE  experiment or peer config (protobuf text format, docs/CONFIG.md)\n"
     "  --set FRAG     merge a text-format fragment over the config, e.g. 'train { epochs: 1 }'\n"
     "  --log PATH     JSON Lines event log (docs/LOGS.md); overrides log.path\n"
     "  --quiet        no progress display\n";
+
+std::atomic<bool> g_stop{false};
+void on_signal(int) { g_stop = true; }
 
 int usage_error(const std::string& why) {
   std::fprintf(stderr, "hearsay-peer: %s\n%s", why.c_str(), kUsage);
@@ -28,9 +37,9 @@ int usage_error(const std::string& why) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string config_path, log_path;
+  std::string config_path, log_path, peer_name;
   std::vector<std::string> overrides;
-  bool quiet = false;
+  bool quiet = false, list_peers = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&](const char* flag) -> const char* {
@@ -56,6 +65,12 @@ int main(int argc, char** argv) {
       const char* v = value("--set");
       if (v == nullptr) return usage_error("--set needs a text-format fragment");
       overrides.push_back(v);
+    } else if (arg == "--peer") {
+      const char* v = value("--peer");
+      if (v == nullptr) return usage_error("--peer needs a name");
+      peer_name = v;
+    } else if (arg == "--list-peers") {
+      list_peers = true;
     } else if (arg == "--quiet") {
       quiet = true;
     } else {
@@ -66,14 +81,31 @@ int main(int argc, char** argv) {
 
   try {
     const hearsay::config::Config cfg = hearsay::load_config_file(config_path, overrides);
+    if (list_peers) {
+      for (const auto& p : cfg.cluster().peers()) std::printf("%s\n", p.name().c_str());
+      return 0;
+    }
     if (log_path.empty()) log_path = cfg.log().path();
-    hearsay::EventLog log(log_path, cfg.name());
-    hearsay::Progress progress(stderr, cfg.name());
-    hearsay::Peer peer(cfg, log, quiet ? nullptr : &progress);
-    std::fprintf(stderr, "hearsay-peer: %s on %s, %zu parameters, %lld training samples%s%s\n", cfg.name().c_str(),
-                 cfg.device().c_str(), peer.model().num_params(), static_cast<long long>(peer.data().train.size),
-                 log_path.empty() ? "" : ", log ", log_path.c_str());
-    const hearsay::TrainResult r = peer.run();
+    hearsay::TrainResult r;
+    if (cfg.cluster().peers_size() >= 2) {
+      const std::string name = hearsay::resolve_peer_name(cfg, peer_name);
+      hearsay::EventLog log(log_path, name);
+      hearsay::Progress progress(stderr, name);
+      std::signal(SIGTERM, on_signal);
+      std::signal(SIGINT, on_signal);
+      std::fprintf(stderr, "hearsay-peer: %s of cluster %s (%s, %s)%s%s\n", name.c_str(), cfg.cluster().id().c_str(),
+                   cfg.cluster().gossip().algorithm().c_str(), cfg.cluster().transport().c_str(),
+                   log_path.empty() ? "" : ", log ", log_path.c_str());
+      r = hearsay::run_cluster_peer(cfg, name, log, quiet ? nullptr : &progress, &g_stop);
+    } else {
+      hearsay::EventLog log(log_path, cfg.name());
+      hearsay::Progress progress(stderr, cfg.name());
+      hearsay::Peer peer(cfg, log, quiet ? nullptr : &progress);
+      std::fprintf(stderr, "hearsay-peer: %s on %s, %zu parameters, %lld training samples%s%s\n", cfg.name().c_str(),
+                   cfg.device().c_str(), peer.model().num_params(), static_cast<long long>(peer.data().train.size),
+                   log_path.empty() ? "" : ", log ", log_path.c_str());
+      r = peer.run();
+    }
     std::printf("final test accuracy %.2f%% (loss %.4f) after %lld steps, %.2f epochs, %.1f s\n",
                 100.0 * r.final_test_acc, r.final_test_loss, static_cast<long long>(r.steps), r.epochs, r.wall_s);
     return 0;

@@ -29,3 +29,22 @@ SgdParams sgd_params(const config::OptimConfig& optim);
 LrSchedule lr_schedule(const config::OptimConfig& optim, int64_t total_steps);
 
 }  // namespace hearsay
+
+#include "hearsay/emulated.h"
+#include "hearsay/gossip.h"
+
+namespace hearsay {
+
+// The gossip settings of a cluster config; site_of gives each peer's site index.
+GossipSpec gossip_spec(const config::ClusterConfig& cluster);
+LinkModel link_model(const config::LinkConfig& link);
+// Index of each peer's site (sites numbered in order of first appearance).
+std::vector<int> site_indices(const config::ClusterConfig& cluster);
+// The emulated link from peer `from` to peer `to`: the site pair's, else the default.
+LinkModel link_between(const config::ClusterConfig& cluster, int from, int to);
+bool emulates_links(const config::ClusterConfig& cluster);
+// Reads the cluster secret from cluster.secret_file or cluster.secret_env; throws
+// InputError naming the file or variable when it is missing or empty.
+std::string load_cluster_secret(const config::ClusterConfig& cluster);
+
+}  // namespace hearsay

@@ -82,3 +82,18 @@ class Peer {
 };
 
 }  // namespace hearsay
+
+namespace hearsay {
+
+// Which peer of the config's cluster this process is: `requested` if given; else the
+// index in SLURM_PROCID or RANK (torchrun). Throws InputError if it names no peer.
+std::string resolve_peer_name(const config::Config& cfg, const std::string& requested);
+
+// Runs one named peer of a cluster config as a real process: opens the configured
+// transport (under link emulation if the config has links), listens at its address,
+// dials its neighbours (retrying as they come up), waits for them, then trains.
+// `stop`, when set from another thread (a signal), ends training after the current step.
+TrainResult run_cluster_peer(const config::Config& cfg, const std::string& peer_name, EventLog& log,
+                             Progress* progress, const std::atomic<bool>* stop);
+
+}  // namespace hearsay

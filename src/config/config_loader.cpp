@@ -2,7 +2,9 @@
 #include <google/protobuf/text_format.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <deque>
+#include <set>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -124,6 +126,42 @@ void validate(const config::Config& c, const Locator& at) {
   if (!(t.target_test_acc() >= 0 && t.target_test_acc() <= 1)) fail("train.target_test_acc", "must be in [0, 1]");
   if (t.eval_every_steps() < 0) fail("train.eval_every_steps", "must be >= 0");
   if (c.log().every_steps() < 1) fail("log.every_steps", "must be >= 1");
+
+  if (c.has_cluster()) {
+    const auto& cl = c.cluster();
+    std::set<std::string> names, addresses;
+    for (int i = 0; i < cl.peers_size(); ++i) {
+      const auto& p = cl.peers(i);
+      if (p.name().empty()) fail("cluster.peers", "every peer needs a name", i);
+      if (!names.insert(p.name()).second) fail("cluster.peers", "name '" + p.name() + "' appears twice", i);
+      if (p.address().empty() && cl.transport() != "inproc") fail("cluster.peers", "peer '" + p.name() + "' needs an address (host:port)", i);
+      if (!p.address().empty() && !addresses.insert(p.address()).second) {
+        fail("cluster.peers", "address '" + p.address() + "' is used by two peers", i);
+      }
+      if (!(p.slowdown() >= 1) || !std::isfinite(p.slowdown())) fail("cluster.peers", "slowdown must be >= 1", i);
+    }
+    const auto& g = cl.gossip();
+    const auto algorithms = gossip_algorithms();
+    if (std::find(algorithms.begin(), algorithms.end(), g.algorithm()) == algorithms.end()) {
+      fail("cluster.gossip.algorithm", "unknown '" + g.algorithm() + "'; use adpsgd, gossip_grad, sgp, allreduce, dpsgd, local_sgd or diloco");
+    }
+    const std::set<std::string> topologies{"ring", "torus", "exponential", "complete", "random", "hierarchical", "bandwidth"};
+    if (topologies.count(g.topology()) == 0) fail("cluster.gossip.topology", "unknown '" + g.topology() + "'");
+    const std::set<std::string> weightings{"constant", "polynomial", "exponential", "inverse"};
+    if (weightings.count(g.weighting()) == 0) fail("cluster.gossip.weighting", "unknown '" + g.weighting() + "'");
+    if (g.gossip_every() < 1) fail("cluster.gossip.gossip_every", "must be >= 1");
+    if (g.local_steps() < 1) fail("cluster.gossip.local_steps", "must be >= 1");
+    if (g.tau_max() < 0) fail("cluster.gossip.tau_max", "must be >= 0");
+    auto check_link = [&](const config::LinkConfig& l, const std::string& path) {
+      try {
+        check_link_model(link_model(l), path);
+      } catch (const InputError& e) {
+        fail(path, e.what());
+      }
+    };
+    if (cl.has_default_link()) check_link(cl.default_link(), "cluster.default_link");
+    for (int i = 0; i < cl.site_links_size(); ++i) check_link(cl.site_links(i).link(), "cluster.site_links");
+  }
 }
 
 }  // namespace

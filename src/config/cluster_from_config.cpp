@@ -1,0 +1,91 @@
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "hearsay/config.h"
+#include "hearsay/error.h"
+
+namespace hearsay {
+
+std::vector<int> site_indices(const config::ClusterConfig& c) {
+  std::vector<std::string> sites;
+  std::vector<int> out;
+  for (const auto& p : c.peers()) {
+    auto it = std::find(sites.begin(), sites.end(), p.site());
+    if (it == sites.end()) {
+      sites.push_back(p.site());
+      it = sites.end() - 1;
+    }
+    out.push_back(static_cast<int>(it - sites.begin()));
+  }
+  return out;
+}
+
+GossipSpec gossip_spec(const config::ClusterConfig& c) {
+  const auto& g = c.gossip();
+  GossipSpec s;
+  s.algorithm = g.algorithm();
+  s.topology.kind = g.topology();
+  s.topology.site_of = site_indices(c);
+  s.topology.cross_every = g.cross_every();
+  s.topology.floor = g.bandwidth_floor();
+  s.mixer.weighting = parse_weighting(g.weighting());
+  s.mixer.alpha = g.alpha();
+  s.mixer.lambda = g.lambda();
+  s.mixer.tau_max = g.tau_max();
+  s.mixer.weight_by_samples = g.weight_by_samples();
+  s.gossip_every = g.gossip_every();
+  s.average_every = g.average_every();
+  s.local_steps = g.local_steps();
+  s.outer_lr = g.outer_lr();
+  s.outer_momentum = g.outer_momentum();
+  s.sync_timeout_s = g.sync_timeout_s();
+  return s;
+}
+
+LinkModel link_model(const config::LinkConfig& l) {
+  LinkModel m;
+  m.latency_s = l.latency_ms() / 1000.0;
+  m.jitter_s = l.jitter_ms() / 1000.0;
+  m.bandwidth_bps = l.bandwidth_mbps() * 1e6;
+  m.loss = l.loss();
+  for (const auto& o : l.outages()) m.outages.emplace_back(o.start_s(), o.end_s());
+  return m;
+}
+
+LinkModel link_between(const config::ClusterConfig& c, int from, int to) {
+  const std::string& a = c.peers(from).site();
+  const std::string& b = c.peers(to).site();
+  for (const auto& sl : c.site_links()) {
+    if ((sl.site_a() == a && sl.site_b() == b) || (sl.site_a() == b && sl.site_b() == a)) return link_model(sl.link());
+  }
+  return link_model(c.default_link());
+}
+
+bool emulates_links(const config::ClusterConfig& c) { return c.has_default_link() || c.site_links_size() > 0; }
+
+std::string load_cluster_secret(const config::ClusterConfig& c) {
+  std::string secret;
+  if (!c.secret_file().empty()) {
+    std::ifstream in(c.secret_file(), std::ios::binary);
+    if (!in) throw InputError("cluster.secret_file '" + c.secret_file() + "': cannot open: " + std::strerror(errno));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    secret = ss.str();
+    while (!secret.empty() && (secret.back() == '\n' || secret.back() == '\r')) secret.pop_back();
+    if (secret.empty()) throw InputError("cluster.secret_file '" + c.secret_file() + "' is empty");
+  } else if (!c.secret_env().empty()) {
+    const char* v = std::getenv(c.secret_env().c_str());
+    if (v == nullptr || *v == '\0') {
+      throw InputError("cluster.secret_env: environment variable " + c.secret_env() + " is not set or empty");
+    }
+    secret = v;
+  } else {
+    throw InputError("cluster: no secret: set cluster.secret_file or cluster.secret_env (never on the command line)");
+  }
+  return secret;
+}
+
+}  // namespace hearsay

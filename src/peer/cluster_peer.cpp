@@ -1,0 +1,115 @@
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include "hearsay/error.h"
+#include "hearsay/peer.h"
+
+namespace hearsay {
+
+std::string resolve_peer_name(const config::Config& cfg, const std::string& requested) {
+  const auto& peers = cfg.cluster().peers();
+  if (!requested.empty()) {
+    for (const auto& p : peers) {
+      if (p.name() == requested) return requested;
+    }
+    throw InputError("--peer '" + requested + "': no such peer in cluster.peers");
+  }
+  for (const char* var : {"SLURM_PROCID", "RANK"}) {
+    const char* v = std::getenv(var);
+    if (v == nullptr) continue;
+    char* end = nullptr;
+    const long i = std::strtol(v, &end, 10);
+    if (end == v || *end != '\0' || i < 0 || i >= peers.size()) {
+      throw InputError(std::string(var) + "=" + v + ": not an index into the " + std::to_string(peers.size()) + " peers of the config");
+    }
+    return peers[static_cast<int>(i)].name();
+  }
+  throw InputError("the config lists a cluster: say which peer this is with --peer NAME (or SLURM_PROCID / RANK)");
+}
+
+TrainResult run_cluster_peer(const config::Config& base, const std::string& name, EventLog& log, Progress* progress,
+                             const std::atomic<bool>* stop) {
+  const auto& cl = base.cluster();
+  const int n = cl.peers_size();
+  int me = -1;
+  for (int i = 0; i < n; ++i) {
+    if (cl.peers(i).name() == name) me = i;
+  }
+  if (me < 0) throw InputError("peer '" + name + "' is not in cluster.peers");
+
+  TransportOptions o;
+  o.peer_id = name;
+  o.site = cl.peers(me).site();
+  o.cluster_id = cl.id();
+  o.secret = load_cluster_secret(cl);
+  std::unique_ptr<Transport> transport = create_transport(cl.transport(), o);
+  if (emulates_links(cl)) {
+    std::map<std::string, LinkModel> per_peer;
+    for (int j = 0; j < n; ++j) {
+      if (j != me) per_peer[cl.peers(j).name()] = link_between(cl, me, j);
+    }
+    transport = create_emulated_transport(std::move(transport), link_model(cl.default_link()), per_peer, base.seed() + me);
+  }
+  transport->set_link_listener([&log](const LinkEvent& e) {
+    const char* kind = e.kind == LinkEvent::Kind::kUp ? "up" : e.kind == LinkEvent::Kind::kDown ? "down" : "rejected";
+    log.write(log.event("link").add("state", kind).add("neighbour", e.peer_id).add("address", e.remote_address).add("reason", e.reason));
+  });
+  transport->listen(cl.peers(me).address());
+  // Each pair connects once: the peer later in the list dials the earlier one.
+  for (int j = 0; j < me; ++j) transport->connect(cl.peers(j).name(), cl.peers(j).address());
+
+  std::vector<std::string> ids;
+  for (const auto& p : cl.peers()) ids.push_back(p.name());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(cl.connect_timeout_s());
+  while (static_cast<int>(transport->connected_peers().size()) < n - 1 && std::chrono::steady_clock::now() < deadline &&
+         !(stop && *stop)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const int connected = static_cast<int>(transport->connected_peers().size());
+  if (connected < n - 1) {
+    if (is_synchronous(cl.gossip().algorithm())) {
+      throw InputError("peer " + name + ": only " + std::to_string(connected) + " of " + std::to_string(n - 1) +
+                       " neighbours connected within cluster.connect_timeout_s; " + cl.gossip().algorithm() + " needs all");
+    }
+    std::fprintf(stderr, "hearsay-peer: %s: %d of %d neighbours connected; starting anyway (asynchronous)\n", name.c_str(),
+                 connected, n - 1);
+  }
+
+  config::Config cfg = base;
+  cfg.set_name(name);
+  cfg.mutable_data()->set_num_shards(n);
+  cfg.mutable_data()->set_shard(me);
+  if (!cl.peers(me).device().empty()) cfg.set_device(cl.peers(me).device());
+  PeerNetwork net;
+  net.gossip = gossip_spec(cl);
+  net.peers = ids;
+  net.me = me;
+  net.transport = transport.get();
+  net.slowdown = cl.peers(me).slowdown();
+  TrainResult result;
+  {
+    Peer peer(cfg, log, progress, &net);
+    std::atomic<bool> done{false};
+    std::thread watcher([&] {
+      while (!done) {
+        if (stop && *stop) peer.stop();
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    });
+    try {
+      result = peer.run();
+    } catch (...) {
+      done = true;
+      watcher.join();
+      transport->close();
+      throw;
+    }
+    done = true;
+    watcher.join();
+    transport->close();
+  }
+  return result;
+}
+
+}  // namespace hearsay
