@@ -23,48 +23,56 @@ void GossipEngine::Message::absorb(Message&& newer) {
 }
 
 // --- Outbox ---------------------------------------------------------------------------
+// send_ is always called without mu_ held: a transport may report failure inline (a
+// neighbour that is gone), which re-enters on_done.
 
 void Outbox::offer(GossipEngine::Message&& m) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (m.synchronous) {
-    if (busy_) {
+  std::optional<GossipEngine::Message> now;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!busy_ && sync_.empty()) {
+      busy_ = true;
+      in_flight_bytes_ = m.data.size() * sizeof(float);
+      now = std::move(m);
+    } else if (m.synchronous) {
       sync_.push_back(std::move(m));
     } else {
-      launch(std::move(m));
+      auto it = pending_.find(m.kind);
+      if (it == pending_.end()) {
+        pending_.emplace(m.kind, std::move(m));
+      } else {
+        it->second.absorb(std::move(m));
+        mixer_.count_coalesced(1);
+      }
     }
-    return;
   }
-  if (!busy_ && sync_.empty()) return launch(std::move(m));
-  auto it = pending_.find(m.kind);
-  if (it == pending_.end()) {
-    pending_.emplace(m.kind, std::move(m));
-  } else {
-    it->second.absorb(std::move(m));
-    mixer_.count_coalesced(1);
-  }
+  if (now) launch(std::move(*now));
 }
 
 void Outbox::launch(GossipEngine::Message&& m) {
-  busy_ = true;
-  in_flight_bytes_ = m.data.size() * sizeof(float);
   send_(std::move(m), [this](const SendStatus& s) { on_done(s); });
 }
 
 void Outbox::on_done(const SendStatus& s) {
-  std::lock_guard<std::mutex> lock(mu_);
-  busy_ = false;
-  in_flight_bytes_ = 0;
-  if (!s.ok) ++failed_;
-  if (!sync_.empty()) {
-    auto m = std::move(sync_.front());
-    sync_.pop_front();
-    return launch(std::move(m));
+  std::optional<GossipEngine::Message> next;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    busy_ = false;
+    in_flight_bytes_ = 0;
+    if (!s.ok) ++failed_;
+    if (!sync_.empty()) {
+      next = std::move(sync_.front());
+      sync_.pop_front();
+    } else if (!pending_.empty()) {
+      next = std::move(pending_.begin()->second);
+      pending_.erase(pending_.begin());
+    }
+    if (next) {
+      busy_ = true;
+      in_flight_bytes_ = next->data.size() * sizeof(float);
+    }
   }
-  if (!pending_.empty()) {
-    auto m = std::move(pending_.begin()->second);
-    pending_.erase(pending_.begin());
-    launch(std::move(m));
-  }
+  if (next) launch(std::move(*next));
 }
 
 size_t Outbox::buffered_bytes() const {

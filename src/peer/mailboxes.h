@@ -32,7 +32,7 @@ class Outbox {
   uint64_t failed() const;
 
  private:
-  void launch(GossipEngine::Message&& m);  // with mu_ held
+  void launch(GossipEngine::Message&& m);  // without mu_ held
   void on_done(const SendStatus& s);
 
   Send send_;
