@@ -79,7 +79,8 @@ class Transport {
   // "tcp", "fabric(shm)", "inproc", "emulated(tcp)".
   virtual std::string kind() const = 0;
 
-  // Set both before listen() or connect().
+  // Set both before listen() or connect(). Frames that arrive while no receiver is set
+  // are held (up to 1024 frames, 64 MiB) and handed to the next receiver set, in order.
   virtual void set_receiver(Receiver receiver) = 0;
   virtual void set_link_listener(LinkListener listener) = 0;
 

@@ -6,7 +6,21 @@
 
 namespace hearsay {
 
-void LinkTable::set_receiver(Transport::Receiver r) { receiver_ = std::move(r); }
+void LinkTable::set_receiver(Transport::Receiver r) {
+  std::vector<std::pair<std::string, InFrame>> early;
+  Transport::Receiver now;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    receiver_ = std::move(r);
+    now = receiver_;
+    if (now) {
+      early.swap(early_);
+      early_bytes_ = 0;
+    }
+  }
+  // Frames that arrived before anyone listened (a neighbour that started first), in order.
+  for (auto& [peer, frame] : early) now(peer, std::move(frame));
+}
 void LinkTable::set_listener(Transport::LinkListener l) { listener_ = std::move(l); }
 
 void LinkTable::count(const std::string& reason) {
@@ -57,7 +71,24 @@ void LinkTable::dropped(const std::string& peer, const std::string& address, con
 }
 
 void LinkTable::deliver(const std::string& peer, InFrame&& frame) {
-  if (receiver_) receiver_(peer, std::move(frame));
+  Transport::Receiver r;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!receiver_) {
+      // Held, boundedly, until a receiver is set: a peer still loading its data must not
+      // lose the first round of a synchronous algorithm.
+      early_bytes_ += frame.payload.size();
+      early_.emplace_back(peer, std::move(frame));
+      while (early_.size() > kMaxEarlyFrames || early_bytes_ > kMaxEarlyBytes) {
+        early_bytes_ -= early_.front().second.payload.size();
+        early_.erase(early_.begin());
+        count("early_overflow");
+      }
+      return;
+    }
+    r = receiver_;
+  }
+  r(peer, std::move(frame));
 }
 
 std::shared_ptr<Connection> LinkTable::find(const std::string& peer) const {

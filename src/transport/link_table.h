@@ -33,6 +33,7 @@ class LinkTable {
   void rejected(const std::string& peer, const std::string& address, const std::string& reason);
   // A single frame dropped while the link stays up.
   void dropped(const std::string& peer, const std::string& address, const std::string& reason);
+  // To the receiver; held (at most 1024 frames and 64 MiB, oldest dropped) while none is set.
   void deliver(const std::string& peer, InFrame&& frame);
 
   std::shared_ptr<Connection> find(const std::string& peer) const;
@@ -49,7 +50,11 @@ class LinkTable {
   mutable std::mutex mu_;
   std::vector<std::pair<std::string, std::shared_ptr<Connection>>> links_;  // GUARDED_BY(mu_), newest last
   TransportCounters counters_;                                              // GUARDED_BY(mu_)
-  Transport::Receiver receiver_;
+  static constexpr size_t kMaxEarlyFrames = 1024;
+  static constexpr size_t kMaxEarlyBytes = 64u << 20;
+  size_t early_bytes_ = 0;                                     // GUARDED_BY(mu_)
+  Transport::Receiver receiver_;                               // GUARDED_BY(mu_)
+  std::vector<std::pair<std::string, InFrame>> early_;         // GUARDED_BY(mu_)
   Transport::LinkListener listener_;
 };
 
