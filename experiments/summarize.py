@@ -4,7 +4,11 @@ per peer: final test accuracy, time to target, steps, step rate, bytes sent; for
 cluster: the median peer's time to target (the time by which half the peers had reached
 it), the first peer's, and total bytes sent. Writes RUN_DIR/summary.json and prints it.
 
-    /usr/bin/python3 experiments/summarize.py RUN_DIR
+    /usr/bin/python3 experiments/summarize.py RUN_DIR [--target ACC]
+
+Times to target come from the eval events (the first at or above the target, taken from
+each log's start event unless --target is given), so a peer that was stopped early
+still counts up to where it got.
 """
 import glob
 import json
@@ -14,13 +18,19 @@ import sys
 
 
 def main():
-    if len(sys.argv) != 2:
+    args = sys.argv[1:]
+    target_override = None
+    if "--target" in args:
+        i = args.index("--target")
+        target_override = float(args[i + 1])
+        del args[i:i + 2]
+    if len(args) != 1:
         raise SystemExit(__doc__)
-    run = sys.argv[1]
+    run = args[0]
     peers = {}
     for path in sorted(glob.glob(os.path.join(run, "*.jsonl"))):
         name = os.path.basename(path)[:-6]
-        end, last_gossip, start = None, None, None
+        end, last_gossip, start, reached, last_eval = None, None, None, None, None
         with open(path, encoding="utf-8") as f:
             for number, line in enumerate(f, 1):
                 try:
@@ -35,13 +45,19 @@ def main():
                     last_gossip = e
                 elif kind == "start":
                     start = e
+                elif kind == "eval":
+                    last_eval = e
+                    target = target_override or (start or {}).get("target_test_acc") or 0
+                    if reached is None and target > 0 and (e.get("test_acc") or 0) >= target:
+                        reached = e["t"]
         if end is None:
-            peers[name] = {"finished": False}
+            peers[name] = {"finished": False, "time_to_target_s": reached,
+                           "last_test_acc": (last_eval or {}).get("test_acc")}
             continue
         peers[name] = {
             "finished": True,
             "final_test_acc": end.get("final_test_acc"),
-            "time_to_target_s": end.get("time_to_target_s"),
+            "time_to_target_s": reached,
             "steps": end.get("steps"),
             "wall_s": end.get("t"),
             "steps_per_s": (end.get("steps") or 0) / end["t"] if end.get("t") else None,

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <atomic>
+#include <stdexcept>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,6 +33,11 @@
 #include "hearsay/transport.h"
 
 namespace hearsay {
+
+// Thrown out of a step when stop() interrupted a wait: the run ends, it did not fail.
+struct StopRequested : std::runtime_error {
+  StopRequested() : std::runtime_error("stop requested") {}
+};
 
 struct GossipSpec {
   std::string algorithm = "adpsgd";

@@ -157,7 +157,7 @@ std::vector<GossipEngine::Message> GossipEngine::take_async() { return inbox_->t
 GossipEngine::Message GossipEngine::wait_sync(int from, uint64_t round, uint32_t phase) {
   auto m = inbox_->wait_sync(from, round, phase, spec_.sync_timeout_s, stopped_);
   if (!m) {
-    if (stopped_) throw InputError("peer " + peers_[me_] + ": stopped while waiting for " + peers_[from]);
+    if (stopped_) throw StopRequested();
     throw InputError("peer " + peers_[me_] + ": " + spec_.algorithm + " waited " + std::to_string(spec_.sync_timeout_s) +
                      " s for peer " + peers_[from] + " (round " + std::to_string(round) +
                      "); synchronous algorithms do not tolerate a missing peer");

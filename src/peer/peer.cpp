@@ -89,6 +89,7 @@ TrainResult Peer::run() {
                  .add("shard_size", shard)
                  .add("batch_size", batch)
                  .add("total_steps", total_steps)
+                 .add("target_test_acc", t.target_test_acc())
                  .add("seed", static_cast<int64_t>(cfg_.seed())));
 
   TrainResult result;
@@ -130,7 +131,11 @@ TrainResult Peer::run() {
     const float lr = schedule.at(step);
     BatchStats s;
     if (engine_) {
-      s = engine_->step(batch_x_.f32(), batch_y_.i32(), batch, lr);
+      try {
+        s = engine_->step(batch_x_.f32(), batch_y_.i32(), batch, lr);
+      } catch (const StopRequested&) {
+        break;  // stopped mid-round: end the run normally, with its end event
+      }
     } else {
       s = model_->forward_backward(batch_x_.f32(), batch_y_.i32(), batch);
       sgd_->step(model_->params(), model_->grads(), lr);
