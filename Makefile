@@ -6,7 +6,7 @@ HEARSAY_CUDA ?= AUTO
 JOBS        ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps bench-deps build test test-asan demo bench clean
+.PHONY: all deps bench-deps build test test-asan demo demo-single bench clean
 
 all: build
 
@@ -32,13 +32,22 @@ test-asan: deps
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ctest --output-on-failure -j $(JOBS) -LE slow
 
+# Four peer processes in two emulated sites (one a 4x slower GPU) train the MLP on
+# Fashion-MNIST with AD-PSGD over TCP, then the plots are drawn from their logs.
 demo: build
 	rm -rf runs/demo
-	$(BUILD_DIR)/bin/hearsay-peer --config configs/single-mlp.textproto --log runs/demo/peer0.jsonl
+	experiments/launch_local.sh configs/geo-4peer.textproto runs/demo
 	/usr/bin/python3 experiments/hearsay_plot.py runs/demo
+
+# One peer alone: the foundation's quickstart.
+demo-single: build
+	rm -rf runs/demo-single
+	$(BUILD_DIR)/bin/hearsay-peer --config configs/single-mlp.textproto --log runs/demo-single/peer0.jsonl
+	/usr/bin/python3 experiments/hearsay_plot.py runs/demo-single
 
 bench: build bench-deps
 	$(BUILD_DIR)/bin/hearsay-bench step
+	$(BUILD_DIR)/bin/hearsay-bench transport
 
 clean:
 	rm -rf $(BUILD_DIR) build-asan
