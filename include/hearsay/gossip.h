@@ -7,6 +7,7 @@
 //   gossip_grad  gradients pushed to neighbours, applied with staleness-aware weights,
 //                plus periodic model averaging
 //   sgp          stochastic gradient push with push-sum weights (Assran et al., ICML 2019)
+//   choco        compressed model gossip with public copies (Koloskova et al., ICML 2019)
 //   allreduce    synchronous ring all-reduce SGD (baseline)
 //   dpsgd        synchronous decentralized SGD (baseline)
 //   local_sgd    H local steps, then a synchronous model average (baseline)
@@ -49,6 +50,7 @@ struct GossipSpec {
   double outer_lr = 0.7;       // diloco
   double outer_momentum = 0.9; // diloco (Nesterov)
   double sync_timeout_s = 60;  // synchronous algorithms: how long to wait for a peer
+  double consensus_step = 0.5; // choco: gamma
   size_t segment_elements = 1 << 20;  // updates larger than this travel in segments
 };
 
@@ -77,6 +79,13 @@ class GossipEngine {
   // a compute slowdown stretches.
   double last_compute_s() const { return compute_s_; }
   void add_compute_time(double s) { compute_s_ += s; }
+  // Asynchronous algorithms: asks a connected neighbour for its model and starts from it
+  // if that neighbour has already trained (a peer that joins late or restarts). Waits at
+  // most `timeout_s`, answering others' requests meanwhile.
+  void join(double timeout_s = 5.0);
+  // The round's targets among the neighbours that are connected now: a target that is
+  // down is replaced by a connected neighbour, so its share goes to the live ones.
+  std::vector<int> live_targets(int64_t round);
   // Writes a "gossip" event (traffic, staleness, mixing) to the log.
   void log_stats(int64_t step);
   // Stops waiting in synchronous algorithms (shutdown).
@@ -116,6 +125,8 @@ class GossipEngine {
 
  private:
   void on_frame(const std::string& from, InFrame&& frame);
+  void serve_join_requests();
+  bool connected(int peer) const;
   int index_of(const std::string& id) const;
 
   GossipSpec spec_;

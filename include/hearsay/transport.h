@@ -36,6 +36,9 @@ struct TransportOptions {
   int io_threads = 1;
   double handshake_timeout_s = 5.0;
   double heartbeat_interval_s = 1.0;  // 0: no heartbeats
+  // An admitted neighbour silent this long (no frame, not even a heartbeat) is dropped;
+  // it comes back when it reconnects. 0: never.
+  double liveness_timeout_s = 10.0;
   double reconnect_initial_s = 0.05;  // back-off doubles from here, with jitter...
   double reconnect_max_s = 2.0;       // ...up to here
   std::string fabric_provider = "tcp;ofi_rxm";

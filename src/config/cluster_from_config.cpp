@@ -42,6 +42,7 @@ GossipSpec gossip_spec(const config::ClusterConfig& c) {
   s.outer_lr = g.outer_lr();
   s.outer_momentum = g.outer_momentum();
   s.sync_timeout_s = g.sync_timeout_s();
+  s.consensus_step = g.consensus_step();
   return s;
 }
 

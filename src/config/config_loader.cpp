@@ -143,7 +143,7 @@ void validate(const config::Config& c, const Locator& at) {
     const auto& g = cl.gossip();
     const auto algorithms = gossip_algorithms();
     if (std::find(algorithms.begin(), algorithms.end(), g.algorithm()) == algorithms.end()) {
-      fail("cluster.gossip.algorithm", "unknown '" + g.algorithm() + "'; use adpsgd, gossip_grad, sgp, allreduce, dpsgd, local_sgd or diloco");
+      fail("cluster.gossip.algorithm", "unknown '" + g.algorithm() + "'; use adpsgd, gossip_grad, sgp, choco, allreduce, dpsgd, local_sgd or diloco");
     }
     const std::set<std::string> topologies{"ring", "torus", "exponential", "complete", "random", "hierarchical", "bandwidth"};
     if (topologies.count(g.topology()) == 0) fail("cluster.gossip.topology", "unknown '" + g.topology() + "'");

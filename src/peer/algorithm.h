@@ -19,6 +19,7 @@ class Algorithm {
 std::unique_ptr<Algorithm> make_adpsgd();
 std::unique_ptr<Algorithm> make_gossip_grad();
 std::unique_ptr<Algorithm> make_sgp();
+std::unique_ptr<Algorithm> make_choco();
 std::unique_ptr<Algorithm> make_allreduce();
 std::unique_ptr<Algorithm> make_dpsgd();
 std::unique_ptr<Algorithm> make_local_sgd(bool diloco);

@@ -123,6 +123,9 @@ ClusterResult run_cluster(const ClusterSpec& spec) {
   for (int i = 0; i < n; ++i) {
     threads.emplace_back([&, i] {
       try {
+        if (!spec.start_delay_s.empty() && spec.start_delay_s[i] > 0) {
+          std::this_thread::sleep_for(std::chrono::duration<double>(spec.start_delay_s[i]));
+        }
         result.peers[i] = peers[i]->run();
       } catch (...) {
         {

@@ -9,7 +9,7 @@
 namespace hearsay {
 
 std::vector<std::string> gossip_algorithms() {
-  return {"adpsgd", "gossip_grad", "sgp", "allreduce", "dpsgd", "local_sgd", "diloco"};
+  return {"adpsgd", "gossip_grad", "sgp", "choco", "allreduce", "dpsgd", "local_sgd", "diloco"};
 }
 
 bool is_synchronous(const std::string& a) {
@@ -19,7 +19,7 @@ bool is_synchronous(const std::string& a) {
 void check_gossip_spec(const GossipSpec& s, int peers) {
   const auto all = gossip_algorithms();
   if (std::find(all.begin(), all.end(), s.algorithm) == all.end()) {
-    throw InputError("algorithm '" + s.algorithm + "': unknown; use adpsgd, gossip_grad, sgp, allreduce, dpsgd, local_sgd or diloco");
+    throw InputError("algorithm '" + s.algorithm + "': unknown; use adpsgd, gossip_grad, sgp, choco, allreduce, dpsgd, local_sgd or diloco");
   }
   if (peers < 2) throw InputError("algorithm '" + s.algorithm + "': needs at least 2 peers");
   if (s.gossip_every < 1) throw InputError("gossip_every must be >= 1");
@@ -29,6 +29,7 @@ void check_gossip_spec(const GossipSpec& s, int peers) {
     throw InputError("diloco: outer_lr must be > 0 and outer_momentum in [0, 1)");
   }
   if (s.segment_elements < 1024) throw InputError("segment_elements must be >= 1024");
+  if (!(s.consensus_step > 0 && s.consensus_step <= 1)) throw InputError("choco: consensus_step must be in (0, 1]");
 }
 
 GossipEngine::GossipEngine(const GossipSpec& spec, std::vector<std::string> peers, int me, Transport& transport,
@@ -86,6 +87,7 @@ GossipEngine::GossipEngine(const GossipSpec& spec, std::vector<std::string> peer
   if (a == "adpsgd") algorithm_ = make_adpsgd();
   if (a == "gossip_grad") algorithm_ = make_gossip_grad();
   if (a == "sgp") algorithm_ = make_sgp();
+  if (a == "choco") algorithm_ = make_choco();
   if (a == "allreduce") algorithm_ = make_allreduce();
   if (a == "dpsgd") algorithm_ = make_dpsgd();
   if (a == "local_sgd") algorithm_ = make_local_sgd(false);
@@ -123,7 +125,58 @@ void GossipEngine::on_frame(const std::string& from, InFrame&& frame) {
   inbox_->add_segment(idx, u, frame.payload);
 }
 
+namespace {
+constexpr uint64_t kJoinRound = ~uint64_t{0};
+}  // namespace
+
+bool GossipEngine::connected(int peer) const { return transport_.link_stats(peers_[peer]).connected; }
+
+void GossipEngine::serve_join_requests() {
+  for (int j : inbox_->take_senders_of(kJoinRound, 0)) send(j, wire::MODEL, params_host(), 0, true, kJoinRound, 1);
+}
+
+void GossipEngine::join(double timeout_s) {
+  if (is_synchronous(spec_.algorithm)) return;  // they start together by construction
+  std::vector<int> live;
+  for (int j : topology_->neighbours(me_)) {
+    if (connected(j)) live.push_back(j);
+  }
+  if (live.empty()) return;
+  const int j = live[rng_.below(live.size())];
+  send(j, wire::MODEL, {}, 0, true, kJoinRound, 0);
+  const double deadline = clock_.now() + timeout_s;
+  while (clock_.now() < deadline && !stopped_) {
+    serve_join_requests();  // peers starting together must not wait on each other
+    auto m = inbox_->wait_sync(j, kJoinRound, 1, 0.05, stopped_);
+    if (!m) continue;
+    if (m->step > 0 && m->data.size() == model_.num_params()) {
+      set_params_host(m->data);
+      log_.write(log_.event("join").add("from", peers_[j]).add("their_step", static_cast<int64_t>(m->step)));
+    }
+    return;
+  }
+}
+
+std::vector<int> GossipEngine::live_targets(int64_t round) {
+  std::vector<int> out;
+  for (int t : topology_->targets(me_, round, rng_)) {
+    if (connected(t)) {
+      out.push_back(t);
+      continue;
+    }
+    std::vector<int> spare;
+    for (int j : topology_->neighbours(me_)) {
+      if (connected(j) && std::find(out.begin(), out.end(), j) == out.end()) spare.push_back(j);
+    }
+    if (!spare.empty()) out.push_back(spare[rng_.below(spare.size())]);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 BatchStats GossipEngine::step(const float* x, const int32_t* labels, int batch, float lr) {
+  serve_join_requests();
   ++logical_clock_;
   compute_s_ = 0;
   const BatchStats s = algorithm_->step(*this, x, labels, batch, lr, steps_);

@@ -7,7 +7,7 @@ namespace hearsay {
 
 void GossipEngine::Message::absorb(Message&& newer) {
   const uint64_t folded = coalesced + newer.coalesced + 1;
-  if (kind == wire::MODEL || kind == wire::MODEL_DELTA || data.size() != newer.data.size() || offset != newer.offset) {
+  if (kind == wire::MODEL || data.size() != newer.data.size() || offset != newer.offset) {
     const bool reply = reply_requested || newer.reply_requested;
     *this = std::move(newer);
     reply_requested = reply;
@@ -179,6 +179,20 @@ std::optional<GossipEngine::Message> Inbox::wait_sync(int from, uint64_t round, 
   auto m = std::move(it->second);
   sync_.erase(it);
   return m;
+}
+
+std::vector<int> Inbox::take_senders_of(uint64_t round, uint32_t phase) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<int> from;
+  for (auto it = sync_.begin(); it != sync_.end();) {
+    if (std::get<1>(it->first) == round && std::get<2>(it->first) == phase) {
+      from.push_back(std::get<0>(it->first));
+      it = sync_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return from;
 }
 
 void Inbox::wake() {

@@ -56,6 +56,8 @@ class Inbox {
   std::optional<GossipEngine::Message> wait_sync(int from, uint64_t round, uint32_t phase, double timeout_s,
                                                  const std::atomic<bool>& stop);
   void wake();
+  // Senders whose synchronous (round, phase) message is waiting; takes those messages.
+  std::vector<int> take_senders_of(uint64_t round, uint32_t phase);
   size_t buffered_bytes() const;
 
  private:

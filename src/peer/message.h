@@ -23,7 +23,8 @@ struct GossipEngine::Message {
   uint64_t coalesced = 0;  // how many messages were folded into this one
 
   // Folds a newer message of the same kind into this one: models, newest wins;
-  // gradients and push-sum mass add up (nothing is lost, memory stays one message).
+  // gradients, model deltas and push-sum mass add up (nothing is lost, memory stays one
+  // message).
   void absorb(Message&& newer);
 };
 

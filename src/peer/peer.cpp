@@ -92,6 +92,7 @@ TrainResult Peer::run() {
                  .add("target_test_acc", t.target_test_acc())
                  .add("seed", static_cast<int64_t>(cfg_.seed())));
 
+  if (engine_) engine_->join();
   TrainResult result;
   std::vector<int64_t> idx(batch);
   double window_loss = 0, window_train_s = 0;

@@ -44,7 +44,7 @@ std::string random_nonce() {
 
 Session::Session(const TransportOptions& options, std::string remote_address, Hooks hooks)
     : options_(options), remote_address_(std::move(remote_address)), hooks_(std::move(hooks)),
-      started_(std::chrono::steady_clock::now()), last_heartbeat_(started_) {}
+      started_(std::chrono::steady_clock::now()), last_heartbeat_(started_), last_heard_(started_) {}
 
 void Session::reject(const std::string& reason) {
   rejected_ = true;
@@ -101,6 +101,7 @@ void Session::on_hello(const wire::Hello& h) {
 
 void Session::on_frame(InFrame&& frame) {
   if (rejected_) return;
+  last_heard_ = std::chrono::steady_clock::now();
   const auto& e = frame.envelope;
   switch (e.body_case()) {
     case wire::Envelope::kHello:
@@ -139,7 +140,12 @@ void Session::on_frame(InFrame&& frame) {
 }
 
 void Session::tick(std::chrono::steady_clock::time_point now) {
-  if (!admitted_ || options_.heartbeat_interval_s <= 0) return;
+  if (!admitted_ || rejected_) return;
+  const double silent = std::chrono::duration<double>(now - last_heard_).count();
+  if (options_.liveness_timeout_s > 0 && silent > options_.liveness_timeout_s) {
+    return reject("liveness: silent for " + std::to_string(static_cast<int>(silent)) + " s");
+  }
+  if (options_.heartbeat_interval_s <= 0) return;
   if (std::chrono::duration<double>(now - last_heartbeat_).count() < options_.heartbeat_interval_s) return;
   last_heartbeat_ = now;
   wire::Envelope e;

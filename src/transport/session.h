@@ -33,7 +33,7 @@ class Session {
   void start();
   // Handles one decoded frame.
   void on_frame(InFrame&& frame);
-  // Sends a heartbeat when one is due.
+  // Sends a heartbeat when one is due; drops a neighbour silent past the liveness timeout.
   void tick(std::chrono::steady_clock::time_point now);
   // A Bye to send before closing.
   OutFrame bye(const std::string& reason) const;
@@ -60,7 +60,7 @@ class Session {
   bool rejected_ = false;
   double rtt_s_ = -1;
   uint64_t heartbeat_seq_ = 0;
-  std::chrono::steady_clock::time_point started_, last_heartbeat_;
+  std::chrono::steady_clock::time_point started_, last_heartbeat_, last_heard_;
 };
 
 }  // namespace hearsay

@@ -161,3 +161,18 @@ TEST_CASE("cluster: with one link 100x slower, memory stays bounded and the run 
     CHECK(p.final_test_loss <= ref.final_test_loss + 0.05);
   }
 }
+
+TEST_CASE("cluster: a peer that joins late starts from a neighbour's model") {
+  ClusterSpec s;
+  s.base = base();
+  s.peers = 4;
+  s.gossip.algorithm = "adpsgd";
+  s.gossip.topology.kind = "random";
+  s.slowdown = std::vector<double>(4, 20.0);
+  s.start_delay_s = {0, 0, 0, 0.08};
+  const ClusterResult r = run_cluster(s);
+  // The others' first loss is that of the shared random initialisation; the late peer's
+  // first step already uses a trained model.
+  MESSAGE("first loss: on time " << r.peers[0].losses.front() << ", late " << r.peers[3].losses.front());
+  CHECK(r.peers[3].losses.front() < 0.8 * r.peers[0].losses.front());
+}

@@ -8,6 +8,7 @@
 
 #include "hearsay/error.h"
 #include "hearsay/transport.h"
+#include "../../src/transport/session.h"
 #include "transport_harness.h"
 
 using namespace hearsay;
@@ -233,4 +234,40 @@ TEST_CASE("transports: bad setup is an input error") {
   Node n(create_transport("tcp", options_for("x")));
   CHECK_THROWS_WITH_AS(n.t->listen("no-port"), doctest::Contains("no-port"), InputError);
   CHECK_THROWS_WITH_AS(n.t->connect("y", "1.2.3.4:99999"), doctest::Contains("1.2.3.4:99999"), InputError);
+}
+
+TEST_CASE("session: an admitted neighbour silent past the liveness timeout is dropped") {
+  // Transports tick their sessions every 100 ms; a live neighbour answers heartbeats, so
+  // silence means a hung or vanished peer. Here the clock is driven by hand.
+  auto oa = options_for("a");
+  oa.liveness_timeout_s = 0.5;
+  auto ob = options_for("b");
+  std::vector<OutFrame> to_b, to_a;
+  std::string a_rejected;
+  Session a(oa, "b-address", Session::Hooks{[&](OutFrame f) { to_b.push_back(std::move(f)); },
+                                           [&](const std::string& r) { a_rejected = r; }, [](const std::string&) {},
+                                           [](InFrame&&) {}, [](const std::string&) {}});
+  Session b(ob, "a-address", Session::Hooks{[&](OutFrame f) { to_a.push_back(std::move(f)); },
+                                           [](const std::string&) {}, [](const std::string&) {}, [](InFrame&&) {},
+                                           [](const std::string&) {}});
+  auto pass = [](std::vector<OutFrame>& q, Session& to) {
+    while (!q.empty()) {
+      FrameDecoder d;
+      const std::string bytes = flatten(q.front());
+      q.erase(q.begin());
+      d.feed(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), [&](InFrame&& f) { to.on_frame(std::move(f)); });
+    }
+  };
+  a.start();
+  b.start();
+  for (int i = 0; i < 3; ++i) {
+    pass(to_b, b);
+    pass(to_a, a);
+  }
+  REQUIRE(a.admitted());
+  const auto now = std::chrono::steady_clock::now();
+  a.tick(now + std::chrono::milliseconds(200));
+  CHECK(a_rejected.empty());
+  a.tick(now + std::chrono::seconds(2));
+  CHECK(a_rejected.find("liveness: silent") != std::string::npos);
 }

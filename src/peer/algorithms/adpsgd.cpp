@@ -22,7 +22,7 @@ class Adpsgd final : public Algorithm {
     const BatchStats s = local_step(e, x, labels, batch, lr);
     if (step % static_cast<uint64_t>(e.spec().gossip_every) == 0) {
       const auto params = e.params_host();
-      for (int t : e.topology().targets(e.me(), static_cast<int64_t>(step), e.rng())) {
+      for (int t : e.live_targets(static_cast<int64_t>(step))) {
         e.send(t, wire::MODEL, params, 0, false, 0, 0, /*reply_requested=*/true);
       }
     }

@@ -12,7 +12,7 @@ namespace {
 class GossipGrad final : public Algorithm {
  public:
   BatchStats step(GossipEngine& e, const float* x, const int32_t* labels, int batch, float lr, uint64_t step) override {
-    const auto targets = e.topology().targets(e.me(), static_cast<int64_t>(step), e.rng());
+    const auto targets = e.live_targets(static_cast<int64_t>(step));
     const double scale = 1.0 / (1.0 + static_cast<double>(targets.size()));
     for (auto& m : e.take_async()) {
       if (m.kind == wire::GRADIENT) {

@@ -24,7 +24,7 @@ class Sgp final : public Algorithm {
     const size_t n = e.model().num_params();
     const BatchStats s = local_step(e, x, labels, batch, lr);
     b.scale(n, static_cast<float>(w_), e.model().params());  // z -> x
-    const auto targets = e.topology().targets(e.me(), static_cast<int64_t>(step), e.rng());
+    const auto targets = e.live_targets(static_cast<int64_t>(step));
     // A peer whose pushes have not been answered for a while (its in-neighbours are slow
     // or their mass is still in flight) holds on to what it has rather than halving its
     // weight toward zero, where x / w would blow up. Mass is still conserved.

@@ -1,0 +1,82 @@
+// CHOCO-SGD (Koloskova, Stich, Jaggi, ICML 2019): compressed model gossip with public
+// copies. Peer i keeps x_i and public copies x^_j of itself and of its topology
+// neighbours (everyone's copy of x^_j is the same, since each is built from the same
+// compressed differences). Each step:
+//   x_i <- optimizer step;  q_i = Q(x_i - x^_i);  x^_i += q_i;  send q_i to neighbours
+//   for each arrived q_j: x^_j += q_j
+//   x_i <- x_i + gamma * sum_j 1/(1 + deg) (x^_j - x^_i)
+// Q here is fp16 rounding (payloads still travel as fp32 until the codecs exist).
+// Differences pending on a slow link are summed, which keeps the copies in step.
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "../algorithm.h"
+
+namespace hearsay {
+namespace {
+
+// Rounds to the nearest fp16 value (round to nearest even), saturating at 65504.
+float to_half_precision(float v) {
+  if (!std::isfinite(v)) return v;
+  const float clamped = std::fmax(std::fmin(v, 65504.0f), -65504.0f);
+  uint32_t bits;
+  std::memcpy(&bits, &clamped, 4);
+  const int exp = static_cast<int>((bits >> 23) & 0xff) - 127;
+  if (exp < -24) return 0.0f;
+  // fp16 keeps 10 mantissa bits (fewer for subnormals below 2^-14).
+  const int drop = exp < -14 ? 13 + (-14 - exp) : 13;
+  const uint32_t half = 1u << (drop - 1);
+  const uint32_t mask = (1u << drop) - 1;
+  uint32_t rounded = bits + half - 1 + ((bits >> drop) & 1);
+  rounded &= ~mask;
+  float out;
+  std::memcpy(&out, &rounded, 4);
+  return out;
+}
+
+class Choco final : public Algorithm {
+ public:
+  BatchStats step(GossipEngine& e, const float* x, const int32_t* labels, int batch, float lr, uint64_t step) override {
+    const auto neighbours = e.topology().neighbours(e.me());
+    if (copies_.empty()) {
+      // Everyone starts from the same initial model, so the public copies do too.
+      const auto x0 = e.params_host();
+      copies_[e.me()] = x0;
+      for (int j : neighbours) copies_[j] = x0;
+    }
+    const BatchStats s = local_step(e, x, labels, batch, lr);
+    auto xi = e.params_host();
+    auto& mine = copies_[e.me()];
+    std::vector<float> q(xi.size());
+    for (size_t k = 0; k < q.size(); ++k) {
+      q[k] = to_half_precision(xi[k] - mine[k]);
+      mine[k] += q[k];
+    }
+    for (int j : neighbours) e.send(j, wire::MODEL_DELTA, q);
+    for (auto& m : e.take_async()) {
+      if (m.kind != wire::MODEL_DELTA) continue;
+      auto it = copies_.find(m.from);
+      if (it == copies_.end()) continue;
+      e.mixer().gradient(e.clock(), m.clock);  // for the staleness statistics; differences are never dropped
+      for (size_t k = 0; k < it->second.size() && k < m.data.size(); ++k) it->second[k] += m.data[k];
+    }
+    const double w = e.spec().consensus_step / (1.0 + static_cast<double>(neighbours.size()));
+    for (int j : neighbours) {
+      const auto& other = copies_[j];
+      for (size_t k = 0; k < xi.size(); ++k) xi[k] += static_cast<float>(w * (other[k] - mine[k]));
+    }
+    e.set_params_host(xi);
+    (void)step;
+    return s;
+  }
+
+ private:
+  std::map<int, std::vector<float>> copies_;
+};
+
+}  // namespace
+
+std::unique_ptr<Algorithm> make_choco() { return std::make_unique<Choco>(); }
+
+}  // namespace hearsay
