@@ -22,6 +22,7 @@
 #include <atomic>
 #include <stdexcept>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -149,6 +150,8 @@ class GossipEngine {
   std::atomic<uint64_t> next_update_id_{1};  // outboxes send from the step loop and transport threads
   std::atomic<bool> stopped_{false};
   double compute_s_ = 0;  // step-loop thread only
+  mutable std::mutex link_mu_;
+  std::vector<double> link_bps_;  // GUARDED_BY(link_mu_): measured throughput per link, smoothed
   std::vector<std::pair<std::string, double>> distances_;  // step-loop thread only
 };
 

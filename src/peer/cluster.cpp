@@ -139,6 +139,12 @@ ClusterResult run_cluster(const ClusterSpec& spec) {
   for (auto& t : threads) t.join();
   result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   result.consensus = monitor.series();
+  if (!spec.log_dir.empty()) {
+    EventLog cluster_log(spec.log_dir + "/cluster.jsonl", "cluster");
+    for (const auto& [step, d] : result.consensus) {
+      cluster_log.write(cluster_log.event("consensus").add("step", step).add("distance", d));
+    }
+  }
   // Transports stop delivering before the engines they deliver to go away.
   for (auto& t : transports) t->close();
   peers.clear();

@@ -38,6 +38,7 @@ GossipEngine::GossipEngine(const GossipSpec& spec, std::vector<std::string> peer
       log_(log), mixer_(spec.mixer), topology_(make_topology(spec.topology, static_cast<int>(peers_.size()))),
       rng_(seed, 500 + me), inbox_(std::make_unique<Inbox>(mixer_)) {
   check_gossip_spec(spec_, static_cast<int>(peers_.size()));
+  link_bps_.assign(peers_.size(), 0.0);
   for (size_t i = 0; i < peers_.size(); ++i) {
     outboxes_.push_back(std::make_unique<Outbox>(
         [this, i](Message&& m, std::function<void(const SendStatus&)> done) {
@@ -75,7 +76,13 @@ GossipEngine::GossipEngine(const GossipSpec& spec, std::vector<std::string> peer
               if (!st.ok) *failed = true;
               if (--*remaining == 0) {
                 const double dt = clock_.now() - t0;
-                if (!*failed && dt > 0) topology_->observe_throughput(me_, static_cast<int>(i), n * sizeof(float) / dt);
+                if (!*failed && dt > 0) {
+                  const double bps = n * sizeof(float) / dt;
+                  topology_->observe_throughput(me_, static_cast<int>(i), bps);
+                  std::lock_guard<std::mutex> lock(link_mu_);
+                  double& b = link_bps_[i];
+                  b = b <= 0 ? bps : 0.8 * b + 0.2 * bps;
+                }
                 done(*failed ? SendStatus{false, "segment lost"} : SendStatus{});
               }
             });
@@ -265,6 +272,10 @@ void GossipEngine::log_stats(int64_t step) {
     l.add("connected", s.connected).add("bytes_sent", static_cast<int64_t>(s.bytes_sent));
     l.add("bytes_received", static_cast<int64_t>(s.bytes_received)).add("queue", static_cast<int64_t>(s.queue_depth));
     if (s.rtt_s >= 0) l.add("rtt_s", s.rtt_s);
+    {
+      std::lock_guard<std::mutex> lock(link_mu_);
+      if (link_bps_[i] > 0) l.add("throughput_Bps", link_bps_[i]);
+    }
     links.add_raw(peers_[i], l.str());
   }
   auto e = log_.event("gossip");
