@@ -136,7 +136,7 @@ bool Inbox::add_segment(int from, const wire::Update& u, const std::vector<uint8
   const size_t n = u.segment_length();
   const size_t old = p.m.data.size();
   p.m.data.resize(old + n);
-  std::memcpy(p.m.data.data() + old, payload.data(), n * sizeof(float));
+  if (n > 0) std::memcpy(p.m.data.data() + old, payload.data(), n * sizeof(float));
   if (++p.have == p.count) {
     auto m = std::move(p.m);
     partial_.erase(it);
