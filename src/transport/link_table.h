@@ -2,6 +2,7 @@
 // per-link statistics, rejection counters, and the receiver and listener callbacks.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -10,6 +11,27 @@
 #include "hearsay/transport.h"
 
 namespace hearsay {
+
+// A connection's live counters, written by its transport's threads and read by anyone.
+struct LinkCounters {
+  std::atomic<bool> admitted{false}, open{true};
+  std::atomic<uint64_t> bytes_sent{0}, bytes_received{0}, frames_sent{0}, frames_received{0};
+  std::atomic<uint64_t> queue_depth{0}, queue_bytes{0};
+  std::atomic<double> rtt_s{-1};
+
+  LinkStats snapshot() const {
+    LinkStats s;
+    s.connected = admitted && open;
+    s.bytes_sent = bytes_sent;
+    s.bytes_received = bytes_received;
+    s.frames_sent = frames_sent;
+    s.frames_received = frames_received;
+    s.queue_depth = queue_depth;
+    s.queue_bytes = queue_bytes;
+    s.rtt_s = rtt_s;
+    return s;
+  }
+};
 
 // One connection of a transport, whatever carries it.
 class Connection {
@@ -56,6 +78,25 @@ class LinkTable {
   Transport::Receiver receiver_;                               // GUARDED_BY(mu_)
   std::vector<std::pair<std::string, InFrame>> early_;         // GUARDED_BY(mu_)
   Transport::LinkListener listener_;
+};
+
+// The part of every transport that only consults its LinkTable.
+class LinkTableTransport : public Transport {
+ public:
+  void set_receiver(Receiver r) override { links_.set_receiver(std::move(r)); }
+  void set_link_listener(LinkListener l) override { links_.set_listener(std::move(l)); }
+  void send(const std::string& peer_id, OutFrame frame, SendCallback done) override {
+    if (auto c = links_.find(peer_id)) return c->send(std::move(frame), std::move(done));
+    if (done) done({false, kind() + ": not connected to peer '" + peer_id + "'"});
+  }
+  LinkStats link_stats(const std::string& peer_id) const override { return links_.stats(peer_id); }
+  std::vector<std::string> connected_peers() const override { return links_.peers(); }
+  TransportCounters counters() const override { return links_.counters(); }
+  LinkTable& links() { return links_; }
+
+ protected:
+  explicit LinkTableTransport(std::string name) : links_(std::move(name)) {}
+  LinkTable links_;
 };
 
 }  // namespace hearsay

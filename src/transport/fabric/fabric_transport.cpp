@@ -55,12 +55,12 @@ class FabricConnection final : public Connection, public std::enable_shared_from
   void fail(const std::string& reason, bool rejected);  // progress thread
   void tick(Clock::time_point now);  // progress thread
   void sent(size_t bytes) {
-    bytes_sent_ += bytes;
-    ++frames_sent_;
+    counters_.bytes_sent += bytes;
+    ++counters_.frames_sent;
   }
   void dequeued(size_t bytes) {
-    --queue_depth_;
-    queue_bytes_ -= bytes;
+    --counters_.queue_depth;
+    counters_.queue_bytes -= bytes;
   }
   fi_addr_t addr() const { return addr_; }
   bool closed() const { return closed_; }
@@ -75,10 +75,7 @@ class FabricConnection final : public Connection, public std::enable_shared_from
   FrameDecoder decoder_;
   Session session_;
   bool closed_ = false;
-  std::atomic<bool> admitted_{false}, open_{true};
-  std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0}, frames_sent_{0}, frames_received_{0};
-  std::atomic<uint64_t> queue_depth_{0}, queue_bytes_{0};
-  std::atomic<double> rtt_s_{-1};
+  LinkCounters counters_;
 };
 
 struct FrameInFlight {
@@ -101,10 +98,10 @@ struct Op {
   size_t bytes = 0;
 };
 
-class FabricTransport final : public Transport {
+class FabricTransport final : public LinkTableTransport {
  public:
   explicit FabricTransport(const TransportOptions& o)
-      : options_(o), links_("fabric(" + o.fabric_provider + ")"), work_(asio::make_work_guard(io_)),
+      : LinkTableTransport("fabric(" + o.fabric_provider + ")"), options_(o), work_(asio::make_work_guard(io_)),
         rng_(std::random_device{}()) {
     if (options_.secret.empty()) throw InputError("fabric transport: the cluster secret is empty");
     if (options_.peer_id.empty()) throw InputError("fabric transport: peer id is empty");
@@ -112,8 +109,6 @@ class FabricTransport final : public Transport {
   ~FabricTransport() override { close(); }
 
   std::string kind() const override { return "fabric(" + options_.fabric_provider + ")"; }
-  void set_receiver(Receiver r) override { links_.set_receiver(std::move(r)); }
-  void set_link_listener(LinkListener l) override { links_.set_listener(std::move(l)); }
 
   std::string listen(const std::string& address) override {
     const auto [host, port] = split_host_port(address);
@@ -148,14 +143,7 @@ class FabricTransport final : public Transport {
     asio::post(io_, [this, d] { dial(d); });
   }
 
-  void send(const std::string& peer_id, OutFrame frame, SendCallback done) override {
-    if (auto c = links_.find(peer_id)) return c->send(std::move(frame), std::move(done));
-    if (done) done({false, "fabric: not connected to peer '" + peer_id + "'"});
-  }
 
-  LinkStats link_stats(const std::string& peer_id) const override { return links_.stats(peer_id); }
-  std::vector<std::string> connected_peers() const override { return links_.peers(); }
-  TransportCounters counters() const override { return links_.counters(); }
 
   void close() override {
     {
@@ -214,7 +202,6 @@ class FabricTransport final : public Transport {
 
   // --- used by FabricConnection ---------------------------------------------------------
   const TransportOptions& options() const { return options_; }
-  LinkTable& links() { return links_; }
 
   void enqueue(std::shared_ptr<FrameInFlight> f) {
     {
@@ -649,7 +636,6 @@ class FabricTransport final : public Transport {
   }
 
   TransportOptions options_;
-  LinkTable links_;
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> work_;
   std::thread io_thread_, progress_;
@@ -688,8 +674,8 @@ FabricConnection::FabricConnection(FabricTransport& t, fi_addr_t addr, std::shar
       session_(t.options(), address_,
                Session::Hooks{
                    [this](OutFrame f) {
-                     ++queue_depth_;
-                     queue_bytes_ += f.size();
+                     ++counters_.queue_depth;
+                     counters_.queue_bytes += f.size();
                      auto fl = std::make_shared<FrameInFlight>();
                      fl->frame = std::move(f);
                      fl->conn = shared_from_this();
@@ -700,7 +686,7 @@ FabricConnection::FabricConnection(FabricTransport& t, fi_addr_t addr, std::shar
                      if (!dial_peer_.empty() && peer != dial_peer_) {
                        return fail("admission: dialled peer '" + dial_peer_ + "' but it is '" + peer + "'", true);
                      }
-                     admitted_ = true;
+                     counters_.admitted = true;
                      t_.connection_admitted(peer);
                      decoder_.set_limits(t_.options().limits);
                      t_.links().admitted(peer, shared_from_this(), address_);
@@ -712,8 +698,8 @@ FabricConnection::FabricConnection(FabricTransport& t, fi_addr_t addr, std::shar
 void FabricConnection::start() { session_.start(); }
 
 void FabricConnection::send(OutFrame frame, SendCallback done) {
-  ++queue_depth_;
-  queue_bytes_ += frame.size();
+  ++counters_.queue_depth;
+  counters_.queue_bytes += frame.size();
   auto fl = std::make_shared<FrameInFlight>();
   fl->frame = std::move(frame);
   fl->done = std::move(done);
@@ -734,8 +720,8 @@ void FabricConnection::close_now(const std::string& reason) {
       auto fl = std::make_shared<FrameInFlight>();
       fl->frame = session_.bye(reason);
       fl->conn = self;
-      ++queue_depth_;
-      queue_bytes_ += fl->frame.size();
+      ++counters_.queue_depth;
+      counters_.queue_bytes += fl->frame.size();
       // Close once the Bye has left.
       fl->done = [this, self, reason](const SendStatus&) { fail(reason, false); };
       t_.enqueue(std::move(fl));
@@ -747,9 +733,9 @@ void FabricConnection::close_now(const std::string& reason) {
 
 void FabricConnection::on_bytes(const uint8_t* data, size_t n) {
   if (closed_) return;
-  bytes_received_ += n;
+  counters_.bytes_received += n;
   const FrameError err = decoder_.feed(data, n, [&](InFrame&& f) {
-    ++frames_received_;
+    ++counters_.frames_received;
     if (!closed_) session_.on_frame(std::move(f));
   });
   if (err != FrameError::kNone) fail(std::string(frame_error_name(err)) + ": " + decoder_.detail(), true);
@@ -758,29 +744,18 @@ void FabricConnection::on_bytes(const uint8_t* data, size_t n) {
 void FabricConnection::fail(const std::string& reason, bool rejected) {
   if (closed_) return;
   closed_ = true;
-  open_ = false;
+  counters_.open = false;
   if (rejected) t_.links().rejected(session_.peer_id(), address_, reason);
   t_.links().closed(session_.peer_id(), this, address_, reason);
   t_.connection_closed(shared_from_this());
 }
 
-LinkStats FabricConnection::stats() const {
-  LinkStats s;
-  s.connected = admitted_ && open_;
-  s.bytes_sent = bytes_sent_;
-  s.bytes_received = bytes_received_;
-  s.frames_sent = frames_sent_;
-  s.frames_received = frames_received_;
-  s.queue_depth = queue_depth_;
-  s.queue_bytes = queue_bytes_;
-  s.rtt_s = rtt_s_;
-  return s;
-}
+LinkStats FabricConnection::stats() const { return counters_.snapshot(); }
 
 void FabricConnection::tick(Clock::time_point now) {
   if (closed_) return;
   session_.tick(now);
-  rtt_s_ = session_.rtt_s();
+  counters_.rtt_s = session_.rtt_s();
 }
 
 }  // namespace

@@ -53,9 +53,7 @@ class InprocConnection final : public Connection, public std::enable_shared_from
   FrameDecoder decoder_;
   Session session_;
   bool closed_ = false;
-  std::atomic<bool> admitted_{false}, open_{true};
-  std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0}, frames_sent_{0}, frames_received_{0}, queue_depth_{0};
-  std::atomic<double> rtt_s_{-1};
+  LinkCounters counters_;
 };
 
 // Process-wide directory of listening inproc transports.
@@ -63,9 +61,9 @@ std::mutex g_directory_mu;
 std::map<std::string, InprocTransport*> g_directory;
 std::atomic<uint64_t> g_next_name{0};
 
-class InprocTransport final : public Transport {
+class InprocTransport final : public LinkTableTransport {
  public:
-  explicit InprocTransport(const TransportOptions& o) : options_(o), links_("inproc"), home_(std::make_shared<Mailbox>()) {
+  explicit InprocTransport(const TransportOptions& o) : LinkTableTransport("inproc"), options_(o), home_(std::make_shared<Mailbox>()) {
     if (options_.secret.empty()) throw InputError("inproc transport: the cluster secret is empty");
     if (options_.peer_id.empty()) throw InputError("inproc transport: peer id is empty");
     thread_ = std::thread([this] { home_->run(); });
@@ -74,8 +72,6 @@ class InprocTransport final : public Transport {
   ~InprocTransport() override { close(); }
 
   std::string kind() const override { return "inproc"; }
-  void set_receiver(Receiver r) override { links_.set_receiver(std::move(r)); }
-  void set_link_listener(LinkListener l) override { links_.set_listener(std::move(l)); }
 
   std::string listen(const std::string& address) override {
     const std::string name = address.empty() ? "inproc-" + std::to_string(++g_next_name) : address;
@@ -90,14 +86,7 @@ class InprocTransport final : public Transport {
     home_->post([this, peer_id, address] { dial(peer_id, address, 0); });
   }
 
-  void send(const std::string& peer_id, OutFrame frame, SendCallback done) override {
-    if (auto c = links_.find(peer_id)) return c->send(std::move(frame), std::move(done));
-    if (done) done({false, "inproc: not connected to peer '" + peer_id + "'"});
-  }
 
-  LinkStats link_stats(const std::string& peer_id) const override { return links_.stats(peer_id); }
-  std::vector<std::string> connected_peers() const override { return links_.peers(); }
-  TransportCounters counters() const override { return links_.counters(); }
 
   void close() override {
     if (closing_.exchange(true)) return;
@@ -119,7 +108,6 @@ class InprocTransport final : public Transport {
 
   // --- used by InprocConnection, on our thread ----------------------------------------
   const TransportOptions& options() const { return options_; }
-  LinkTable& links() { return links_; }
   bool closing() const { return closing_; }
   void add_live(const std::shared_ptr<InprocConnection>& c) { live_.insert(c); }
   void connection_closed(const std::shared_ptr<InprocConnection>& c) {
@@ -180,7 +168,6 @@ class InprocTransport final : public Transport {
   }
 
   TransportOptions options_;
-  LinkTable links_;
   std::shared_ptr<Mailbox> home_;
   std::thread thread_;
   std::atomic<bool> closing_{false};
@@ -202,7 +189,7 @@ InprocConnection::InprocConnection(InprocTransport& t, std::shared_ptr<Mailbox> 
                      if (!dial_peer_.empty() && peer != dial_peer_) {
                        return fail("admission: dialled peer '" + dial_peer_ + "' but it is '" + peer + "'", true);
                      }
-                     admitted_ = true;
+                     counters_.admitted = true;
                      t_.reset_backoff(peer);
                      decoder_.set_limits(t_.options().limits);
                      t_.links().admitted(peer, shared_from_this(), address_);
@@ -227,16 +214,16 @@ void InprocConnection::transmit(const OutFrame& frame) {
   auto other = other_.lock();
   auto home = other_home_.lock();
   if (!other || !home) return;
-  bytes_sent_ += bytes->size();
-  ++frames_sent_;
+  counters_.bytes_sent += bytes->size();
+  ++counters_.frames_sent;
   home->post([other, bytes] { other->on_bytes(bytes); });
 }
 
 void InprocConnection::send(OutFrame frame, SendCallback done) {
   auto self = shared_from_this();
-  ++queue_depth_;
+  ++counters_.queue_depth;
   home_->post([this, self, f = std::move(frame), d = std::move(done)] {
-    --queue_depth_;
+    --counters_.queue_depth;
     if (closed_) {
       if (d) d({false, "inproc: connection to '" + session_.peer_id() + "' closed"});
       return;
@@ -248,9 +235,9 @@ void InprocConnection::send(OutFrame frame, SendCallback done) {
 
 void InprocConnection::on_bytes(const std::shared_ptr<const std::string>& bytes) {
   if (closed_) return;
-  bytes_received_ += bytes->size();
+  counters_.bytes_received += bytes->size();
   const FrameError err = decoder_.feed(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size(), [&](InFrame&& f) {
-    ++frames_received_;
+    ++counters_.frames_received;
     if (!closed_) session_.on_frame(std::move(f));
   });
   if (err != FrameError::kNone) fail(std::string(frame_error_name(err)) + ": " + decoder_.detail(), true);
@@ -272,7 +259,7 @@ void InprocConnection::remote_closed() { fail("connection closed by peer", false
 void InprocConnection::fail(const std::string& reason, bool rejected) {
   if (closed_) return;
   closed_ = true;
-  open_ = false;
+  counters_.open = false;
   if (auto other = other_.lock()) {
     if (auto home = other_home_.lock()) home->post([other] { other->remote_closed(); });
   }
@@ -281,22 +268,12 @@ void InprocConnection::fail(const std::string& reason, bool rejected) {
   t_.connection_closed(shared_from_this());
 }
 
-LinkStats InprocConnection::stats() const {
-  LinkStats s;
-  s.connected = admitted_ && open_;
-  s.bytes_sent = bytes_sent_;
-  s.bytes_received = bytes_received_;
-  s.frames_sent = frames_sent_;
-  s.frames_received = frames_received_;
-  s.queue_depth = queue_depth_;
-  s.rtt_s = rtt_s_;
-  return s;
-}
+LinkStats InprocConnection::stats() const { return counters_.snapshot(); }
 
 void InprocConnection::tick(Clock::time_point now) {
   if (closed_) return;
   session_.tick(now);
-  rtt_s_ = session_.rtt_s();
+  counters_.rtt_s = session_.rtt_s();
 }
 
 }  // namespace

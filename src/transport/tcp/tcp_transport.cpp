@@ -52,17 +52,13 @@ class TcpConnection final : public Connection, public std::enable_shared_from_th
   bool writing_ = false;
   bool closed_ = false;
   std::vector<uint8_t> rbuf_;
-  std::atomic<uint64_t> bytes_sent_{0}, bytes_received_{0}, frames_sent_{0}, frames_received_{0};
-  std::atomic<uint64_t> queue_depth_{0}, queue_bytes_{0};
-  std::atomic<double> rtt_s_{-1};
-  std::atomic<bool> admitted_{false};
-  std::atomic<bool> open_{true};
+  LinkCounters counters_;
 };
 
-class TcpTransport final : public Transport {
+class TcpTransport final : public LinkTableTransport {
  public:
   explicit TcpTransport(const TransportOptions& o)
-      : options_(o), links_("tcp"), work_(asio::make_work_guard(io_)), heartbeat_(io_), rng_(std::random_device{}()) {
+      : LinkTableTransport("tcp"), options_(o), work_(asio::make_work_guard(io_)), heartbeat_(io_), rng_(std::random_device{}()) {
     if (options_.secret.empty()) throw InputError("tcp transport: the cluster secret is empty");
     if (options_.peer_id.empty()) throw InputError("tcp transport: peer id is empty");
     for (int i = 0; i < std::max(1, options_.io_threads); ++i) threads_.emplace_back([this] { io_.run(); });
@@ -71,8 +67,6 @@ class TcpTransport final : public Transport {
   ~TcpTransport() override { close(); }
 
   std::string kind() const override { return "tcp"; }
-  void set_receiver(Receiver r) override { links_.set_receiver(std::move(r)); }
-  void set_link_listener(LinkListener l) override { links_.set_listener(std::move(l)); }
 
   std::string listen(const std::string& address) override {
     const auto [host, port] = split_host_port(address);
@@ -107,14 +101,7 @@ class TcpTransport final : public Transport {
     asio::post(io_, [this, d] { dial(d); });
   }
 
-  void send(const std::string& peer_id, OutFrame frame, SendCallback done) override {
-    if (auto c = links_.find(peer_id)) return c->send(std::move(frame), std::move(done));
-    if (done) done({false, "tcp: not connected to peer '" + peer_id + "'"});
-  }
 
-  LinkStats link_stats(const std::string& peer_id) const override { return links_.stats(peer_id); }
-  std::vector<std::string> connected_peers() const override { return links_.peers(); }
-  TransportCounters counters() const override { return links_.counters(); }
 
   void close() override {
     std::set<std::shared_ptr<TcpConnection>> live;
@@ -151,7 +138,6 @@ class TcpTransport final : public Transport {
 
   // --- used by TcpConnection ---------------------------------------------------------
   const TransportOptions& options() const { return options_; }
-  LinkTable& links() { return links_; }
   asio::io_context& io() { return io_; }
 
   void connection_admitted(const std::shared_ptr<TcpConnection>& c, const std::string& peer) {
@@ -248,7 +234,6 @@ class TcpTransport final : public Transport {
   }
 
   TransportOptions options_;
-  LinkTable links_;
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> work_;
   asio::steady_timer heartbeat_;
@@ -273,7 +258,7 @@ TcpConnection::TcpConnection(TcpTransport& t, tcp::socket sock, std::string addr
                        return fail("admission: dialled peer '" + dial_peer_ + "' but it is '" + peer + "'", true);
                      }
                      handshake_timer_.cancel();
-                     admitted_ = true;
+                     counters_.admitted = true;
                      decoder_.set_limits(t_.options().limits);
                      t_.links().admitted(peer, shared_from_this(), address_);
                      t_.connection_admitted(shared_from_this(), peer);
@@ -304,9 +289,9 @@ void TcpConnection::read() {
   sock_.async_read_some(asio::buffer(rbuf_), asio::bind_executor(strand_, [this, self](asio::error_code ec, size_t n) {
     if (closed_) return;
     if (ec) return fail(ec == asio::error::eof ? "connection closed by peer" : "read: " + ec.message(), false);
-    bytes_received_ += n;
+    counters_.bytes_received += n;
     const FrameError err = decoder_.feed(rbuf_.data(), n, [&](InFrame&& f) {
-      ++frames_received_;
+      ++counters_.frames_received;
       if (!closed_) session_.on_frame(std::move(f));
     });
     if (err != FrameError::kNone) return fail(std::string(frame_error_name(err)) + ": " + decoder_.detail(), true);
@@ -316,11 +301,11 @@ void TcpConnection::read() {
 
 void TcpConnection::send(OutFrame frame, SendCallback done) {
   auto self = shared_from_this();
-  queue_depth_ += 1;
-  queue_bytes_ += frame.size();
+  counters_.queue_depth += 1;
+  counters_.queue_bytes += frame.size();
   asio::dispatch(strand_, [this, self, f = std::move(frame), d = std::move(done)]() mutable {
-    queue_depth_ -= 1;
-    queue_bytes_ -= f.size();
+    counters_.queue_depth -= 1;
+    counters_.queue_bytes -= f.size();
     if (closed_) {
       if (d) d({false, "tcp: connection to '" + session_.peer_id() + "' closed"});
       return;
@@ -331,8 +316,8 @@ void TcpConnection::send(OutFrame frame, SendCallback done) {
 
 // On the strand.
 void TcpConnection::queue(OutFrame frame, SendCallback done) {
-  queue_depth_ += 1;
-  queue_bytes_ += frame.size();
+  counters_.queue_depth += 1;
+  counters_.queue_bytes += frame.size();
   queue_.push_back({std::move(frame), std::move(done)});
   if (!writing_) write_next();
 }
@@ -350,14 +335,14 @@ void TcpConnection::write_next() {
     if (queue_.empty()) return;
     Pending p = std::move(queue_.front());
     queue_.pop_front();
-    queue_depth_ -= 1;
-    queue_bytes_ -= p.frame.size();
+    counters_.queue_depth -= 1;
+    counters_.queue_bytes -= p.frame.size();
     if (ec) {
       if (p.done) p.done({false, "tcp: write to " + address_ + ": " + ec.message()});
       return fail("write: " + ec.message(), false);
     }
-    bytes_sent_ += n;
-    ++frames_sent_;
+    counters_.bytes_sent += n;
+    ++counters_.frames_sent;
     if (p.done) p.done({});
     write_next();
   }));
@@ -377,7 +362,7 @@ void TcpConnection::close(const std::string& reason) {
 void TcpConnection::fail(const std::string& reason, bool rejected) {
   if (closed_) return;
   closed_ = true;
-  open_ = false;
+  counters_.open = false;
   asio::error_code ec;
   handshake_timer_.cancel();
   sock_.shutdown(tcp::socket::shutdown_both, ec);
@@ -385,33 +370,22 @@ void TcpConnection::fail(const std::string& reason, bool rejected) {
   for (auto& p : queue_) {
     if (p.done) p.done({false, "tcp: connection to " + address_ + " closed: " + reason});
   }
-  queue_depth_ -= queue_.size();
+  counters_.queue_depth -= queue_.size();
   queue_.clear();
-  queue_bytes_ = 0;
+  counters_.queue_bytes = 0;
   if (rejected) t_.links().rejected(session_.peer_id(), address_, reason);
   t_.links().closed(session_.peer_id(), this, address_, reason);
   t_.connection_closed(shared_from_this());
 }
 
-LinkStats TcpConnection::stats() const {
-  LinkStats s;
-  s.connected = admitted_ && open_;
-  s.bytes_sent = bytes_sent_;
-  s.bytes_received = bytes_received_;
-  s.frames_sent = frames_sent_;
-  s.frames_received = frames_received_;
-  s.queue_depth = queue_depth_;
-  s.queue_bytes = queue_bytes_;
-  s.rtt_s = rtt_s_;
-  return s;
-}
+LinkStats TcpConnection::stats() const { return counters_.snapshot(); }
 
 void TcpConnection::tick(Clock::time_point now) {
   auto self = shared_from_this();
   asio::dispatch(strand_, [this, self, now] {
     if (closed_) return;
     session_.tick(now);
-    rtt_s_ = session_.rtt_s();
+    counters_.rtt_s = session_.rtt_s();
   });
 }
 
