@@ -86,11 +86,13 @@ TEST_CASE("transports: updates and credits round-trip; heartbeats measure the RT
     CHECK(s.rtt_s < 1.0);
     CHECK(s.frames_sent >= 3);  // Hello, proof, update (+ heartbeats)
     CHECK(s.bytes_sent > values.size() * sizeof(float));
-    // Closing a says Bye: b sees the link go down with the reason.
+    // Closing a says Bye: b sees the link go down with the reason. (On fabric the
+    // bootstrap socket's close can overtake the Bye message; both are orderly ends.)
     p.a.t->close();
     REQUIRE(p.b.wait_event(LinkEvent::Kind::kDown));
     std::lock_guard<std::mutex> lock(p.b.mu);
-    CHECK(p.b.events.back().reason.find("bye") != std::string::npos);
+    const std::string& reason = p.b.events.back().reason;
+    CHECK((reason.find("bye") != std::string::npos || reason.find("closed by peer") != std::string::npos));
   }
 }
 

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "../address.h"
+#include "../asio_helpers.h"
 #include "../link_table.h"
 #include "../session.h"
 #include "hearsay/error.h"
@@ -113,22 +114,12 @@ class FabricTransport final : public LinkTableTransport {
   std::string listen(const std::string& address) override {
     const auto [host, port] = split_host_port(address);
     open_endpoint(host);
-    tcp::resolver resolver(io_);
-    asio::error_code ec;
-    const auto results = resolver.resolve(host, port, tcp::resolver::passive, ec);
-    if (ec || results.empty()) throw InputError("fabric: cannot resolve listen address '" + address + "': " + ec.message());
-    auto acceptor = std::make_unique<tcp::acceptor>(io_);
-    const tcp::endpoint ep = *results.begin();
-    acceptor->open(ep.protocol(), ec);
-    if (!ec) acceptor->set_option(tcp::acceptor::reuse_address(true), ec);
-    if (!ec) acceptor->bind(ep, ec);
-    if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
-    if (ec) throw InputError("fabric: cannot listen (bootstrap) on '" + address + "': " + ec.message());
-    const unsigned bound = acceptor->local_endpoint().port();
+    std::string reachable;
+    auto acceptor = open_acceptor(io_, address, "fabric (bootstrap)", &reachable);
     std::lock_guard<std::mutex> lock(mu_);
     acceptors_.push_back(std::move(acceptor));
     accept(acceptors_.back().get());
-    return join_host_port(host, bound);
+    return reachable;
   }
 
   void connect(const std::string& peer_id, const std::string& address) override {
@@ -599,25 +590,18 @@ class FabricTransport final : public LinkTableTransport {
       std::lock_guard<std::mutex> lock(mu_);
       if (closing_) return;
     }
-    const auto [host, port] = split_host_port(d->address);
-    auto resolver = std::make_shared<tcp::resolver>(io_);
-    resolver->async_resolve(host, port, [this, d, resolver](asio::error_code ec, tcp::resolver::results_type results) {
-      if (ec) return retry_later(d);
-      auto sock = std::make_shared<tcp::socket>(io_);
-      asio::async_connect(*sock, results, [this, d, sock](asio::error_code ec2, const tcp::endpoint& ep) {
-        if (ec2) return retry_later(d);
-        const std::string remote = join_host_port(ep.address().to_string(), ep.port());
-        auto hello = std::make_shared<std::string>(bootstrap_message(name_));
-        asio::async_write(*sock, asio::buffer(*hello), [this, d, sock, hello, remote](asio::error_code ec3, size_t) {
-          if (ec3) return retry_later(d);
-          read_name(sock, [this, d, sock, remote](std::string name, std::string error) {
-            if (error.empty()) {
-              const fi_addr_t addr = insert_address(name, &error);
-              if (error.empty()) return start_connection(sock, addr, remote, d->peer_id);
-            }
-            links_.rejected(d->peer_id, remote, error);
-            retry_later(d);
-          });
+    async_dial(io_, d->address, [this, d](std::shared_ptr<tcp::socket> sock, const std::string& remote) {
+      if (!sock) return retry_later(d);
+      auto hello = std::make_shared<std::string>(bootstrap_message(name_));
+      asio::async_write(*sock, asio::buffer(*hello), [this, d, sock, hello, remote](asio::error_code ec, size_t) {
+        if (ec) return retry_later(d);
+        read_name(sock, [this, d, sock, remote](std::string name, std::string error) {
+          if (error.empty()) {
+            const fi_addr_t addr = insert_address(name, &error);
+            if (error.empty()) return start_connection(sock, addr, remote, d->peer_id);
+          }
+          links_.rejected(d->peer_id, remote, error);
+          retry_later(d);
         });
       });
     });
@@ -626,9 +610,7 @@ class FabricTransport final : public LinkTableTransport {
   void retry_later(const std::shared_ptr<Dialer>& d) {
     std::lock_guard<std::mutex> lock(mu_);
     if (closing_) return;
-    const double base = std::min(options_.reconnect_max_s, options_.reconnect_initial_s * std::pow(2.0, d->attempt));
-    const double delay = base * std::uniform_real_distribution<double>(0.5, 1.0)(rng_);
-    ++d->attempt;
+    const double delay = backoff_delay(options_, d->attempt++, rng_);
     d->timer.expires_after(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(delay)));
     d->timer.async_wait([this, d](asio::error_code ec) {
       if (!ec) dial(d);

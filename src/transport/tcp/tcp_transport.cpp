@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "../address.h"
+#include "../asio_helpers.h"
 #include "../link_table.h"
 #include "../session.h"
 #include "hearsay/error.h"
@@ -69,25 +70,12 @@ class TcpTransport final : public LinkTableTransport {
   std::string kind() const override { return "tcp"; }
 
   std::string listen(const std::string& address) override {
-    const auto [host, port] = split_host_port(address);
-    tcp::resolver resolver(io_);
-    asio::error_code ec;
-    const auto results = resolver.resolve(host, port, tcp::resolver::passive, ec);
-    if (ec || results.empty()) throw InputError("tcp: cannot resolve listen address '" + address + "': " + ec.message());
-    const tcp::endpoint ep = *results.begin();
-    auto acceptor = std::make_unique<tcp::acceptor>(io_);
-    acceptor->open(ep.protocol(), ec);
-    if (!ec) acceptor->set_option(tcp::acceptor::reuse_address(true), ec);
-    if (!ec) acceptor->bind(ep, ec);
-    if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
-    if (ec) throw InputError("tcp: cannot listen on '" + address + "': " + ec.message());
-    const unsigned bound = acceptor->local_endpoint().port();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      acceptors_.push_back(std::move(acceptor));
-      accept(acceptors_.back().get());
-    }
-    return join_host_port(host, bound);
+    std::string reachable;
+    auto acceptor = open_acceptor(io_, address, "tcp", &reachable);
+    std::lock_guard<std::mutex> lock(mu_);
+    acceptors_.push_back(std::move(acceptor));
+    accept(acceptors_.back().get());
+    return reachable;
   }
 
   void connect(const std::string& peer_id, const std::string& address) override {
@@ -183,24 +171,16 @@ class TcpTransport final : public LinkTableTransport {
       std::lock_guard<std::mutex> lock(mu_);
       if (closing_) return;
     }
-    const auto [host, port] = split_host_port(d->address);
-    auto resolver = std::make_shared<tcp::resolver>(io_);
-    resolver->async_resolve(host, port, [this, d, resolver](asio::error_code ec, tcp::resolver::results_type results) {
-      if (ec) return retry_later(d);
-      auto sock = std::make_shared<tcp::socket>(io_);
-      asio::async_connect(*sock, results, [this, d, sock](asio::error_code ec2, const tcp::endpoint& ep) {
-        if (ec2) return retry_later(d);
-        start_connection(std::move(*sock), join_host_port(ep.address().to_string(), ep.port()), d->peer_id);
-      });
+    async_dial(io_, d->address, [this, d](std::shared_ptr<tcp::socket> sock, const std::string& remote) {
+      if (!sock) return retry_later(d);
+      start_connection(std::move(*sock), remote, d->peer_id);
     });
   }
 
   void retry_later(const std::shared_ptr<Dialer>& d) {
     std::lock_guard<std::mutex> lock(mu_);
     if (closing_) return;
-    const double base = std::min(options_.reconnect_max_s, options_.reconnect_initial_s * std::pow(2.0, d->attempt));
-    const double delay = base * std::uniform_real_distribution<double>(0.5, 1.0)(rng_);
-    ++d->attempt;
+    const double delay = backoff_delay(options_, d->attempt++, rng_);
     d->timer.expires_after(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(delay)));
     d->timer.async_wait([this, d](asio::error_code ec) {
       if (!ec) dial(d);
