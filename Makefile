@@ -26,12 +26,13 @@ test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
 # The tests again under AddressSanitizer and UndefinedBehaviorSanitizer (CPU only). Left
-# out: the Fashion-MNIST convergence runs (minutes, no new code paths) and the straggler
-# step-rate comparison (a timing check, meaningless under the sanitizers' slowdown).
+# out: the Fashion-MNIST convergence runs (minutes, no new code paths), and the straggler
+# step-rate and consensus-decay checks (they depend on the ratio of compute to message
+# time, which the sanitizers' slowdown distorts).
 test-asan: deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DHEARSAY_SANITIZE=ON -DHEARSAY_CUDA=OFF $(CMAKE_FLAGS)
 	cmake --build build-asan -j $(JOBS)
-	cd build-asan && ctest --output-on-failure -j $(JOBS) -E 'convergence_test|10x slower'
+	cd build-asan && ctest --output-on-failure -j $(JOBS) -E 'convergence_test|10x slower|consensus distance falls'
 
 
 # Four peer processes in two emulated sites (one a 4x slower GPU) train the MLP on
