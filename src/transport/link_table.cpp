@@ -44,6 +44,13 @@ void LinkTable::closed(const std::string& peer, const Connection* c, const std::
     std::lock_guard<std::mutex> lock(mu_);
     auto it = std::find_if(links_.begin(), links_.end(), [&](const auto& l) { return l.second.get() == c; });
     if (it != links_.end()) {
+      // Keep what the connection carried, so a peer's totals survive reconnects.
+      const LinkStats s = c->stats();
+      LinkStats& r = retired_[peer];
+      r.bytes_sent += s.bytes_sent;
+      r.bytes_received += s.bytes_received;
+      r.frames_sent += s.frames_sent;
+      r.frames_received += s.frames_received;
       links_.erase(it);
       was_admitted = true;
     }
@@ -108,7 +115,16 @@ std::vector<std::string> LinkTable::peers() const {
 
 LinkStats LinkTable::stats(const std::string& peer) const {
   const auto c = find(peer);
-  return c ? c->stats() : LinkStats{};
+  LinkStats s = c ? c->stats() : LinkStats{};
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = retired_.find(peer);
+  if (it != retired_.end()) {
+    s.bytes_sent += it->second.bytes_sent;
+    s.bytes_received += it->second.bytes_received;
+    s.frames_sent += it->second.frames_sent;
+    s.frames_received += it->second.frames_received;
+  }
+  return s;
 }
 
 TransportCounters LinkTable::counters() const {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -60,6 +61,8 @@ class LinkTable {
 
   std::shared_ptr<Connection> find(const std::string& peer) const;
   std::vector<std::string> peers() const;
+  // The peer's current connection, with byte and frame totals over every connection it
+  // has had (reconnects included).
   LinkStats stats(const std::string& peer) const;
   TransportCounters counters() const;
   // Removes and returns every connection (for close()).
@@ -72,6 +75,7 @@ class LinkTable {
   mutable std::mutex mu_;
   std::vector<std::pair<std::string, std::shared_ptr<Connection>>> links_;  // GUARDED_BY(mu_), newest last
   TransportCounters counters_;                                              // GUARDED_BY(mu_)
+  std::map<std::string, LinkStats> retired_;  // GUARDED_BY(mu_): totals of closed connections
   static constexpr size_t kMaxEarlyFrames = 1024;
   static constexpr size_t kMaxEarlyBytes = 64u << 20;
   size_t early_bytes_ = 0;                                     // GUARDED_BY(mu_)

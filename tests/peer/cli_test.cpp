@@ -71,3 +71,55 @@ TEST_CASE("cli: a short run writes its log and prints the final accuracy") {
   CHECK(r.output.find("final test accuracy") != std::string::npos);
   CHECK(hearsay::test::read_file(dir.file("out/log.jsonl")).find("\"event\":\"end\"") != std::string::npos);
 }
+
+TEST_CASE("cli: two peer processes of a cluster config find each other over tcp and train") {
+  TempDir dir;
+  write_file(dir.file("secret"), "a shared secret\n");
+  const std::string config = R"(
+    data { format: SYNTHETIC synthetic_dim: 8 num_classes: 3 }
+    model { hidden: [8] }
+    train { max_steps: 40 }
+    log { every_steps: 10 }
+    cluster {
+      secret_file: ")" + dir.file("secret") + R"("
+      peers { name: "left" address: "127.0.0.1:17391" }
+      peers { name: "right" address: "127.0.0.1:17392" }
+      gossip { algorithm: "allreduce" topology: "ring" }
+    }
+  )";
+  write_file(dir.file("c.textproto"), config);
+  const std::string base = "--quiet --config " + dir.file("c.textproto");
+  const Run list = run_peer(base + " --list-peers");
+  CHECK(list.output == "left\nright\n");
+  // Both at once: synchronous all-reduce needs both to make any progress.
+  FILE* left = popen((std::string(HEARSAY_BIN_DIR) + "/hearsay-peer " + base + " --peer left --log " +
+                      dir.file("left.jsonl") + " 2>&1").c_str(), "r");
+  const Run right = run_peer(base + " --peer right --log " + dir.file("right.jsonl"));
+  const int left_status = pclose(left);
+  CHECK(right.status == 0);
+  CHECK(WEXITSTATUS(left_status) == 0);
+  for (const char* name : {"left.jsonl", "right.jsonl"}) {
+    const std::string log = hearsay::test::read_file(dir.file(name));
+    CHECK(log.find("\"event\":\"gossip\"") != std::string::npos);
+    CHECK(log.find("\"state\":\"up\"") != std::string::npos);
+    CHECK(log.find("\"steps\":40") != std::string::npos);
+  }
+}
+
+TEST_CASE("cli: a cluster without its secret, or an unknown peer name, exits 2 naming it") {
+  TempDir dir;
+  write_file(dir.file("c.textproto"), R"(
+    cluster {
+      secret_env: "HEARSAY_TEST_NO_SUCH_VARIABLE"
+      peers { name: "a" address: "127.0.0.1:17393" }
+      peers { name: "b" address: "127.0.0.1:17394" }
+    }
+  )");
+  const std::string base = "--quiet --config " + dir.file("c.textproto");
+  const Run no_secret = run_peer(base + " --peer a");
+  CHECK(no_secret.status == 2);
+  CHECK(no_secret.output.find("HEARSAY_TEST_NO_SUCH_VARIABLE") != std::string::npos);
+  const Run stranger = run_peer(base + " --peer zed");
+  CHECK(stranger.status == 2);
+  CHECK(stranger.output.find("'zed'") != std::string::npos);
+}
