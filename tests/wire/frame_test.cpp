@@ -169,3 +169,24 @@ TEST_CASE("updates: segments outside the tensor and inconsistent payloads are re
   u.set_segment_index(2);
   CHECK(check_update(u, 40).find("segment_index") != std::string::npos);
 }
+
+TEST_CASE("crc32c: the fast multi-lane path agrees with the bitwise definition at every length") {
+  auto reference = [](const uint8_t* p, size_t n, uint32_t crc) {
+    uint32_t c = ~crc;
+    for (size_t i = 0; i < n; ++i) {
+      c ^= p[i];
+      for (int k = 0; k < 8; ++k) c = (c >> 1) ^ ((c & 1) ? 0x82f63b78u : 0);
+    }
+    return ~c;
+  };
+  Rng rng(99);
+  std::vector<uint8_t> data(3 * 8192 * 3 + 77);
+  for (auto& b : data) b = static_cast<uint8_t>(rng.below(256));
+  for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{24575}, size_t{24576}, size_t{24577},
+                   size_t{49152}, size_t{50000}, data.size()}) {
+    for (uint32_t start : {0u, 0xdeadbeefu}) {
+      CAPTURE(n);
+      CHECK(crc32c(data.data(), n, start) == reference(data.data(), n, start));
+    }
+  }
+}
