@@ -78,6 +78,8 @@ int main(int argc, char** argv) {
     }
   }
   if (config_path.empty()) return usage_error("--config is required");
+  // A closed pipe or socket is an error to report, not a reason to die.
+  std::signal(SIGPIPE, SIG_IGN);
 
   try {
     const hearsay::config::Config cfg = hearsay::load_config_file(config_path, overrides);

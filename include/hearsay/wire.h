@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hearsay/wire.pb.h"
@@ -83,11 +84,19 @@ class FrameDecoder {
   const std::string& detail() const { return detail_; }
   // Applies to frames whose fixed header has not been read yet.
   void set_limits(WireLimits limits);
+  // While a payload of at least `min_bytes` more is expected: where the caller may write
+  // its next bytes directly (a socket read), saving a copy. {nullptr, 0} otherwise.
+  // After writing n bytes there, call commit_payload(n).
+  std::pair<uint8_t*, size_t> payload_space(size_t min_bytes);
+  FrameError commit_payload(size_t n, const std::function<void(InFrame&&)>& on_frame);
   // Bytes buffered towards the next frame.
   size_t pending() const;
 
  private:
   FrameError fail(FrameError e, std::string detail);
+  void grow(size_t at_least);
+  FrameError finish_payload(const std::function<void(InFrame&&)>& on_frame);
+  static constexpr uint64_t kGrowAhead = 4u << 20;
 
   WireLimits limits_;
   enum class State { kFixed, kHeader, kPayload, kFailed } state_ = State::kFixed;
@@ -95,6 +104,7 @@ class FrameDecoder {
   size_t fixed_have_ = 0;
   uint32_t header_len_ = 0;
   uint64_t payload_len_ = 0;
+  uint64_t have_ = 0;  // payload bytes received
   uint32_t crc_ = 0;
   std::string header_;
   InFrame frame_;

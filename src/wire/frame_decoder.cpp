@@ -23,11 +23,42 @@ FrameError FrameDecoder::fail(FrameError e, std::string detail) {
 
 void FrameDecoder::set_limits(WireLimits limits) { limits_ = limits; }
 
+// The payload vector's size is how much of it has been zero-filled (never ahead of the
+// bytes that arrived by more than kGrowAhead); have_ is how much holds data.
+void FrameDecoder::grow(size_t at_least) {
+  auto& p = frame_.payload;
+  const uint64_t want = std::min<uint64_t>(payload_len_, have_ + std::max<uint64_t>(at_least, kGrowAhead));
+  if (p.size() < want) p.resize(static_cast<size_t>(want));
+}
+
+FrameError FrameDecoder::finish_payload(const std::function<void(InFrame&&)>& on_frame) {
+  if (have_ < payload_len_) return FrameError::kNone;
+  frame_.payload.resize(have_);
+  if (crc32c(frame_.payload.data(), have_) != crc_) return fail(FrameError::kBadCrc, "payload CRC32C mismatch");
+  state_ = State::kFixed;
+  fixed_have_ = 0;
+  have_ = 0;
+  on_frame(std::move(frame_));
+  frame_ = InFrame{};
+  return FrameError::kNone;
+}
+
+std::pair<uint8_t*, size_t> FrameDecoder::payload_space(size_t min_bytes) {
+  if (state_ != State::kPayload || payload_len_ - have_ < min_bytes) return {nullptr, 0};
+  grow(min_bytes);
+  return {frame_.payload.data() + have_, frame_.payload.size() - have_};
+}
+
+FrameError FrameDecoder::commit_payload(size_t n, const std::function<void(InFrame&&)>& on_frame) {
+  have_ += n;
+  return finish_payload(on_frame);
+}
+
 size_t FrameDecoder::pending() const {
   switch (state_) {
     case State::kFixed: return fixed_have_;
     case State::kHeader: return kFixedHeaderSize + header_.size();
-    case State::kPayload: return kFixedHeaderSize + header_len_ + frame_.payload.size();
+    case State::kPayload: return kFixedHeaderSize + header_len_ + have_;
     case State::kFailed: return 0;
   }
   return 0;
@@ -66,6 +97,7 @@ FrameError FrameDecoder::feed(const uint8_t* data, size_t n, const std::function
       // The length passed the limit check: reserve it once, so large payloads are not
       // copied as they grow. (Connections keep the limit small until admission.)
       frame_.payload.reserve(static_cast<size_t>(payload_len_));
+      have_ = 0;
       state_ = State::kHeader;
     }
     if (state_ == State::kHeader) {
@@ -78,17 +110,16 @@ FrameError FrameDecoder::feed(const uint8_t* data, size_t n, const std::function
       state_ = State::kPayload;
     }
     if (state_ == State::kPayload) {
-      auto& p = frame_.payload;
-      const size_t take = static_cast<size_t>(std::min<uint64_t>(n, payload_len_ - p.size()));
-      p.insert(p.end(), data, data + take);
+      const size_t take = static_cast<size_t>(std::min<uint64_t>(n, payload_len_ - have_));
+      if (take > 0) {
+        grow(take);
+        std::memcpy(frame_.payload.data() + have_, data, take);
+        have_ += take;
+      }
       data += take;
       n -= take;
-      if (p.size() < payload_len_) return FrameError::kNone;
-      if (crc32c(p.data(), p.size()) != crc_) return fail(FrameError::kBadCrc, "payload CRC32C mismatch");
-      state_ = State::kFixed;
-      fixed_have_ = 0;
-      on_frame(std::move(frame_));
-      frame_ = InFrame{};
+      const FrameError e = finish_payload(on_frame);
+      if (e != FrameError::kNone || state_ == State::kPayload) return e;
     }
   }
   return FrameError::kNone;

@@ -18,6 +18,7 @@ namespace {
 
 using asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
+constexpr size_t kDirectReadBytes = 64 * 1024;
 
 class TcpTransport;
 
@@ -266,6 +267,22 @@ void TcpConnection::start() {
 
 void TcpConnection::read() {
   auto self = shared_from_this();
+  // Inside a large payload, read straight into the frame's buffer: one copy fewer.
+  const auto [direct, room] = decoder_.payload_space(kDirectReadBytes);
+  if (direct != nullptr) {
+    sock_.async_read_some(asio::buffer(direct, room), asio::bind_executor(strand_, [this, self](asio::error_code ec, size_t n) {
+      if (closed_) return;
+      if (ec) return fail(ec == asio::error::eof ? "connection closed by peer" : "read: " + ec.message(), false);
+      counters_.bytes_received += n;
+      const FrameError err = decoder_.commit_payload(n, [&](InFrame&& f) {
+        ++counters_.frames_received;
+        if (!closed_) session_.on_frame(std::move(f));
+      });
+      if (err != FrameError::kNone) return fail(std::string(frame_error_name(err)) + ": " + decoder_.detail(), true);
+      if (!closed_) read();
+    }));
+    return;
+  }
   sock_.async_read_some(asio::buffer(rbuf_), asio::bind_executor(strand_, [this, self](asio::error_code ec, size_t n) {
     if (closed_) return;
     if (ec) return fail(ec == asio::error::eof ? "connection closed by peer" : "read: " + ec.message(), false);
