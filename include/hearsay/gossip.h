@@ -21,6 +21,7 @@
 
 #include <atomic>
 #include <stdexcept>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -152,7 +153,7 @@ class GossipEngine {
   double compute_s_ = 0;  // step-loop thread only
   mutable std::mutex link_mu_;
   std::vector<double> link_bps_;  // GUARDED_BY(link_mu_): measured throughput per link, smoothed
-  std::vector<std::pair<std::string, double>> distances_;  // step-loop thread only
+  std::map<std::string, double> distances_;  // step-loop thread only; one per neighbour per log window
 };
 
 }  // namespace hearsay

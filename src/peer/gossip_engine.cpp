@@ -242,10 +242,13 @@ void GossipEngine::axpy_params(double a, const std::vector<float>& y) {
 }
 
 void GossipEngine::note_model_distance(const std::string& peer, const std::vector<float>& y) {
+  // The log reports one distance per neighbour and window: measuring every arrival would
+  // copy the whole model off the device each time for numbers nobody reads.
+  if (distances_.count(peer) != 0) return;
   const auto x = params_host();
   double d = 0;
   for (size_t i = 0; i < x.size() && i < y.size(); ++i) d += (double(x[i]) - y[i]) * (double(x[i]) - y[i]);
-  distances_.emplace_back(peer, std::sqrt(d));
+  distances_[peer] = std::sqrt(d);
 }
 
 size_t GossipEngine::buffered_bytes() const {

@@ -1,7 +1,5 @@
 #include "asio_helpers.h"
 
-#include <cmath>
-
 #include "address.h"
 #include "hearsay/error.h"
 
@@ -39,11 +37,6 @@ void async_dial(asio::io_context& io, const std::string& address,
       done(sock, join_host_port(ep.address().to_string(), ep.port()));
     });
   });
-}
-
-double backoff_delay(const TransportOptions& o, int attempt, std::mt19937_64& rng) {
-  const double base = std::min(o.reconnect_max_s, o.reconnect_initial_s * std::pow(2.0, std::min(attempt, 30)));
-  return base * std::uniform_real_distribution<double>(0.5, 1.0)(rng);
 }
 
 }  // namespace hearsay

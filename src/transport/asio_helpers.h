@@ -1,5 +1,5 @@
 // The TCP plumbing the tcp transport and the fabric bootstrap share: opening a listening
-// socket, dialling an address, and the reconnect back-off.
+// socket and dialling an address (the back-off is in backoff.h, shared with inproc).
 #pragma once
 
 #include <asio.hpp>
@@ -8,6 +8,7 @@
 #include <random>
 #include <string>
 
+#include "backoff.h"
 #include "hearsay/transport.h"
 
 namespace hearsay {
@@ -22,9 +23,5 @@ std::unique_ptr<asio::ip::tcp::acceptor> open_acceptor(asio::io_context& io, con
 // or a null socket when resolution or connection failed.
 void async_dial(asio::io_context& io, const std::string& address,
                 std::function<void(std::shared_ptr<asio::ip::tcp::socket>, const std::string& remote)> done);
-
-// Seconds to wait before the attempt-th reconnect: exponential from reconnect_initial_s,
-// capped at reconnect_max_s, jittered into [1/2, 1] of that so peers do not redial in step.
-double backoff_delay(const TransportOptions& options, int attempt, std::mt19937_64& rng);
 
 }  // namespace hearsay

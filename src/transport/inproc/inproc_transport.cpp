@@ -1,7 +1,6 @@
 #include "inproc_transport.h"
 
 #include <atomic>
-#include <cmath>
 #include <future>
 #include <condition_variable>
 #include <deque>
@@ -9,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "../backoff.h"
 #include "../link_table.h"
 #include "../session.h"
 #include "../timed_executor.h"
@@ -117,7 +117,7 @@ class InprocTransport final : public LinkTableTransport {
     if (it == dial_targets_.end()) return;
     // Back off before redialling, so a peer that keeps refusing us is not hammered.
     const int attempt = ++redials_[it->first];
-    const double delay = std::min(options_.reconnect_max_s, options_.reconnect_initial_s * std::pow(2.0, attempt));
+    const double delay = backoff_delay(options_, attempt, rng_);
     home_->post([this, peer = it->first, address = it->second, attempt] { dial(peer, address, attempt); },
                 Clock::now() + seconds_to_duration(delay));
   }
@@ -141,7 +141,7 @@ class InprocTransport final : public LinkTableTransport {
       if (it != g_directory.end()) target = it->second;
     }
     if (target == nullptr || target->closing()) {
-      const double delay = std::min(options_.reconnect_max_s, options_.reconnect_initial_s * std::pow(2.0, attempt));
+      const double delay = backoff_delay(options_, attempt, rng_);
       home_->post([this, peer_id, address, attempt] { dial(peer_id, address, attempt + 1); },
                   Clock::now() + seconds_to_duration(delay));
       return;
@@ -175,6 +175,7 @@ class InprocTransport final : public LinkTableTransport {
   std::set<std::shared_ptr<InprocConnection>> live_;  // only touched on our thread
   std::map<std::string, std::string> dial_targets_;   // only touched on our thread
   std::map<std::string, int> redials_;                 // only touched on our thread
+  std::mt19937_64 rng_{std::random_device{}()};        // only touched on our thread
 };
 
 InprocConnection::InprocConnection(InprocTransport& t, std::shared_ptr<Mailbox> home, std::string address,
