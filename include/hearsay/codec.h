@@ -1,0 +1,127 @@
+// Compression codecs over flat fp32 tensors (docs/ALGORITHMS.md, "Compression";
+// payload layouts in docs/WIRE.md, "Codecs").
+//
+// A Codec encodes a slice of a flat tensor into payload bytes and names its parameters in
+// the Update's CodecParams. Decoding is stateless and fused: decode_accumulate() adds
+// scale * decoded straight into the destination (a sparse payload touches only its own
+// elements; no dense temporary). Everything a decoder needs travels in the payload and the
+// parameters, so any peer decodes any sender's updates.
+//
+// A LinkEncoder is what a peer keeps per outgoing link and payload kind: the codec plus
+// its error-feedback residual (the part of past inputs not yet sent), so over time the
+// receiver gets everything the sender meant to send.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "hearsay/model.h"
+#include "hearsay/wire.pb.h"
+
+namespace hearsay {
+
+// Wire ids (CodecParams.codec_id); never renumbered.
+enum class CodecId : uint32_t {
+  kNone = 0,
+  kFp16 = 1,
+  kBf16 = 2,
+  kInt8 = 3,
+  kQsgd = 4,
+  kTopk = 5,
+  kRandomk = 6,
+  kSign = 7,
+  kPowerSgd = 8,
+};
+inline constexpr uint32_t kCodecCount = 9;
+// "none", "fp16", ...; "unknown" for an id no codec has.
+const char* codec_name(uint32_t id);
+std::vector<std::string> codec_names();
+
+struct CodecSpec {
+  std::string name = "none";
+  double density = 0.01;       // topk, randomk: fraction of elements sent
+  bool exact_topk = false;     // topk: exact selection instead of a sampled threshold (DGC)
+  int levels = 16;             // qsgd: s
+  int block = 256;             // int8: elements per absmax scale; qsgd: elements per norm
+  int rank = 4;                // powersgd: r
+  // Error feedback: "auto" (on for the biased codecs: fp16, bf16, int8, topk, sign,
+  // powersgd, and randomk without its unbiasing scale), "on" or "off".
+  std::string error_feedback = "auto";
+};
+// Throws InputError naming the field.
+void check_codec_spec(const CodecSpec& spec);
+// Whether error feedback is on for this spec.
+bool uses_error_feedback(const CodecSpec& spec);
+
+class Codec {
+ public:
+  virtual ~Codec() = default;
+  virtual CodecId id() const = 0;
+  // Where a tensor of n elements is cut into segments of at most about max_elements
+  // (powersgd keeps layers whole). Pairs of (offset, length).
+  virtual std::vector<std::pair<size_t, size_t>> segments(size_t n, size_t max_elements) const;
+  // Encodes x[0..n), which sits at element `offset` of the whole tensor, into `out`
+  // (replaced) and fills `params` (codec id, version, values, seed).
+  virtual void encode(const float* x, size_t n, size_t offset, std::vector<uint8_t>& out,
+                      wire::CodecParams& params) = 0;
+};
+
+// `layout` gives the tensor's layers (powersgd needs their shapes; others ignore it).
+// `seed` makes stochastic codecs deterministic. Throws InputError for a bad spec.
+std::unique_ptr<Codec> make_codec(const CodecSpec& spec, const std::vector<ParamView>& layout, uint64_t seed);
+
+// y[0..n) += scale * decode(payload). Checks the whole payload first: on any fault
+// (unknown codec, length that does not match, index out of range or not increasing,
+// NaN or Inf scale, ...) returns the reason, naming the codec, and leaves y untouched.
+// Returns an empty string on success.
+std::string decode_accumulate(const wire::CodecParams& params, const uint8_t* payload, size_t bytes, float scale,
+                              float* y, size_t n);
+
+class LinkEncoder {
+ public:
+  LinkEncoder(const CodecSpec& spec, std::vector<ParamView> layout, uint64_t seed);
+  // Replaces the codec (adaptive compression); the residual carries over.
+  void set_spec(const CodecSpec& spec);
+  const CodecSpec& spec() const { return spec_; }
+  Codec& codec() { return *codec_; }
+  bool error_feedback() const { return error_feedback_; }
+  // Encodes x[0..n) at `offset` of a tensor of `total` elements. With error feedback,
+  // what is encoded is x plus the residual, and the residual keeps what the payload
+  // did not carry.
+  void encode(const float* x, size_t n, size_t offset, size_t total, std::vector<uint8_t>& out,
+              wire::CodecParams& params);
+  const std::vector<float>& residual() const { return residual_; }
+  std::vector<float>& residual() { return residual_; }
+
+ private:
+  CodecSpec spec_;
+  std::vector<ParamView> layout_;
+  uint64_t seed_;
+  std::unique_ptr<Codec> codec_;
+  bool error_feedback_ = false;
+  std::vector<float> residual_;
+};
+
+// Per-link adaptive compression: picks the lightest codec whose update fits the budget
+// of one link, `step_fraction` of a step's time at the link's bandwidth.
+struct AdaptiveSpec {
+  bool enabled = false;
+  double step_fraction = 0.5;  // sending one update may take this fraction of a step
+  double min_density = 0.001;  // top-k never goes sparser than this
+  double max_density = 0.25;   // denser than this, int8 is smaller
+};
+struct CodecChoice {
+  CodecSpec spec;
+  double budget_bytes = 0;     // what one update may take on this link
+  double expected_bytes = 0;   // what the chosen codec sends
+  std::string reason;
+};
+// `base` supplies the parameters that are not chosen (block, error feedback...).
+CodecChoice choose_codec(const AdaptiveSpec& adaptive, const CodecSpec& base, size_t elements, double bandwidth_Bps,
+                         double step_s);
+
+}  // namespace hearsay

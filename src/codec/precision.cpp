@@ -1,0 +1,244 @@
+// Dense codecs that keep every element at lower precision: none (fp32), fp16, bf16 and
+// int8 with one absmax scale per block. Their loops run 8 elements at a time with AVX2
+// and F16C where the build has them (HEARSAY_NATIVE), with a scalar twin otherwise.
+#include <algorithm>
+#include <cmath>
+
+#include "codec_impl.h"
+
+#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
+#include <immintrin.h>
+#define HEARSAY_CODEC_AVX2 1
+#endif
+
+namespace hearsay::codec {
+namespace {
+
+void set_params(wire::CodecParams& p, CodecId id) {
+  p.Clear();
+  p.set_codec_id(static_cast<uint32_t>(id));
+  p.set_codec_version(1);
+}
+
+std::string check_size(CodecId id, size_t bytes, size_t want, size_t n) {
+  if (bytes == want) return {};
+  return fault(id, "payload of " + std::to_string(bytes) + " bytes for " + std::to_string(n) + " elements; expected " +
+                       std::to_string(want));
+}
+
+// --- none -----------------------------------------------------------------------------
+class NoneCodec final : public Codec {
+ public:
+  CodecId id() const override { return CodecId::kNone; }
+  void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, wire::CodecParams& p) override {
+    set_params(p, id());
+    out.resize(n * 4);
+    if (n > 0) std::memcpy(out.data(), x, n * 4);
+  }
+};
+
+// --- fp16 -----------------------------------------------------------------------------
+class Fp16Codec final : public Codec {
+ public:
+  CodecId id() const override { return CodecId::kFp16; }
+  void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, wire::CodecParams& p) override {
+    set_params(p, id());
+    out.resize(n * 2);
+    uint8_t* o = out.data();
+    size_t i = 0;
+#ifdef HEARSAY_CODEC_AVX2
+    for (; i + 8 <= n; i += 8) {
+      const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 2 * i), h);
+    }
+#endif
+    for (; i < n; ++i) {
+      const uint16_t h = float_to_half(x[i]);
+      std::memcpy(o + 2 * i, &h, 2);
+    }
+  }
+};
+
+// --- bf16 -----------------------------------------------------------------------------
+// Round to nearest even on the upper 16 bits; NaN stays NaN (a quiet one).
+inline uint16_t float_to_bf16(uint32_t bits) {
+  const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
+  const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+  return static_cast<uint16_t>(nan ? ((bits >> 16) | 0x40u) : rounded);
+}
+
+class Bf16Codec final : public Codec {
+ public:
+  CodecId id() const override { return CodecId::kBf16; }
+  void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, wire::CodecParams& p) override {
+    set_params(p, id());
+    out.resize(n * 2);
+    uint16_t* o = reinterpret_cast<uint16_t*>(out.data());  // vector storage is suitably aligned
+    const uint32_t* b = reinterpret_cast<const uint32_t*>(x);
+    // Branch-free, so the compiler vectorises it.
+    for (size_t i = 0; i < n; ++i) o[i] = float_to_bf16(b[i]);
+  }
+};
+
+// --- int8 -----------------------------------------------------------------------------
+// Layout: one fp32 scale per block (absmax / 127), then one int8 per element.
+class Int8Codec final : public Codec {
+ public:
+  explicit Int8Codec(int block) : block_(static_cast<size_t>(block)) {}
+  CodecId id() const override { return CodecId::kInt8; }
+  void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, wire::CodecParams& p) override {
+    set_params(p, id());
+    p.add_values(static_cast<double>(block_));
+    const size_t blocks = (n + block_ - 1) / block_;
+    out.resize(blocks * 4 + n);
+    float* scales = reinterpret_cast<float*>(out.data());
+    int8_t* q = reinterpret_cast<int8_t*>(out.data() + blocks * 4);
+    for (size_t b = 0; b < blocks; ++b) {
+      const size_t lo = b * block_, len = std::min(block_, n - lo);
+      const float amax = absmax(x + lo, len);
+      // A block holding NaN or Inf has no finite scale: it is sent as zeros rather than
+      // poisoning every model it reaches (error feedback keeps the rest... which is
+      // poisoned too, but only on this side).
+      const float s = std::isfinite(amax) ? amax / 127.0f : 0.0f;
+      scales[b] = s;
+      quantize(x + lo, len, s > 0 ? 1.0f / s : 0.0f, q + lo);
+    }
+  }
+
+ private:
+  static float absmax(const float* x, size_t n) {
+    float m = 0;
+    size_t i = 0;
+#ifdef HEARSAY_CODEC_AVX2
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 acc = _mm256_setzero_ps();
+    for (; i + 8 <= n; i += 8) acc = _mm256_max_ps(acc, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, acc);
+    for (float l : lanes) m = std::max(m, l);
+#endif
+    for (; i < n; ++i) m = std::max(m, std::fabs(x[i]));
+    // max_ps drops NaN; the scalar check below restores it so the caller sees it.
+    for (size_t j = 0; j < n; ++j) {
+      if (!std::isfinite(x[j])) return x[j];
+    }
+    return m;
+  }
+  static void quantize(const float* x, size_t n, float inv, int8_t* q) {
+    size_t i = 0;
+#ifdef HEARSAY_CODEC_AVX2
+    const __m256 vinv = _mm256_set1_ps(inv);
+    for (; i + 16 <= n; i += 16) {
+      const __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i), vinv));
+      const __m256i b = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i + 8), vinv));
+      const __m256i w = _mm256_packs_epi32(a, b);              // lanes: a0-3 b0-3 a4-7 b4-7
+      const __m128i lo = _mm256_castsi256_si128(w), hi = _mm256_extracti128_si256(w, 1);
+      __m128i bytes = _mm_packs_epi16(lo, hi);                 // a0-3 b0-3 a4-7 b4-7 as int8
+      bytes = _mm_shuffle_epi32(bytes, _MM_SHUFFLE(3, 1, 2, 0));  // a0-3 a4-7 b0-3 b4-7
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + i), bytes);
+    }
+#endif
+    for (; i < n; ++i) q[i] = static_cast<int8_t>(std::clamp(std::nearbyint(x[i] * inv), -127.0f, 127.0f));
+  }
+  size_t block_;
+};
+
+}  // namespace
+
+std::unique_ptr<Codec> make_none() { return std::make_unique<NoneCodec>(); }
+std::unique_ptr<Codec> make_fp16() { return std::make_unique<Fp16Codec>(); }
+std::unique_ptr<Codec> make_bf16() { return std::make_unique<Bf16Codec>(); }
+std::unique_ptr<Codec> make_int8(int block) { return std::make_unique<Int8Codec>(block); }
+
+uint16_t float_to_half(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  const uint32_t ax = x & 0x7fffffffu;
+  if (ax > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (ax >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to >= 65536: Inf
+  if (ax < 0x38800000u) {
+    // Subnormal half (or zero): value / 2^-24, rounded to nearest even.
+    if (ax < 0x33000000u) return static_cast<uint16_t>(sign);  // below half the smallest subnormal
+    const uint32_t mant = (ax & 0x7fffffu) | 0x800000u;
+    const int shift = 126 - static_cast<int>(ax >> 23);  // 14 .. 24
+    const uint32_t q = mant >> shift, rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
+    return static_cast<uint16_t>(sign | (q + (rem > half || (rem == half && (q & 1u)))));
+  }
+  const uint32_t r = ax + 0xfffu + ((ax >> 13) & 1u);  // round to nearest even at bit 13
+  return static_cast<uint16_t>(sign | ((r - 0x38000000u) >> 13));
+}
+
+float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  uint32_t bits;
+  if (e == 0) {
+    const float v = std::ldexp(static_cast<float>(m), -24);
+    std::memcpy(&bits, &v, 4);
+    bits |= sign;
+  } else if (e == 31) {
+    bits = sign | 0x7f800000u | (m << 13);
+  } else {
+    bits = sign | ((e + 112) << 23) | (m << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// --- decoders ---------------------------------------------------------------------------
+
+std::string decode_none(const wire::CodecParams&, const uint8_t* p, size_t bytes, float scale, float* y, size_t n) {
+  if (auto e = check_size(CodecId::kNone, bytes, n * 4, n); !e.empty()) return e;
+  const float* v = reinterpret_cast<const float*>(p);  // frame payloads are 8-byte aligned
+  for (size_t i = 0; i < n; ++i) y[i] += scale * v[i];
+  return {};
+}
+
+std::string decode_fp16(const wire::CodecParams&, const uint8_t* p, size_t bytes, float scale, float* y, size_t n) {
+  if (auto e = check_size(CodecId::kFp16, bytes, n * 2, n); !e.empty()) return e;
+  size_t i = 0;
+#ifdef HEARSAY_CODEC_AVX2
+  const __m256 s = _mm256_set1_ps(scale);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * i)));
+    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(s, v, _mm256_loadu_ps(y + i)));
+  }
+#endif
+  for (; i < n; ++i) y[i] += scale * half_to_float(load<uint16_t>(p + 2 * i));
+  return {};
+}
+
+std::string decode_bf16(const wire::CodecParams&, const uint8_t* p, size_t bytes, float scale, float* y, size_t n) {
+  if (auto e = check_size(CodecId::kBf16, bytes, n * 2, n); !e.empty()) return e;
+  const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t bits = static_cast<uint32_t>(h[i]) << 16;
+    float v;
+    std::memcpy(&v, &bits, 4);
+    y[i] += scale * v;
+  }
+  return {};
+}
+
+std::string decode_int8(const wire::CodecParams& prm, const uint8_t* p, size_t bytes, float scale, float* y, size_t n) {
+  if (auto e = check_values(CodecId::kInt8, prm, 1); !e.empty()) return e;
+  const double blk = prm.values(0);
+  if (blk < 1 || blk > (1 << 20) || blk != std::floor(blk)) return fault(CodecId::kInt8, "block size " + std::to_string(blk) + " is not an integer in [1, 2^20]");
+  const size_t block = static_cast<size_t>(blk), blocks = (n + block - 1) / block;
+  if (auto e = check_size(CodecId::kInt8, bytes, blocks * 4 + n, n); !e.empty()) return e;
+  const float* scales = reinterpret_cast<const float*>(p);
+  for (size_t b = 0; b < blocks; ++b) {
+    if (!std::isfinite(scales[b]) || scales[b] < 0) return fault(CodecId::kInt8, "block " + std::to_string(b) + " has a NaN, Inf or negative scale");
+  }
+  const int8_t* q = reinterpret_cast<const int8_t*>(p + blocks * 4);
+  for (size_t b = 0; b < blocks; ++b) {
+    const size_t lo = b * block, hi = std::min(n, lo + block);
+    const float s = scale * scales[b];
+    for (size_t i = lo; i < hi; ++i) y[i] += s * static_cast<float>(q[i]);
+  }
+  return {};
+}
+
+}  // namespace hearsay::codec

@@ -1,0 +1,175 @@
+// Quantizing codecs: QSGD (Alistarh et al., 2017: s levels per bucket norm, stochastic
+// rounding, unbiased) and scaled sign (1 bit per element; EF-SignSGD, Karimireddy et al.,
+// 2019). Both bit-pack their codes, least significant bit first.
+#include <algorithm>
+#include <cmath>
+
+#include "codec_impl.h"
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+namespace hearsay::codec {
+namespace {
+
+// --- QSGD -------------------------------------------------------------------------------
+// Payload: one fp32 L2 norm per bucket, then per element `bits` bits: the level (0..s) in
+// the low bits, the sign in the top one.
+class QsgdCodec final : public Codec {
+ public:
+  QsgdCodec(int levels, int bucket, uint64_t seed) : s_(levels), bucket_(static_cast<size_t>(bucket)), seed_(seed) {}
+  CodecId id() const override { return CodecId::kQsgd; }
+  void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, wire::CodecParams& p) override {
+    const int bits = qsgd_bits(s_);
+    const size_t buckets = (n + bucket_ - 1) / bucket_;
+    out.assign(buckets * 4 + (n * static_cast<size_t>(bits) + 7) / 8, 0);
+    float* norms = reinterpret_cast<float*>(out.data());
+    uint8_t* packed = out.data() + buckets * 4;
+    const uint64_t seed = seed_ + 0x9e37ull * ++calls_;
+    uint64_t acc = 0;
+    int have = 0;
+    size_t w = 0;
+    for (size_t b = 0; b < buckets; ++b) {
+      const size_t lo = b * bucket_, hi = std::min(n, lo + bucket_);
+      double sq = 0;
+      for (size_t i = lo; i < hi; ++i) sq += static_cast<double>(x[i]) * x[i];
+      float norm = static_cast<float>(std::sqrt(sq));
+      if (!std::isfinite(norm)) norm = 0;  // a bucket with NaN or Inf travels as zeros
+      norms[b] = norm;
+      const float k = norm > 0 ? static_cast<float>(s_) / norm : 0.0f;
+      for (size_t i = lo; i < hi; ++i) {
+        const float r = std::fabs(x[i]) * k + uniform01(seed, i);
+        const uint32_t level = std::min<uint32_t>(static_cast<uint32_t>(s_), static_cast<uint32_t>(r));
+        const uint32_t code = level | (std::signbit(x[i]) && level > 0 ? 1u << (bits - 1) : 0u);
+        acc |= static_cast<uint64_t>(code) << have;
+        have += bits;
+        while (have >= 8) {
+          packed[w++] = static_cast<uint8_t>(acc);
+          acc >>= 8;
+          have -= 8;
+        }
+      }
+    }
+    if (have > 0) packed[w] = static_cast<uint8_t>(acc);
+    p.Clear();
+    p.set_codec_id(static_cast<uint32_t>(id()));
+    p.set_codec_version(1);
+    p.set_seed(seed);
+    p.add_values(s_);
+    p.add_values(static_cast<double>(bucket_));
+  }
+
+ private:
+  int s_;
+  size_t bucket_;
+  uint64_t seed_, calls_ = 0;
+};
+
+// --- sign -------------------------------------------------------------------------------
+// Payload: n bits, 1 where the element is negative; the scale (mean |x|) is values[0].
+class SignCodec final : public Codec {
+ public:
+  CodecId id() const override { return CodecId::kSign; }
+  void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, wire::CodecParams& p) override {
+    out.assign((n + 7) / 8, 0);
+    uint8_t* bits = out.data();
+    double sum = 0;
+    size_t i = 0;
+#if defined(__AVX2__)
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256 acc = _mm256_setzero_ps();
+    // Sums in float lanes, flushed to double every 1024 elements to keep precision.
+    for (; i + 8 <= n;) {
+      const size_t stop = std::min(n - (n - i) % 8, i + 1024);
+      for (; i < stop; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        bits[i >> 3] = static_cast<uint8_t>(_mm256_movemask_ps(v));
+        acc = _mm256_add_ps(acc, _mm256_and_ps(v, abs_mask));
+      }
+      alignas(32) float lanes[8];
+      _mm256_store_ps(lanes, acc);
+      for (float l : lanes) sum += l;
+      acc = _mm256_setzero_ps();
+    }
+#endif
+    for (; i < n; ++i) {
+      if (std::signbit(x[i])) bits[i >> 3] |= static_cast<uint8_t>(1u << (i & 7));
+      sum += std::fabs(x[i]);
+    }
+    double scale = n > 0 ? sum / static_cast<double>(n) : 0.0;
+    if (!std::isfinite(scale)) scale = 0;  // NaN or Inf inputs travel as zeros
+    p.Clear();
+    p.set_codec_id(static_cast<uint32_t>(id()));
+    p.set_codec_version(1);
+    p.add_values(static_cast<float>(scale));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Codec> make_qsgd(int levels, int bucket, uint64_t seed) { return std::make_unique<QsgdCodec>(levels, bucket, seed); }
+std::unique_ptr<Codec> make_sign() { return std::make_unique<SignCodec>(); }
+
+std::string decode_qsgd(const wire::CodecParams& prm, const uint8_t* p, size_t bytes, float scale, float* y, size_t n) {
+  constexpr CodecId id = CodecId::kQsgd;
+  if (auto e = check_values(id, prm, 2); !e.empty()) return e;
+  const double sd = prm.values(0), bd = prm.values(1);
+  if (sd < 1 || sd > 32767 || sd != std::floor(sd)) return fault(id, "levels = " + std::to_string(sd) + " is not an integer in [1, 32767]");
+  if (bd < 1 || bd > (1 << 20) || bd != std::floor(bd)) return fault(id, "bucket = " + std::to_string(bd) + " is not an integer in [1, 2^20]");
+  const int s = static_cast<int>(sd), bits = qsgd_bits(s);
+  const size_t bucket = static_cast<size_t>(bd), buckets = (n + bucket - 1) / bucket;
+  const size_t want = buckets * 4 + (n * static_cast<size_t>(bits) + 7) / 8;
+  if (bytes != want) return fault(id, "payload of " + std::to_string(bytes) + " bytes for " + std::to_string(n) + " elements; expected " + std::to_string(want));
+  const float* norms = reinterpret_cast<const float*>(p);
+  for (size_t b = 0; b < buckets; ++b) {
+    if (!std::isfinite(norms[b]) || norms[b] < 0) return fault(id, "bucket " + std::to_string(b) + " has a NaN, Inf or negative norm");
+  }
+  const uint8_t* packed = p + buckets * 4;
+  const uint32_t level_mask = (1u << (bits - 1)) - 1, sign_bit = 1u << (bits - 1);
+  // Two passes: every level is checked before any is added.
+  for (int pass = 0; pass < 2; ++pass) {
+    uint64_t acc = 0;
+    int have = 0;
+    size_t r = 0;
+    for (size_t i = 0; i < n; ++i) {
+      while (have < bits) {
+        acc |= static_cast<uint64_t>(packed[r++]) << have;
+        have += 8;
+      }
+      const uint32_t code = static_cast<uint32_t>(acc) & ((1u << bits) - 1);
+      acc >>= bits;
+      have -= bits;
+      const uint32_t level = code & level_mask;
+      if (pass == 0) {
+        if (level > static_cast<uint32_t>(s)) return fault(id, "element " + std::to_string(i) + " has level " + std::to_string(level) + " above " + std::to_string(s));
+        continue;
+      }
+      const float v = norms[i / bucket] * static_cast<float>(level) / static_cast<float>(s);
+      y[i] += scale * ((code & sign_bit) ? -v : v);
+    }
+  }
+  return {};
+}
+
+std::string decode_sign(const wire::CodecParams& prm, const uint8_t* p, size_t bytes, float scale, float* y, size_t n) {
+  constexpr CodecId id = CodecId::kSign;
+  if (auto e = check_values(id, prm, 1); !e.empty()) return e;
+  if (prm.values(0) < 0) return fault(id, "scale " + std::to_string(prm.values(0)) + " is negative");
+  if (bytes != (n + 7) / 8) return fault(id, "payload of " + std::to_string(bytes) + " bytes for " + std::to_string(n) + " elements; expected " + std::to_string((n + 7) / 8));
+  const float m = scale * static_cast<float>(prm.values(0));
+  size_t i = 0;
+#if defined(__AVX2__)
+  const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  const __m256 pos = _mm256_set1_ps(m), neg = _mm256_set1_ps(-m);
+  for (; i + 8 <= n; i += 8) {
+    const __m256i b = _mm256_and_si256(_mm256_set1_epi32(p[i >> 3]), lane_bit);
+    const __m256 negative = _mm256_castsi256_ps(_mm256_cmpeq_epi32(b, lane_bit));
+    _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_blendv_ps(pos, neg, negative)));
+  }
+#endif
+  for (; i < n; ++i) y[i] += (p[i >> 3] >> (i & 7)) & 1u ? -m : m;
+  return {};
+}
+
+}  // namespace hearsay::codec

@@ -1,0 +1,256 @@
+// Sparse codecs: top-k (exact, or by a threshold estimated from a sample as in Deep
+// Gradient Compression) and random-k (indices drawn from a seed both sides know, so
+// only values travel). Decoding touches only the sent elements.
+//
+// top-k payload: k fp32 values, then the k increasing indices as either delta varints
+// (the first raw, then gaps >= 1) or a bitmap of n bits, whichever is smaller.
+#include <algorithm>
+#include <cmath>
+
+#include "codec_impl.h"
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+namespace hearsay::codec {
+namespace {
+
+constexpr int kVarint = 0, kBitmap = 1;  // how top-k's indices are written
+
+size_t varint_size(uint64_t v) {
+  size_t s = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    ++s;
+  }
+  return s;
+}
+
+void put_varint(std::vector<uint8_t>& out, uint64_t v) {
+  while (v >= 0x80) {
+    out.push_back(static_cast<uint8_t>(v | 0x80));
+    v >>= 7;
+  }
+  out.push_back(static_cast<uint8_t>(v));
+}
+
+// Reads one varint of at most 10 bytes; false when the bytes run out or it overflows.
+bool get_varint(const uint8_t*& p, const uint8_t* end, uint64_t& v) {
+  v = 0;
+  for (int shift = 0; shift < 64 && p < end; shift += 7) {
+    const uint8_t b = *p++;
+    v |= static_cast<uint64_t>(b & 0x7f) << shift;
+    if ((b & 0x80) == 0) return shift < 63 || (b >> 1) == 0;
+  }
+  return false;
+}
+
+// Appends every i with |x[i]| >= t and x[i] != 0 to idx, in order.
+void select_at_least(const float* x, size_t n, float t, std::vector<uint32_t>& idx) {
+  size_t i = 0;
+#if defined(__AVX2__)
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256 vt = _mm256_set1_ps(t), zero = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8) {
+    const __m256 a = _mm256_and_ps(_mm256_loadu_ps(x + i), abs_mask);
+    int m = _mm256_movemask_ps(_mm256_and_ps(_mm256_cmp_ps(a, vt, _CMP_GE_OQ), _mm256_cmp_ps(a, zero, _CMP_GT_OQ)));
+    while (m != 0) {
+      idx.push_back(static_cast<uint32_t>(i + __builtin_ctz(static_cast<unsigned>(m))));
+      m &= m - 1;
+    }
+  }
+#endif
+  for (; i < n; ++i) {
+    const float a = std::fabs(x[i]);
+    if (a >= t && a > 0) idx.push_back(static_cast<uint32_t>(i));
+  }
+}
+
+// Keeps the k largest |x[idx]| of idx, still in increasing index order.
+void keep_largest(const float* x, std::vector<uint32_t>& idx, size_t k, std::vector<float>& scratch) {
+  if (idx.size() <= k) return;
+  scratch.resize(idx.size());
+  for (size_t j = 0; j < idx.size(); ++j) scratch[j] = std::fabs(x[idx[j]]);
+  std::nth_element(scratch.begin(), scratch.begin() + static_cast<long>(k - 1), scratch.end(), std::greater<float>());
+  const float t = scratch[k - 1];
+  size_t above = 0;
+  for (uint32_t i : idx) above += std::fabs(x[i]) > t;
+  size_t ties = k - above, out = 0;
+  for (uint32_t i : idx) {
+    const float a = std::fabs(x[i]);
+    if (a > t || (a == t && ties > 0 && ties--)) idx[out++] = i;
+  }
+  idx.resize(out);
+}
+
+class TopkCodec final : public Codec {
+ public:
+  TopkCodec(double density, bool exact, uint64_t seed) : density_(density), exact_(exact), seed_(seed) {}
+  CodecId id() const override { return CodecId::kTopk; }
+
+  void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, wire::CodecParams& p) override {
+    const size_t k = n == 0 ? 0 : std::clamp<size_t>(static_cast<size_t>(std::llround(density_ * n)), 1, n);
+    idx_.clear();
+    // A sample needs about 64 elements above the threshold to place it well.
+    const size_t m = std::max<size_t>(2048, static_cast<size_t>(64.0 / density_));
+    if (exact_ || k == 0 || 4 * m >= n) {
+      select_exact(x, n, k);
+    } else {
+      scratch_.resize(m);
+      const uint64_t s = seed_ + 0x51ed27ull * ++calls_;
+      for (size_t j = 0; j < m; ++j) scratch_[j] = std::fabs(x[hash32(s, j) % n]);
+      const size_t rank = std::max<size_t>(1, static_cast<size_t>(std::llround(density_ * m)));
+      std::nth_element(scratch_.begin(), scratch_.begin() + static_cast<long>(rank - 1), scratch_.end(), std::greater<float>());
+      select_at_least(x, n, scratch_[rank - 1], idx_);
+      // A threshold far too low (a heavy tail the sample missed) is corrected exactly on
+      // the few selected; one far too high just sends fewer.
+      if (idx_.size() > k + k / 2) keep_largest(x, idx_, k, scratch_);
+    }
+    write(x, n, out, p);
+  }
+
+ private:
+  void select_exact(const float* x, size_t n, size_t k) {
+    if (k == 0) return;
+    scratch_.resize(n);
+    for (size_t i = 0; i < n; ++i) scratch_[i] = std::fabs(x[i]);
+    std::nth_element(scratch_.begin(), scratch_.begin() + static_cast<long>(k - 1), scratch_.end(), std::greater<float>());
+    select_at_least(x, n, scratch_[k - 1], idx_);
+    keep_largest(x, idx_, k, scratch_);
+  }
+
+  void write(const float* x, size_t n, std::vector<uint8_t>& out, wire::CodecParams& p) {
+    const size_t k = idx_.size();
+    size_t varint_bytes = 0;
+    for (size_t j = 0; j < k; ++j) varint_bytes += varint_size(j == 0 ? idx_[0] : idx_[j] - idx_[j - 1]);
+    const size_t bitmap_bytes = (n + 7) / 8;
+    const int coding = varint_bytes <= bitmap_bytes ? kVarint : kBitmap;
+    out.clear();
+    out.reserve(4 * k + std::min(varint_bytes, bitmap_bytes));
+    out.resize(4 * k);
+    float* v = reinterpret_cast<float*>(out.data());
+    for (size_t j = 0; j < k; ++j) v[j] = x[idx_[j]];
+    if (coding == kVarint) {
+      for (size_t j = 0; j < k; ++j) put_varint(out, j == 0 ? idx_[0] : idx_[j] - idx_[j - 1]);
+    } else {
+      out.resize(4 * k + bitmap_bytes, 0);
+      uint8_t* bits = out.data() + 4 * k;
+      for (uint32_t i : idx_) bits[i >> 3] |= static_cast<uint8_t>(1u << (i & 7));
+    }
+    p.Clear();
+    p.set_codec_id(static_cast<uint32_t>(id()));
+    p.set_codec_version(1);
+    p.add_values(static_cast<double>(k));
+    p.add_values(coding);
+    p.add_values(density_);
+  }
+
+  double density_;
+  bool exact_;
+  uint64_t seed_, calls_ = 0;
+  std::vector<uint32_t> idx_;
+  std::vector<float> scratch_;
+};
+
+class RandomkCodec final : public Codec {
+ public:
+  RandomkCodec(double density, bool unbiased, uint64_t seed) : density_(density), unbiased_(unbiased), seed_(seed) {}
+  CodecId id() const override { return CodecId::kRandomk; }
+  void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, wire::CodecParams& p) override {
+    const uint64_t k = n == 0 ? 0 : std::clamp<uint64_t>(static_cast<uint64_t>(std::llround(density_ * n)), 1, n);
+    ++calls_;
+    const uint64_t s = hash32(seed_, calls_) | (static_cast<uint64_t>(hash32(seed_ ^ 0xabcdefull, calls_)) << 32);
+    out.resize(4 * k);
+    float* v = reinterpret_cast<float*>(out.data());
+    for (uint64_t b = 0; b < k; ++b) {
+      // Unbiased: an element drawn with probability 1/size is sent times size.
+      const float w = unbiased_ ? static_cast<float>(stratum_begin(b + 1, n, k) - stratum_begin(b, n, k)) : 1.0f;
+      v[b] = w * x[randomk_index(s, b, n, k)];
+    }
+    p.Clear();
+    p.set_codec_id(static_cast<uint32_t>(id()));
+    p.set_codec_version(1);
+    p.set_seed(s);
+    p.add_values(static_cast<double>(k));
+    p.add_values(unbiased_ ? 1 : 0);
+  }
+
+ private:
+  double density_;
+  bool unbiased_;
+  uint64_t seed_, calls_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Codec> make_topk(double density, bool exact, uint64_t seed) { return std::make_unique<TopkCodec>(density, exact, seed); }
+std::unique_ptr<Codec> make_randomk(double density, bool unbiased, uint64_t seed) {
+  return std::make_unique<RandomkCodec>(density, unbiased, seed);
+}
+
+std::string decode_topk(const wire::CodecParams& prm, const uint8_t* p, size_t bytes, float scale, float* y, size_t n) {
+  constexpr CodecId id = CodecId::kTopk;
+  if (auto e = check_values(id, prm, 2); !e.empty()) return e;
+  const double kd = prm.values(0), coding = prm.values(1);
+  if (kd < 0 || kd > static_cast<double>(n) || kd != std::floor(kd)) {
+    return fault(id, "k = " + std::to_string(kd) + " is not an integer in [0, " + std::to_string(n) + "]");
+  }
+  const size_t k = static_cast<size_t>(kd);
+  if (bytes < 4 * k) return fault(id, "payload of " + std::to_string(bytes) + " bytes cannot hold " + std::to_string(k) + " values");
+  const float* v = reinterpret_cast<const float*>(p);
+  const uint8_t* q = p + 4 * k;
+  const uint8_t* end = p + bytes;
+  if (coding == kVarint) {
+    // Checked in full before anything is added.
+    uint64_t i = 0;
+    const uint8_t* c = q;
+    for (size_t j = 0; j < k; ++j) {
+      uint64_t d;
+      if (!get_varint(c, end, d)) return fault(id, "index " + std::to_string(j) + " is cut off or overflows");
+      if (j > 0 && d == 0) return fault(id, "index " + std::to_string(j) + " is not above the one before it");
+      if (d >= n || (j > 0 && i + d >= n)) return fault(id, "index " + std::to_string(j) + " lies beyond the " + std::to_string(n) + " elements");
+      i = j == 0 ? d : i + d;
+    }
+    if (c != end) return fault(id, std::to_string(end - c) + " bytes left over after the indices");
+    c = q;
+    i = 0;
+    for (size_t j = 0; j < k; ++j) {
+      uint64_t d;
+      get_varint(c, end, d);
+      i = j == 0 ? d : i + d;
+      y[i] += scale * v[j];
+    }
+    return {};
+  }
+  if (coding == kBitmap) {
+    const size_t map = (n + 7) / 8;
+    if (static_cast<size_t>(end - q) != map) return fault(id, "bitmap of " + std::to_string(end - q) + " bytes for " + std::to_string(n) + " elements");
+    size_t ones = 0;
+    for (size_t b = 0; b < map; ++b) ones += static_cast<size_t>(__builtin_popcount(q[b]));
+    if (ones != k) return fault(id, "bitmap marks " + std::to_string(ones) + " elements, k = " + std::to_string(k));
+    if (n % 8 != 0 && (q[map - 1] >> (n % 8)) != 0) return fault(id, "bitmap marks elements beyond the " + std::to_string(n));
+    size_t j = 0;
+    for (size_t b = 0; b < map; ++b) {
+      for (unsigned m = q[b]; m != 0; m &= m - 1) y[8 * b + static_cast<size_t>(__builtin_ctz(m))] += scale * v[j++];
+    }
+    return {};
+  }
+  return fault(id, "index coding " + std::to_string(coding) + " is neither 0 (varint) nor 1 (bitmap)");
+}
+
+std::string decode_randomk(const wire::CodecParams& prm, const uint8_t* p, size_t bytes, float scale, float* y, size_t n) {
+  constexpr CodecId id = CodecId::kRandomk;
+  if (auto e = check_values(id, prm, 1); !e.empty()) return e;
+  const double kd = prm.values(0);
+  if (kd < 0 || kd > static_cast<double>(n) || kd != std::floor(kd) || (kd == 0 && n > 0)) {
+    return fault(id, "k = " + std::to_string(kd) + " is not an integer in [1, " + std::to_string(n) + "]");
+  }
+  const uint64_t k = static_cast<uint64_t>(kd);
+  if (bytes != 4 * k) return fault(id, "payload of " + std::to_string(bytes) + " bytes for k = " + std::to_string(k) + "; expected " + std::to_string(4 * k));
+  const float* v = reinterpret_cast<const float*>(p);
+  for (uint64_t b = 0; b < k; ++b) y[randomk_index(prm.seed(), b, n, k)] += scale * v[b];
+  return {};
+}
+
+}  // namespace hearsay::codec
