@@ -81,6 +81,9 @@ std::unique_ptr<Codec> make_codec(const CodecSpec& spec, const std::vector<Param
 std::string decode_accumulate(const wire::CodecParams& params, const uint8_t* payload, size_t bytes, float scale,
                               float* y, size_t n);
 
+// Checks a payload exactly as decode_accumulate does, writing nothing.
+std::string check_payload(const wire::CodecParams& params, const uint8_t* payload, size_t bytes, size_t n);
+
 class LinkEncoder {
  public:
   LinkEncoder(const CodecSpec& spec, std::vector<ParamView> layout, uint64_t seed);

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "hearsay/clock.h"
+#include "hearsay/codec.h"
 #include "hearsay/log.h"
 #include "hearsay/mixer.h"
 #include "hearsay/model.h"
@@ -54,6 +55,9 @@ struct GossipSpec {
   double sync_timeout_s = 60;  // synchronous algorithms: how long to wait for a peer
   double consensus_step = 0.5; // choco: gamma
   size_t segment_elements = 1 << 20;  // updates larger than this travel in segments
+  CodecSpec codec;                    // gradients and model deltas (asynchronous algorithms)
+  std::string model_codec = "none";   // whole models: none, fp16, bf16, int8
+  AdaptiveSpec adaptive;              // per-link choice of codec (replaces codec.name)
 };
 
 // Throws InputError naming the problem.
@@ -96,6 +100,8 @@ class GossipEngine {
   uint64_t clock() const { return logical_clock_; }
   const std::vector<std::string>& peers() const { return peers_; }
   int me() const { return me_; }
+  // Bytes sent to every neighbour so far, whole frames (the transport's count).
+  uint64_t bytes_sent() const;
   // Bytes of memory held in outboxes and the inbox (bounded; tests assert it).
   size_t buffered_bytes() const;
 
@@ -123,10 +129,14 @@ class GossipEngine {
   void mix_params(const std::vector<float>& y, double w);
   // x <- x + a * y, on the device.
   void axpy_params(double a, const std::vector<float>& y);
+  // g <- g + a * y into the gradient buffer, on the device.
+  void axpy_grads(double a, const std::vector<float>& y);
   void note_model_distance(const std::string& peer, const std::vector<float>& y);
 
  private:
   void on_frame(const std::string& from, InFrame&& frame);
+  void put_on_wire(int to, Message&& m, std::function<void(const SendStatus&)> done);
+  void adapt_codec(int to, size_t elements);
   void serve_join_requests();
   bool connected(int peer) const;
   int index_of(const std::string& id) const;
@@ -154,6 +164,16 @@ class GossipEngine {
   mutable std::mutex link_mu_;
   std::vector<double> link_bps_;  // GUARDED_BY(link_mu_): measured throughput per link, smoothed
   std::map<std::string, double> distances_;  // step-loop thread only; one per neighbour per log window
+  // Per outgoing link: the encoders (with their error-feedback residuals) for updates
+  // (gradients, model deltas) and for whole models.
+  struct LinkCodecs {
+    std::mutex mu;
+    std::unique_ptr<LinkEncoder> update, model;
+  };
+  std::vector<std::unique_ptr<LinkCodecs>> link_codecs_;
+  std::atomic<double> step_s_{0};  // smoothed wall time of a step (adaptive compression)
+  double last_step_at_ = 0;        // step-loop thread only
+  std::atomic<uint64_t> rejected_{0};  // updates whose payload failed to decode
 };
 
 }  // namespace hearsay

@@ -29,6 +29,8 @@ struct TrainResult {
   std::vector<double> losses;              // training loss of every step (for tests)
   double steps_per_s = 0;                  // over the whole run, waits and slowdown included
   size_t max_buffered_bytes = 0;           // gossip buffers' high-water mark
+  uint64_t bytes_sent = 0;                 // to every neighbour, frames whole
+  uint64_t bytes_to_target = 0;            // bytes_sent when the target accuracy was reached
 };
 
 // How a peer joins a cluster: who the peers are, which one it is, the transport it

@@ -79,6 +79,10 @@ std::string decode_accumulate(const wire::CodecParams& p, const uint8_t* payload
   return kDecoders[p.codec_id()](p, payload, bytes, scale, y, n);
 }
 
+std::string check_payload(const wire::CodecParams& p, const uint8_t* payload, size_t bytes, size_t n) {
+  return decode_accumulate(p, payload, bytes, 1.0f, nullptr, n);
+}
+
 namespace codec {
 
 std::string fault(CodecId id, const std::string& reason) { return std::string("codec ") + codec_name(static_cast<uint32_t>(id)) + ": " + reason; }

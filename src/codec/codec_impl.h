@@ -47,7 +47,8 @@ std::unique_ptr<Codec> make_randomk(double density, bool unbiased, uint64_t seed
 std::unique_ptr<Codec> make_sign();
 std::unique_ptr<Codec> make_powersgd(int rank, std::vector<ParamView> layout, uint64_t seed);
 
-// --- Decoders: y += scale * decoded; empty string or the fault ----------------------
+// --- Decoders: y += scale * decoded; empty string or the fault. With y null they only
+// check the payload (the CUDA decoders check on the host, then apply on the device).
 using Decoder = std::string (*)(const wire::CodecParams&, const uint8_t*, size_t, float, float*, size_t);
 std::string decode_none(const wire::CodecParams&, const uint8_t*, size_t, float, float*, size_t);
 std::string decode_fp16(const wire::CodecParams&, const uint8_t*, size_t, float, float*, size_t);
@@ -58,6 +59,12 @@ std::string decode_topk(const wire::CodecParams&, const uint8_t*, size_t, float,
 std::string decode_randomk(const wire::CodecParams&, const uint8_t*, size_t, float, float*, size_t);
 std::string decode_sign(const wire::CodecParams&, const uint8_t*, size_t, float, float*, size_t);
 std::string decode_powersgd(const wire::CodecParams&, const uint8_t*, size_t, float, float*, size_t);
+
+// top-k's payload from its increasing indices and their values (CPU and CUDA encoders).
+void write_topk(const std::vector<uint32_t>& idx, const float* values, size_t n, double density, std::vector<uint8_t>& out,
+                wire::CodecParams& p);
+// Checks a top-k payload and, with idx, lists its indices.
+std::string topk_indices(const wire::CodecParams& p, const uint8_t* payload, size_t bytes, size_t n, std::vector<uint32_t>* idx);
 
 // Random-k's indices: the tensor is cut into k strata and one index drawn in each, so they
 // come out increasing and every element has a known probability (1 / its stratum's size).

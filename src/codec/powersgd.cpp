@@ -162,7 +162,7 @@ std::string decode_powersgd(const wire::CodecParams& prm, const uint8_t* p, size
     mats.push_back(m);
   }
   want += (n - end) * 4;
-  if (bytes != want) return fault(id, "payload of " + std::to_string(bytes) + " bytes; its matrices need " + std::to_string(want));
+  if (bytes != want || y == nullptr) return bytes != want ? fault(id, "payload of " + std::to_string(bytes) + " bytes; its matrices need " + std::to_string(want)) : std::string();
   const float* w = reinterpret_cast<const float*>(p);
   const float* raw = w;
   for (const auto& m : mats) raw += (m.rows + m.cols) * rank_of(r, m);

@@ -96,9 +96,8 @@ class Int8Codec final : public Codec {
     for (size_t b = 0; b < blocks; ++b) {
       const size_t lo = b * block_, len = std::min(block_, n - lo);
       const float amax = absmax(x + lo, len);
-      // A block holding NaN or Inf has no finite scale: it is sent as zeros rather than
-      // poisoning every model it reaches (error feedback keeps the rest... which is
-      // poisoned too, but only on this side).
+      // A block holding NaN or Inf has no finite scale: it travels as zeros rather than
+      // poisoning every model it reaches.
       const float s = std::isfinite(amax) ? amax / 127.0f : 0.0f;
       scales[b] = s;
       quantize(x + lo, len, s > 0 ? 1.0f / s : 0.0f, q + lo);
@@ -106,23 +105,29 @@ class Int8Codec final : public Codec {
   }
 
  private:
+  // The block's largest magnitude, or a non-finite value if it holds one.
   static float absmax(const float* x, size_t n) {
     float m = 0;
+    bool finite = true;
     size_t i = 0;
 #ifdef HEARSAY_CODEC_AVX2
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    __m256 acc = _mm256_setzero_ps();
-    for (; i + 8 <= n; i += 8) acc = _mm256_max_ps(acc, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
+    const __m256 sign = _mm256_set1_ps(-0.0f), inf = _mm256_set1_ps(INFINITY);
+    __m256 acc = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+    for (; i + 8 <= n; i += 8) {
+      const __m256 a = _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i));
+      acc = _mm256_max_ps(acc, a);
+      bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, inf, _CMP_NLT_UQ));  // Inf, or NaN (unordered)
+    }
     alignas(32) float lanes[8];
     _mm256_store_ps(lanes, acc);
     for (float l : lanes) m = std::max(m, l);
+    finite = _mm256_movemask_ps(bad) == 0;
 #endif
-    for (; i < n; ++i) m = std::max(m, std::fabs(x[i]));
-    // max_ps drops NaN; the scalar check below restores it so the caller sees it.
-    for (size_t j = 0; j < n; ++j) {
-      if (!std::isfinite(x[j])) return x[j];
+    for (; i < n; ++i) {
+      finite = finite && std::isfinite(x[i]);
+      m = std::max(m, std::fabs(x[i]));
     }
-    return m;
+    return finite ? m : INFINITY;
   }
   static void quantize(const float* x, size_t n, float inv, int8_t* q) {
     size_t i = 0;
@@ -190,14 +195,14 @@ float half_to_float(uint16_t h) {
 // --- decoders ---------------------------------------------------------------------------
 
 std::string decode_none(const wire::CodecParams&, const uint8_t* p, size_t bytes, float scale, float* y, size_t n) {
-  if (auto e = check_size(CodecId::kNone, bytes, n * 4, n); !e.empty()) return e;
+  if (auto e = check_size(CodecId::kNone, bytes, n * 4, n); !e.empty() || y == nullptr) return e;
   const float* v = reinterpret_cast<const float*>(p);  // frame payloads are 8-byte aligned
   for (size_t i = 0; i < n; ++i) y[i] += scale * v[i];
   return {};
 }
 
 std::string decode_fp16(const wire::CodecParams&, const uint8_t* p, size_t bytes, float scale, float* y, size_t n) {
-  if (auto e = check_size(CodecId::kFp16, bytes, n * 2, n); !e.empty()) return e;
+  if (auto e = check_size(CodecId::kFp16, bytes, n * 2, n); !e.empty() || y == nullptr) return e;
   size_t i = 0;
 #ifdef HEARSAY_CODEC_AVX2
   const __m256 s = _mm256_set1_ps(scale);
@@ -211,7 +216,7 @@ std::string decode_fp16(const wire::CodecParams&, const uint8_t* p, size_t bytes
 }
 
 std::string decode_bf16(const wire::CodecParams&, const uint8_t* p, size_t bytes, float scale, float* y, size_t n) {
-  if (auto e = check_size(CodecId::kBf16, bytes, n * 2, n); !e.empty()) return e;
+  if (auto e = check_size(CodecId::kBf16, bytes, n * 2, n); !e.empty() || y == nullptr) return e;
   const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
   for (size_t i = 0; i < n; ++i) {
     const uint32_t bits = static_cast<uint32_t>(h[i]) << 16;
@@ -232,6 +237,7 @@ std::string decode_int8(const wire::CodecParams& prm, const uint8_t* p, size_t b
   for (size_t b = 0; b < blocks; ++b) {
     if (!std::isfinite(scales[b]) || scales[b] < 0) return fault(CodecId::kInt8, "block " + std::to_string(b) + " has a NaN, Inf or negative scale");
   }
+  if (y == nullptr) return {};
   const int8_t* q = reinterpret_cast<const int8_t*>(p + blocks * 4);
   for (size_t b = 0; b < blocks; ++b) {
     const size_t lo = b * block, hi = std::min(n, lo + block);

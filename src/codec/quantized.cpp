@@ -145,6 +145,7 @@ std::string decode_qsgd(const wire::CodecParams& prm, const uint8_t* p, size_t b
         if (level > static_cast<uint32_t>(s)) return fault(id, "element " + std::to_string(i) + " has level " + std::to_string(level) + " above " + std::to_string(s));
         continue;
       }
+      if (y == nullptr) return {};
       const float v = norms[i / bucket] * static_cast<float>(level) / static_cast<float>(s);
       y[i] += scale * ((code & sign_bit) ? -v : v);
     }
@@ -157,6 +158,7 @@ std::string decode_sign(const wire::CodecParams& prm, const uint8_t* p, size_t b
   if (auto e = check_values(id, prm, 1); !e.empty()) return e;
   if (prm.values(0) < 0) return fault(id, "scale " + std::to_string(prm.values(0)) + " is negative");
   if (bytes != (n + 7) / 8) return fault(id, "payload of " + std::to_string(bytes) + " bytes for " + std::to_string(n) + " elements; expected " + std::to_string((n + 7) / 8));
+  if (y == nullptr) return {};
   const float m = scale * static_cast<float>(prm.values(0));
   size_t i = 0;
 #if defined(__AVX2__)

@@ -121,36 +121,16 @@ class TopkCodec final : public Codec {
   }
 
   void write(const float* x, size_t n, std::vector<uint8_t>& out, wire::CodecParams& p) {
-    const size_t k = idx_.size();
-    size_t varint_bytes = 0;
-    for (size_t j = 0; j < k; ++j) varint_bytes += varint_size(j == 0 ? idx_[0] : idx_[j] - idx_[j - 1]);
-    const size_t bitmap_bytes = (n + 7) / 8;
-    const int coding = varint_bytes <= bitmap_bytes ? kVarint : kBitmap;
-    out.clear();
-    out.reserve(4 * k + std::min(varint_bytes, bitmap_bytes));
-    out.resize(4 * k);
-    float* v = reinterpret_cast<float*>(out.data());
-    for (size_t j = 0; j < k; ++j) v[j] = x[idx_[j]];
-    if (coding == kVarint) {
-      for (size_t j = 0; j < k; ++j) put_varint(out, j == 0 ? idx_[0] : idx_[j] - idx_[j - 1]);
-    } else {
-      out.resize(4 * k + bitmap_bytes, 0);
-      uint8_t* bits = out.data() + 4 * k;
-      for (uint32_t i : idx_) bits[i >> 3] |= static_cast<uint8_t>(1u << (i & 7));
-    }
-    p.Clear();
-    p.set_codec_id(static_cast<uint32_t>(id()));
-    p.set_codec_version(1);
-    p.add_values(static_cast<double>(k));
-    p.add_values(coding);
-    p.add_values(density_);
+    values_.resize(idx_.size());
+    for (size_t j = 0; j < idx_.size(); ++j) values_[j] = x[idx_[j]];
+    write_topk(idx_, values_.data(), n, density_, out, p);
   }
 
   double density_;
   bool exact_;
   uint64_t seed_, calls_ = 0;
   std::vector<uint32_t> idx_;
-  std::vector<float> scratch_;
+  std::vector<float> scratch_, values_;
 };
 
 class RandomkCodec final : public Codec {
@@ -184,12 +164,38 @@ class RandomkCodec final : public Codec {
 
 }  // namespace
 
+void write_topk(const std::vector<uint32_t>& idx, const float* values, size_t n, double density, std::vector<uint8_t>& out,
+                wire::CodecParams& p) {
+  const size_t k = idx.size();
+  size_t varint_bytes = 0;
+  for (size_t j = 0; j < k; ++j) varint_bytes += varint_size(j == 0 ? idx[0] : idx[j] - idx[j - 1]);
+  const size_t bitmap_bytes = (n + 7) / 8;
+  const int coding = varint_bytes <= bitmap_bytes ? kVarint : kBitmap;
+  out.clear();
+  out.reserve(4 * k + std::min(varint_bytes, bitmap_bytes));
+  out.resize(4 * k);
+  if (k > 0) std::memcpy(out.data(), values, 4 * k);
+  if (coding == kVarint) {
+    for (size_t j = 0; j < k; ++j) put_varint(out, j == 0 ? idx[0] : idx[j] - idx[j - 1]);
+  } else {
+    out.resize(4 * k + bitmap_bytes, 0);
+    uint8_t* bits = out.data() + 4 * k;
+    for (uint32_t i : idx) bits[i >> 3] |= static_cast<uint8_t>(1u << (i & 7));
+  }
+  p.Clear();
+  p.set_codec_id(static_cast<uint32_t>(CodecId::kTopk));
+  p.set_codec_version(1);
+  p.add_values(static_cast<double>(k));
+  p.add_values(coding);
+  p.add_values(density);
+}
+
 std::unique_ptr<Codec> make_topk(double density, bool exact, uint64_t seed) { return std::make_unique<TopkCodec>(density, exact, seed); }
 std::unique_ptr<Codec> make_randomk(double density, bool unbiased, uint64_t seed) {
   return std::make_unique<RandomkCodec>(density, unbiased, seed);
 }
 
-std::string decode_topk(const wire::CodecParams& prm, const uint8_t* p, size_t bytes, float scale, float* y, size_t n) {
+std::string topk_indices(const wire::CodecParams& prm, const uint8_t* p, size_t bytes, size_t n, std::vector<uint32_t>* idx) {
   constexpr CodecId id = CodecId::kTopk;
   if (auto e = check_values(id, prm, 2); !e.empty()) return e;
   const double kd = prm.values(0), coding = prm.values(1);
@@ -198,29 +204,20 @@ std::string decode_topk(const wire::CodecParams& prm, const uint8_t* p, size_t b
   }
   const size_t k = static_cast<size_t>(kd);
   if (bytes < 4 * k) return fault(id, "payload of " + std::to_string(bytes) + " bytes cannot hold " + std::to_string(k) + " values");
-  const float* v = reinterpret_cast<const float*>(p);
   const uint8_t* q = p + 4 * k;
   const uint8_t* end = p + bytes;
+  if (idx != nullptr) idx->clear();
   if (coding == kVarint) {
-    // Checked in full before anything is added.
     uint64_t i = 0;
-    const uint8_t* c = q;
     for (size_t j = 0; j < k; ++j) {
       uint64_t d;
-      if (!get_varint(c, end, d)) return fault(id, "index " + std::to_string(j) + " is cut off or overflows");
+      if (!get_varint(q, end, d)) return fault(id, "index " + std::to_string(j) + " is cut off or overflows");
       if (j > 0 && d == 0) return fault(id, "index " + std::to_string(j) + " is not above the one before it");
       if (d >= n || (j > 0 && i + d >= n)) return fault(id, "index " + std::to_string(j) + " lies beyond the " + std::to_string(n) + " elements");
       i = j == 0 ? d : i + d;
+      if (idx != nullptr) idx->push_back(static_cast<uint32_t>(i));
     }
-    if (c != end) return fault(id, std::to_string(end - c) + " bytes left over after the indices");
-    c = q;
-    i = 0;
-    for (size_t j = 0; j < k; ++j) {
-      uint64_t d;
-      get_varint(c, end, d);
-      i = j == 0 ? d : i + d;
-      y[i] += scale * v[j];
-    }
+    if (q != end) return fault(id, std::to_string(end - q) + " bytes left over after the indices");
     return {};
   }
   if (coding == kBitmap) {
@@ -230,13 +227,23 @@ std::string decode_topk(const wire::CodecParams& prm, const uint8_t* p, size_t b
     for (size_t b = 0; b < map; ++b) ones += static_cast<size_t>(__builtin_popcount(q[b]));
     if (ones != k) return fault(id, "bitmap marks " + std::to_string(ones) + " elements, k = " + std::to_string(k));
     if (n % 8 != 0 && (q[map - 1] >> (n % 8)) != 0) return fault(id, "bitmap marks elements beyond the " + std::to_string(n));
-    size_t j = 0;
-    for (size_t b = 0; b < map; ++b) {
-      for (unsigned m = q[b]; m != 0; m &= m - 1) y[8 * b + static_cast<size_t>(__builtin_ctz(m))] += scale * v[j++];
+    if (idx != nullptr) {
+      for (size_t b = 0; b < map; ++b) {
+        for (unsigned m = q[b]; m != 0; m &= m - 1) idx->push_back(static_cast<uint32_t>(8 * b + static_cast<size_t>(__builtin_ctz(m))));
+      }
     }
     return {};
   }
   return fault(id, "index coding " + std::to_string(coding) + " is neither 0 (varint) nor 1 (bitmap)");
+}
+
+std::string decode_topk(const wire::CodecParams& prm, const uint8_t* p, size_t bytes, float scale, float* y, size_t n) {
+  // The indices, checked in full before anything is added: O(k) memory, never O(n).
+  thread_local std::vector<uint32_t> idx;
+  if (auto e = topk_indices(prm, p, bytes, n, y == nullptr ? nullptr : &idx); !e.empty() || y == nullptr) return e;
+  const float* v = reinterpret_cast<const float*>(p);
+  for (size_t j = 0; j < idx.size(); ++j) y[idx[j]] += scale * v[j];
+  return {};
 }
 
 std::string decode_randomk(const wire::CodecParams& prm, const uint8_t* p, size_t bytes, float scale, float* y, size_t n) {
@@ -248,6 +255,7 @@ std::string decode_randomk(const wire::CodecParams& prm, const uint8_t* p, size_
   }
   const uint64_t k = static_cast<uint64_t>(kd);
   if (bytes != 4 * k) return fault(id, "payload of " + std::to_string(bytes) + " bytes for k = " + std::to_string(k) + "; expected " + std::to_string(4 * k));
+  if (y == nullptr) return {};
   const float* v = reinterpret_cast<const float*>(p);
   for (uint64_t b = 0; b < k; ++b) y[randomk_index(prm.seed(), b, n, k)] += scale * v[b];
   return {};

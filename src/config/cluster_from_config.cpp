@@ -43,6 +43,19 @@ GossipSpec gossip_spec(const config::ClusterConfig& c) {
   s.outer_momentum = g.outer_momentum();
   s.sync_timeout_s = g.sync_timeout_s();
   s.consensus_step = g.consensus_step();
+  const auto& codec = g.codec();
+  s.codec.name = codec.name();
+  s.codec.density = codec.density();
+  s.codec.exact_topk = codec.exact_topk();
+  s.codec.levels = codec.levels();
+  s.codec.block = codec.block();
+  s.codec.rank = codec.rank();
+  s.codec.error_feedback = codec.error_feedback();
+  s.model_codec = codec.model_codec();
+  s.adaptive.enabled = codec.adaptive();
+  s.adaptive.step_fraction = codec.step_fraction();
+  s.adaptive.min_density = codec.min_density();
+  s.adaptive.max_density = codec.max_density();
   return s;
 }
 

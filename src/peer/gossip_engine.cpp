@@ -30,6 +30,14 @@ void check_gossip_spec(const GossipSpec& s, int peers) {
   }
   if (s.segment_elements < 1024) throw InputError("segment_elements must be >= 1024");
   if (!(s.consensus_step > 0 && s.consensus_step <= 1)) throw InputError("choco: consensus_step must be in (0, 1]");
+  check_codec_spec(s.codec);
+  if (s.model_codec != "none" && s.model_codec != "fp16" && s.model_codec != "bf16" && s.model_codec != "int8") {
+    throw InputError("codec.model_codec '" + s.model_codec + "': use none, fp16, bf16 or int8 (whole models are not sparsified)");
+  }
+  const AdaptiveSpec& a = s.adaptive;
+  if (!(a.step_fraction > 0) || !(a.min_density > 0 && a.min_density <= a.max_density && a.max_density <= 1)) {
+    throw InputError("codec: adaptive needs step_fraction > 0 and 0 < min_density <= max_density <= 1");
+  }
 }
 
 GossipEngine::GossipEngine(const GossipSpec& spec, std::vector<std::string> peers, int me, Transport& transport,
@@ -42,53 +50,16 @@ GossipEngine::GossipEngine(const GossipSpec& spec, std::vector<std::string> peer
   for (size_t i = 0; i < peers_.size(); ++i) {
     outboxes_.push_back(std::make_unique<Outbox>(
         [this, i](Message&& m, std::function<void(const SendStatus&)> done) {
-          // Segments of one message; the outbox hears back once the last has left.
-          auto data = std::make_shared<std::vector<float>>(std::move(m.data));
-          const size_t n = data->size();
-          const size_t seg = spec_.segment_elements;
-          const uint32_t count = static_cast<uint32_t>(std::max<size_t>(1, (n + seg - 1) / seg));
-          const uint64_t id = next_update_id_++;
-          auto remaining = std::make_shared<std::atomic<uint32_t>>(count);
-          auto failed = std::make_shared<std::atomic<bool>>(false);
-          const double t0 = clock_.now();
-          for (uint32_t s = 0; s < count; ++s) {
-            const size_t begin = s * seg, len = std::min(seg, n - std::min(n, begin));
-            wire::Envelope e;
-            auto* u = e.mutable_update();
-            u->set_sender(peers_[me_]);
-            u->set_clock(m.clock);
-            u->set_step(m.step);
-            u->set_samples_seen(m.samples);
-            u->set_kind(m.kind);
-            u->set_tensor_length(m.total);
-            u->set_segment_offset(m.offset + begin);
-            u->set_segment_length(len);
-            u->set_update_id(id);
-            u->set_segment_index(s);
-            u->set_segment_count(count);
-            u->set_push_sum_weight(m.push_sum_weight);
-            u->set_synchronous(m.synchronous);
-            u->set_round(m.round);
-            u->set_phase(m.phase);
-            u->set_reply_requested(m.reply_requested);
-            OutFrame f = make_frame(e, reinterpret_cast<const uint8_t*>(data->data() + begin), len * sizeof(float), data);
-            transport_.send(peers_[i], std::move(f), [this, i, n, t0, remaining, failed, done](const SendStatus& st) {
-              if (!st.ok) *failed = true;
-              if (--*remaining == 0) {
-                const double dt = clock_.now() - t0;
-                if (!*failed && dt > 0) {
-                  const double bps = n * sizeof(float) / dt;
-                  topology_->observe_throughput(me_, static_cast<int>(i), bps);
-                  std::lock_guard<std::mutex> lock(link_mu_);
-                  double& b = link_bps_[i];
-                  b = b <= 0 ? bps : 0.8 * b + 0.2 * bps;
-                }
-                done(*failed ? SendStatus{false, "segment lost"} : SendStatus{});
-              }
-            });
-          }
+          put_on_wire(static_cast<int>(i), std::move(m), std::move(done));
         },
         mixer_));
+    CodecSpec model_spec;
+    model_spec.name = spec_.model_codec;
+    model_spec.error_feedback = "off";  // a model's rounding is not owed to anyone
+    auto lc = std::make_unique<LinkCodecs>();
+    lc->update = std::make_unique<LinkEncoder>(spec_.codec, model_.param_views(), seed * 1000 + i);
+    lc->model = std::make_unique<LinkEncoder>(model_spec, model_.param_views(), seed * 1000 + i);
+    link_codecs_.push_back(std::move(lc));
   }
   const std::string& a = spec_.algorithm;
   if (a == "adpsgd") algorithm_ = make_adpsgd();
@@ -116,6 +87,104 @@ int GossipEngine::index_of(const std::string& id) const {
   return -1;
 }
 
+// Cuts a message into segments, encodes each with the link's codec for its kind, and
+// sends them; `done` hears once the last has left. Synchronous exchanges and messages on
+// links without a codec travel as raw fp32, referenced rather than copied.
+void GossipEngine::put_on_wire(int i, Message&& m, std::function<void(const SendStatus&)> done) {
+  auto data = std::make_shared<std::vector<float>>(std::move(m.data));
+  const size_t n = data->size();
+  LinkCodecs& lc = *link_codecs_[i];
+  std::unique_lock<std::mutex> codec_lock(lc.mu);  // one message per link at a time anyway
+  LinkEncoder* enc = nullptr;
+  if (!m.synchronous && n > 0) {
+    const bool update = m.kind == wire::GRADIENT || m.kind == wire::MODEL_DELTA;
+    if (update && spec_.adaptive.enabled) adapt_codec(i, n);
+    enc = update ? lc.update.get() : lc.model.get();
+    if (enc->spec().name == "none" && !enc->error_feedback()) enc = nullptr;
+  }
+  std::vector<std::pair<size_t, size_t>> segs;
+  if (enc != nullptr) {
+    segs = enc->codec().segments(n, spec_.segment_elements);
+  } else {
+    for (size_t b = 0; b < std::max<size_t>(n, 1); b += spec_.segment_elements) segs.emplace_back(b, std::min(spec_.segment_elements, n - std::min(n, b)));
+  }
+  const uint32_t count = static_cast<uint32_t>(segs.size());
+  const uint64_t id = next_update_id_++;
+  std::vector<OutFrame> frames;
+  size_t bytes = 0;
+  for (uint32_t s = 0; s < count; ++s) {
+    const auto [begin, len] = segs[s];
+    wire::Envelope e;
+    auto* u = e.mutable_update();
+    u->set_sender(peers_[me_]);
+    u->set_clock(m.clock);
+    u->set_step(m.step);
+    u->set_samples_seen(m.samples);
+    u->set_kind(m.kind);
+    u->set_tensor_length(m.total);
+    u->set_segment_offset(m.offset + begin);
+    u->set_segment_length(len);
+    u->set_update_id(id);
+    u->set_segment_index(s);
+    u->set_segment_count(count);
+    u->set_push_sum_weight(m.push_sum_weight);
+    u->set_synchronous(m.synchronous);
+    u->set_round(m.round);
+    u->set_phase(m.phase);
+    u->set_reply_requested(m.reply_requested);
+    if (enc == nullptr) {
+      frames.push_back(make_frame(e, reinterpret_cast<const uint8_t*>(data->data() + begin), len * sizeof(float), data));
+    } else {
+      auto payload = std::make_shared<std::vector<uint8_t>>();
+      enc->encode(data->data() + begin, len, m.offset + begin, m.total, *payload, *u->mutable_codec());
+      frames.push_back(make_frame(e, payload->data(), payload->size(), payload));
+    }
+    bytes += frames.back().size();
+  }
+  codec_lock.unlock();
+  auto remaining = std::make_shared<std::atomic<uint32_t>>(count);
+  auto failed = std::make_shared<std::atomic<bool>>(false);
+  const double t0 = clock_.now();
+  for (auto& f : frames) {
+    transport_.send(peers_[i], std::move(f), [this, i, bytes, t0, remaining, failed, done](const SendStatus& st) {
+      if (!st.ok) *failed = true;
+      if (--*remaining != 0) return;
+      const double dt = clock_.now() - t0;
+      if (!*failed && dt > 0) {
+        const double bps = static_cast<double>(bytes) / dt;
+        topology_->observe_throughput(me_, i, bps);
+        std::lock_guard<std::mutex> lock(link_mu_);
+        double& b = link_bps_[i];
+        b = b <= 0 ? bps : 0.8 * b + 0.2 * bps;
+      }
+      done(*failed ? SendStatus{false, "segment lost"} : SendStatus{});
+    });
+  }
+}
+
+// With lc.mu held. Re-chooses link i's codec from its throughput and the step time; logs
+// a "codec" event when the choice moves (another codec, or density by over a quarter).
+void GossipEngine::adapt_codec(int i, size_t n) {
+  double bps;
+  {
+    std::lock_guard<std::mutex> lock(link_mu_);
+    bps = link_bps_[i];
+  }
+  CodecChoice c = choose_codec(spec_.adaptive, spec_.codec, n, bps, step_s_.load());
+  // The residual carries across codec changes, so nothing already owed is lost.
+  if (c.spec.error_feedback == "auto") c.spec.error_feedback = "on";
+  LinkEncoder& enc = *link_codecs_[i]->update;
+  const CodecSpec& now = enc.spec();
+  const bool moved = c.spec.name != now.name || (c.spec.name == "topk" && std::fabs(c.spec.density / now.density - 1) > 0.25);
+  if (!moved) return;
+  enc.set_spec(c.spec);
+  auto e = log_.event("codec");
+  e.add("link", peers_[i]).add("codec", c.spec.name).add("bandwidth_Bps", bps).add("step_s", step_s_.load());
+  e.add("budget_bytes", c.budget_bytes).add("expected_bytes", c.expected_bytes).add("reason", c.reason);
+  if (c.spec.name == "topk") e.add("density", c.spec.density);
+  log_.write(e);
+}
+
 void GossipEngine::on_frame(const std::string& from, InFrame&& frame) {
   if (!frame.envelope.has_update()) return;
   const int idx = index_of(from);
@@ -129,7 +198,11 @@ void GossipEngine::on_frame(const std::string& from, InFrame&& frame) {
   uint64_t c = logical_clock_.load();
   while (u.clock() > c && !logical_clock_.compare_exchange_weak(c, u.clock())) {
   }
-  inbox_->add_segment(idx, u, frame.payload);
+  const std::string err = inbox_->add_segment(idx, u, frame.payload);
+  if (!err.empty()) {
+    ++rejected_;
+    std::fprintf(stderr, "hearsay: peer %s: dropped an update from '%s': %s\n", peers_[me_].c_str(), from.c_str(), err.c_str());
+  }
 }
 
 namespace {
@@ -183,6 +256,12 @@ std::vector<int> GossipEngine::live_targets(int64_t round) {
 }
 
 BatchStats GossipEngine::step(const float* x, const int32_t* labels, int batch, float lr) {
+  const double now = clock_.now();
+  if (last_step_at_ > 0) {
+    const double dt = now - last_step_at_, old = step_s_.load();
+    step_s_ = old <= 0 ? dt : 0.9 * old + 0.1 * dt;
+  }
+  last_step_at_ = now;
   serve_join_requests();
   ++logical_clock_;
   compute_s_ = 0;
@@ -241,6 +320,12 @@ void GossipEngine::axpy_params(double a, const std::vector<float>& y) {
   b.axpy(y.size(), static_cast<float>(a), scratch_.f32(), model_.params());
 }
 
+void GossipEngine::axpy_grads(double a, const std::vector<float>& y) {
+  Backend& b = model_.backend();
+  b.upload(scratch_.data(), y.data(), sizeof(float) * y.size());
+  b.axpy(y.size(), static_cast<float>(a), scratch_.f32(), model_.grads());
+}
+
 void GossipEngine::note_model_distance(const std::string& peer, const std::vector<float>& y) {
   // The log reports one distance per neighbour and window: measuring every arrival would
   // copy the whole model off the device each time for numbers nobody reads.
@@ -249,6 +334,14 @@ void GossipEngine::note_model_distance(const std::string& peer, const std::vecto
   double d = 0;
   for (size_t i = 0; i < x.size() && i < y.size(); ++i) d += (double(x[i]) - y[i]) * (double(x[i]) - y[i]);
   distances_[peer] = std::sqrt(d);
+}
+
+uint64_t GossipEngine::bytes_sent() const {
+  uint64_t b = 0;
+  for (size_t i = 0; i < peers_.size(); ++i) {
+    if (static_cast<int>(i) != me_) b += transport_.link_stats(peers_[i]).bytes_sent;
+  }
+  return b;
 }
 
 size_t GossipEngine::buffered_bytes() const {
@@ -276,6 +369,12 @@ void GossipEngine::log_stats(int64_t step) {
     l.add("bytes_received", static_cast<int64_t>(s.bytes_received)).add("queue", static_cast<int64_t>(s.queue_depth));
     if (s.rtt_s >= 0) l.add("rtt_s", s.rtt_s);
     {
+      std::lock_guard<std::mutex> lock(link_codecs_[i]->mu);
+      const CodecSpec& c = link_codecs_[i]->update->spec();
+      l.add("codec", c.name);
+      if (c.name == "topk" || c.name == "randomk") l.add("density", c.density);
+    }
+    {
       std::lock_guard<std::mutex> lock(link_mu_);
       if (link_bps_[i] > 0) l.add("throughput_Bps", link_bps_[i]);
     }
@@ -289,6 +388,7 @@ void GossipEngine::log_stats(int64_t step) {
       .add("applied", static_cast<int64_t>(m.applied))
       .add("dropped", static_cast<int64_t>(m.dropped))
       .add("coalesced", static_cast<int64_t>(m.coalesced))
+      .add("rejected", static_cast<int64_t>(rejected_.load()))
       .add("tau_p50", m.tau_p50)
       .add("tau_p90", m.tau_p90)
       .add("tau_p99", m.tau_p99)

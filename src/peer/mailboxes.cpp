@@ -90,8 +90,7 @@ uint64_t Outbox::failed() const {
 
 // --- Inbox ----------------------------------------------------------------------------
 
-bool Inbox::add_segment(int from, const wire::Update& u, const std::vector<uint8_t>& payload) {
-  if (u.codec().codec_id() != 0) return false;  // only uncompressed fp32 so far
+std::string Inbox::add_segment(int from, const wire::Update& u, const std::vector<uint8_t>& payload) {
   const uint32_t count = std::max<uint32_t>(1, u.segment_count());
   std::lock_guard<std::mutex> lock(mu_);
   const auto key = std::make_pair(from, u.update_id());
@@ -124,25 +123,30 @@ bool Inbox::add_segment(int from, const wire::Update& u, const std::vector<uint8
     it = partial_.emplace(key, std::move(p)).first;
   }
   Partial& p = it->second;
-  if (p.count != count || p.m.total != u.tensor_length()) return false;
+  if (p.count != count || p.m.total != u.tensor_length()) return "its segment count or tensor length differs from the update's first segment";
   // Segments of one message arrive in order on every transport; each extends the data.
   if (p.have == 0) {
     p.lo = u.segment_offset();
     p.m.offset = p.lo;
   } else if (u.segment_offset() != p.lo + p.m.data.size()) {
     partial_.erase(it);
-    return false;
+    return "segment " + std::to_string(u.segment_index()) + " does not follow the one before it";
   }
+  // segment_length was checked against the tensor, and the tensor against this model.
   const size_t n = u.segment_length();
   const size_t old = p.m.data.size();
   p.m.data.resize(old + n);
-  if (n > 0) std::memcpy(p.m.data.data() + old, payload.data(), n * sizeof(float));
+  const std::string err = decode_accumulate(u.codec(), payload.data(), payload.size(), 1.0f, p.m.data.data() + old, n);
+  if (!err.empty()) {
+    partial_.erase(it);
+    return err;
+  }
   if (++p.have == p.count) {
     auto m = std::move(p.m);
     partial_.erase(it);
     complete(std::move(m));
   }
-  return true;
+  return {};
 }
 
 void Inbox::complete(GossipEngine::Message&& m) {

@@ -48,9 +48,10 @@ class Outbox {
 class Inbox {
  public:
   explicit Inbox(Mixer& mixer) : mixer_(mixer) {}
-  // Adds one wire segment; complete messages become available. Returns false (and drops
-  // it) when the segment does not fit the message it claims to belong to.
-  bool add_segment(int from, const wire::Update& u, const std::vector<uint8_t>& payload);
+  // Adds one wire segment, decoding its payload into the message; complete messages
+  // become available. Returns why it was dropped (it does not fit the message it claims
+  // to belong to, or its payload does not decode), or an empty string.
+  std::string add_segment(int from, const wire::Update& u, const std::vector<uint8_t>& payload);
   std::vector<GossipEngine::Message> take_async();
   // Waits until the message is there, `stop` is set or the timeout passes.
   std::optional<GossipEngine::Message> wait_sync(int from, uint64_t round, uint32_t phase, double timeout_s,

@@ -116,6 +116,7 @@ TrainResult Peer::run() {
                    .add("eval_s", eval_s));
     if (t.target_test_acc() > 0 && !result.time_to_target_s && s.accuracy() >= t.target_test_acc()) {
       result.time_to_target_s = log_.elapsed();
+      if (engine_) result.bytes_to_target = engine_->bytes_sent();
     }
   };
 
@@ -198,15 +199,18 @@ TrainResult Peer::run() {
   result.steps_per_s = train_s > 0 ? static_cast<double>(result.steps) / train_s : 0;
   result.epochs = sampler_->epochs_done();
   result.wall_s = log_.elapsed();
+  if (engine_) result.bytes_sent = engine_->bytes_sent();
   auto end = log_.event("end");
   end.add("steps", result.steps)
       .add("epoch", result.epochs)
       .add("final_test_acc", result.final_test_acc)
       .add("final_test_loss", result.final_test_loss)
       .add("train_s", train_s)
-      .add("samples_per_s", train_s > 0 ? result.steps * batch / train_s : 0.0);
+      .add("samples_per_s", train_s > 0 ? result.steps * batch / train_s : 0.0)
+      .add("bytes_sent", static_cast<int64_t>(result.bytes_sent));
   if (result.time_to_target_s) {
     end.add("time_to_target_s", *result.time_to_target_s);
+    if (engine_) end.add("bytes_to_target", static_cast<int64_t>(result.bytes_to_target));
   } else {
     end.add_null("time_to_target_s");
   }

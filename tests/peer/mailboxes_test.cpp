@@ -1,6 +1,8 @@
 // The bounded queues between the step loop and the network.
 #include <doctest/doctest.h>
 
+#include "hearsay/codec.h"
+
 #include "../../src/peer/mailboxes.h"
 
 using namespace hearsay;
@@ -82,17 +84,17 @@ TEST_CASE("inbox: segments reassemble; push-sum mass from one sender adds up; ba
   };
   u.set_segment_offset(0);
   u.set_segment_length(2);
-  CHECK(in.add_segment(0, u, bytes({1, 2})));
+  CHECK(in.add_segment(0, u, bytes({1, 2})).empty());
   CHECK(in.take_async().empty());  // half a message
   u.set_segment_offset(2);
   u.set_segment_index(1);
-  CHECK(in.add_segment(0, u, bytes({3, 4})));
+  CHECK(in.add_segment(0, u, bytes({3, 4})).empty());
   u.set_update_id(2);
   u.set_segment_count(1);
   u.set_segment_index(0);
   u.set_segment_offset(0);
   u.set_segment_length(4);
-  CHECK(in.add_segment(0, u, bytes({1, 1, 1, 1})));
+  CHECK(in.add_segment(0, u, bytes({1, 1, 1, 1})).empty());
   auto got = in.take_async();
   REQUIRE(got.size() == 1);
   CHECK(got[0].data == std::vector<float>{2, 3, 4, 5});
@@ -101,8 +103,47 @@ TEST_CASE("inbox: segments reassemble; push-sum mass from one sender adds up; ba
   u.set_update_id(3);
   u.set_segment_count(2);
   u.set_segment_length(2);
-  CHECK(in.add_segment(1, u, bytes({1, 1})));
+  CHECK(in.add_segment(1, u, bytes({1, 1})).empty());
   u.set_segment_offset(3);
   u.set_segment_index(1);
-  CHECK_FALSE(in.add_segment(1, u, bytes({1, 1})));
+  CHECK(in.add_segment(1, u, bytes({1, 1})).find("does not follow") != std::string::npos);
+}
+
+TEST_CASE("inbox: compressed segments are decoded into the message; a payload that fails to decode is dropped whole") {
+  Mixer mixer({});
+  Inbox in(mixer);
+  std::vector<float> g(1000, 0.0f);
+  g[3] = 5;
+  g[700] = -2;
+  CodecSpec s;
+  s.name = "topk";
+  s.density = 0.002;
+  auto codec = make_codec(s, {}, 1);
+  wire::Update u;
+  u.set_kind(wire::GRADIENT);
+  u.set_tensor_length(1000);
+  u.set_update_id(1);
+  u.set_segment_count(2);
+  std::vector<uint8_t> payload;
+  u.set_segment_length(500);
+  codec->encode(g.data(), 500, 0, payload, *u.mutable_codec());
+  CHECK(in.add_segment(0, u, payload).empty());
+  u.set_segment_index(1);
+  u.set_segment_offset(500);
+  codec->encode(g.data() + 500, 500, 500, payload, *u.mutable_codec());
+  CHECK(in.add_segment(0, u, payload).empty());
+  auto got = in.take_async();
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].data == g);
+  // The same update with its last byte cut: refused with the codec's reason, nothing kept.
+  u.set_update_id(2);
+  u.set_segment_count(1);
+  u.set_segment_index(0);
+  u.set_segment_offset(0);
+  u.set_segment_length(1000);
+  codec->encode(g.data(), 1000, 0, payload, *u.mutable_codec());
+  payload.pop_back();
+  CHECK(in.add_segment(0, u, payload).find("codec topk") == 0);
+  CHECK(in.take_async().empty());
+  CHECK(in.buffered_bytes() == 0);
 }

@@ -5,35 +5,19 @@
 //   x_i <- optimizer step;  q_i = Q(x_i - x^_i);  x^_i += q_i;  send q_i to neighbours
 //   for each arrived q_j: x^_j += q_j
 //   x_i <- x_i + gamma * sum_j 1/(1 + deg) (x^_j - x^_i)
-// Q here is fp16 rounding (payloads still travel as fp32 until the codecs exist).
-// Differences pending on a slow link are summed, which keeps the copies in step.
-#include <cmath>
-#include <cstring>
+// Q is the link's codec (gossip.codec) with its error feedback: the difference goes to
+// the outbox whole and each link sends what its codec carries, keeping the rest in its
+// residual for later. A receiver's copy of x^_i so lags the sender's by that residual,
+// which error feedback keeps bounded and eventually delivers (with codec none the copies
+// agree exactly). Differences pending on a slow link are summed, which keeps the copies
+// in step. With gossip_every = k, differences are sent every k steps, the consensus step
+// still taken every step against the copies as they stand.
 #include <map>
 
 #include "../algorithm.h"
 
 namespace hearsay {
 namespace {
-
-// Rounds to the nearest fp16 value (round to nearest even), saturating at 65504.
-float to_half_precision(float v) {
-  if (!std::isfinite(v)) return v;
-  const float clamped = std::fmax(std::fmin(v, 65504.0f), -65504.0f);
-  uint32_t bits;
-  std::memcpy(&bits, &clamped, 4);
-  const int exp = static_cast<int>((bits >> 23) & 0xff) - 127;
-  if (exp < -24) return 0.0f;
-  // fp16 keeps 10 mantissa bits (fewer for subnormals below 2^-14).
-  const int drop = exp < -14 ? 13 + (-14 - exp) : 13;
-  const uint32_t half = 1u << (drop - 1);
-  const uint32_t mask = (1u << drop) - 1;
-  uint32_t rounded = bits + half - 1 + ((bits >> drop) & 1);
-  rounded &= ~mask;
-  float out;
-  std::memcpy(&out, &rounded, 4);
-  return out;
-}
 
 class Choco final : public Algorithm {
  public:
@@ -48,12 +32,13 @@ class Choco final : public Algorithm {
     const BatchStats s = local_step(e, x, labels, batch, lr);
     auto xi = e.params_host();
     auto& mine = copies_[e.me()];
-    std::vector<float> q(xi.size());
-    for (size_t k = 0; k < q.size(); ++k) {
-      q[k] = to_half_precision(xi[k] - mine[k]);
-      mine[k] += q[k];
+    // Every gossip_every steps: the difference accumulated since the last send.
+    if (step % static_cast<uint64_t>(e.spec().gossip_every) == 0) {
+      std::vector<float> q(xi.size());
+      for (size_t k = 0; k < q.size(); ++k) q[k] = xi[k] - mine[k];
+      mine = xi;
+      for (int j : neighbours) e.send(j, wire::MODEL_DELTA, q);
     }
-    for (int j : neighbours) e.send(j, wire::MODEL_DELTA, q);
     for (auto& m : e.take_async()) {
       if (m.kind != wire::MODEL_DELTA) continue;
       auto it = copies_.find(m.from);
@@ -67,7 +52,6 @@ class Choco final : public Algorithm {
       for (size_t k = 0; k < xi.size(); ++k) xi[k] += static_cast<float>(w * (other[k] - mine[k]));
     }
     e.set_params_host(xi);
-    (void)step;
     return s;
   }
 

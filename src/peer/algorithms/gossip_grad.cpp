@@ -1,7 +1,8 @@
 // Gradient gossip: each step a peer pushes its minibatch gradient to its neighbours and
-// applies, besides its own, the gradients that arrived, each scaled by the staleness
-// weight f(tau). All gradients share the step size lr / (1 + k), k the number of
-// neighbours a peer sends to, so a step is an average over the gradients it combines.
+// adds, to its own, the gradients that arrived, each scaled by the staleness weight
+// f(tau); the optimizer (momentum included) steps on that sum with lr / (1 + k), k the
+// number of neighbours a peer sends to, so a step is an average over the gradients it
+// combines and a neighbour's gradient gains the same momentum as one's own.
 // Every average_every steps models are exchanged and averaged (share 1/2, staleness
 // weighted) to bound the drift that lost or stale gradients leave.
 #include "../algorithm.h"
@@ -14,10 +15,10 @@ class GossipGrad final : public Algorithm {
   BatchStats step(GossipEngine& e, const float* x, const int32_t* labels, int batch, float lr, uint64_t step) override {
     const auto targets = e.live_targets(static_cast<int64_t>(step));
     const double scale = 1.0 / (1.0 + static_cast<double>(targets.size()));
+    std::vector<GossipEngine::Message> gradients;
     for (auto& m : e.take_async()) {
       if (m.kind == wire::GRADIENT) {
-        const auto d = e.mixer().gradient(e.clock(), m.clock);
-        if (!d.drop) e.axpy_params(-lr * scale * d.weight, m.data);
+        gradients.push_back(std::move(m));
       } else if (m.kind == wire::MODEL) {
         const auto d = e.mixer().model(e.clock(), m.clock, 0.5, e.samples_seen(), m.samples);
         if (d.drop) continue;
@@ -30,6 +31,10 @@ class GossipGrad final : public Algorithm {
       std::vector<float> g(e.model().num_params());
       e.model().backend().download(g.data(), e.model().grads(), sizeof(float) * g.size());
       for (int t : targets) e.send(t, wire::GRADIENT, g);
+    }
+    for (const auto& m : gradients) {
+      const auto d = e.mixer().gradient(e.clock(), m.clock);
+      if (!d.drop) e.axpy_grads(d.weight, m.data);
     }
     e.sgd().step(e.model().params(), e.model().grads(), static_cast<float>(lr * scale));
     const int every = e.spec().average_every;
