@@ -1,27 +1,17 @@
-// What the codec files share: each codec's encoder factory and decoder, the counter-based
-// random numbers that sender and receiver (CPU and CUDA alike) compute the same, and the
-// helpers for checking payloads.
+// What the codec files share: each codec's encoder factory and decoder, and the helpers
+// for writing and checking payloads. The arithmetic shared with CUDA is in codec_math.h.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
 
+#include "codec_math.h"
 #include "hearsay/codec.h"
 
 namespace hearsay::codec {
-
-// A 32-bit hash of (seed, i): the i-th random number of a stream, computable in any order
-// and on any device. (A murmur3-style finalizer over a splitmix-mixed key.)
-inline uint32_t hash32(uint64_t seed, uint64_t i) {
-  uint64_t z = seed + 0x9e3779b97f4a7c15ull * (i + 1);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return static_cast<uint32_t>((z ^ (z >> 31)) >> 32);
-}
-// Uniform in [0, 1) from hash32.
-inline float uniform01(uint64_t seed, uint64_t i) { return static_cast<float>(hash32(seed, i) >> 8) * (1.0f / 16777216.0f); }
 
 // The error message every decoder returns: "codec NAME: reason".
 std::string fault(CodecId id, const std::string& reason);
@@ -66,20 +56,18 @@ void write_topk(const std::vector<uint32_t>& idx, const float* values, size_t n,
 // Checks a top-k payload and, with idx, lists its indices.
 std::string topk_indices(const wire::CodecParams& p, const uint8_t* payload, size_t bytes, size_t n, std::vector<uint32_t>* idx);
 
-// Random-k's indices: the tensor is cut into k strata and one index drawn in each, so they
-// come out increasing and every element has a known probability (1 / its stratum's size).
-inline uint64_t stratum_begin(uint64_t b, uint64_t n, uint64_t k) { return b * n / k; }
-inline uint64_t randomk_index(uint64_t seed, uint64_t b, uint64_t n, uint64_t k) {
-  const uint64_t lo = stratum_begin(b, n, k), size = stratum_begin(b + 1, n, k) - lo;
-  return lo + hash32(seed, b) % size;
-}
-
-// QSGD: bits per element (sign + level in 0..s).
-inline int qsgd_bits(int levels) {
-  int b = 1;
-  while ((1 << (b - 1)) <= levels) ++b;
-  return b;
-}
+// PowerSGD's matrices within a segment (start relative to it), the rank each travels at,
+// the parameters naming them, and Gram-Schmidt on a row-major rows x r matrix's columns
+// (a vanishing column becomes zero rather than amplified noise).
+struct Matrix {
+  size_t start, rows, cols;
+};
+inline size_t rank_of(size_t r, const Matrix& m) { return std::min({r, m.rows, m.cols}); }
+std::vector<Matrix> powersgd_matrices(const std::vector<ParamView>& layout, size_t offset, size_t n, size_t r);
+void powersgd_params(size_t r, const std::vector<Matrix>& mats, wire::CodecParams& p);
+// From parameters that check_payload accepted.
+std::vector<Matrix> powersgd_matrices_of(const wire::CodecParams& p);
+void orthonormalize(float* p, size_t rows, size_t r);
 
 // fp16 <-> fp32, scalar (round to nearest even, saturating to +-inf like the hardware).
 uint16_t float_to_half(float f);

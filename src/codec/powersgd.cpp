@@ -19,29 +19,6 @@
 namespace hearsay::codec {
 namespace {
 
-struct Matrix {
-  size_t start, rows, cols;  // start within the segment
-};
-
-size_t rank_of(size_t r, const Matrix& m) { return std::min({r, m.rows, m.cols}); }
-
-// Modified Gram-Schmidt on the columns of a row-major rows x r matrix. A column that
-// vanishes (M of lower rank) is set to zero rather than amplified noise.
-void orthonormalize(float* p, size_t rows, size_t r) {
-  for (size_t c = 0; c < r; ++c) {
-    for (size_t prev = 0; prev < c; ++prev) {
-      double dot = 0;
-      for (size_t i = 0; i < rows; ++i) dot += static_cast<double>(p[i * r + c]) * p[i * r + prev];
-      for (size_t i = 0; i < rows; ++i) p[i * r + c] -= static_cast<float>(dot) * p[i * r + prev];
-    }
-    double norm = 0;
-    for (size_t i = 0; i < rows; ++i) norm += static_cast<double>(p[i * r + c]) * p[i * r + c];
-    norm = std::sqrt(norm);
-    const float inv = norm > 1e-20 && std::isfinite(norm) ? static_cast<float>(1.0 / norm) : 0.0f;
-    for (size_t i = 0; i < rows; ++i) p[i * r + c] *= inv;
-  }
-}
-
 class PowerSgdCodec final : public Codec {
  public:
   PowerSgdCodec(int rank, std::vector<ParamView> layout, uint64_t seed)
@@ -65,14 +42,7 @@ class PowerSgdCodec final : public Codec {
   }
 
   void encode(const float* x, size_t n, size_t offset, std::vector<uint8_t>& out, wire::CodecParams& p) override {
-    std::vector<Matrix> mats;
-    for (const auto& v : layout_) {
-      if (v.shape.size() != 2 || v.offset < offset || v.offset + v.size > offset + n) continue;
-      const Matrix m{v.offset - offset, static_cast<size_t>(v.shape[0]), static_cast<size_t>(v.shape[1])};
-      if (m.rows * m.cols != v.size) continue;
-      const size_t r = rank_of(r_, m);
-      if ((m.rows + m.cols) * r < m.rows * m.cols) mats.push_back(m);
-    }
+    const std::vector<Matrix> mats = powersgd_matrices(layout_, offset, n, r_);
     size_t bytes = 0, covered = 0;
     for (const auto& m : mats) {
       bytes += (m.rows + m.cols) * rank_of(r_, m) * 4;
@@ -111,16 +81,7 @@ class PowerSgdCodec final : public Codec {
     }
     raw.insert(raw.end(), x + raw_from, x + n);
     std::copy(raw.begin(), raw.end(), w);
-    p.Clear();
-    p.set_codec_id(static_cast<uint32_t>(id()));
-    p.set_codec_version(1);
-    p.add_values(static_cast<double>(r_));
-    p.add_values(static_cast<double>(mats.size()));
-    for (const auto& m : mats) {
-      p.add_values(static_cast<double>(m.start));
-      p.add_values(static_cast<double>(m.rows));
-      p.add_values(static_cast<double>(m.cols));
-    }
+    powersgd_params(r_, mats, p);
   }
 
  private:
@@ -133,6 +94,54 @@ class PowerSgdCodec final : public Codec {
 bool whole(double v, double lo, double hi) { return v >= lo && v <= hi && v == std::floor(v); }
 
 }  // namespace
+
+std::vector<Matrix> powersgd_matrices(const std::vector<ParamView>& layout, size_t offset, size_t n, size_t r) {
+  std::vector<Matrix> mats;
+  for (const auto& v : layout) {
+    if (v.shape.size() != 2 || v.offset < offset || v.offset + v.size > offset + n) continue;
+    const Matrix m{v.offset - offset, static_cast<size_t>(v.shape[0]), static_cast<size_t>(v.shape[1])};
+    if (m.rows * m.cols != v.size) continue;
+    const size_t k = rank_of(r, m);
+    if ((m.rows + m.cols) * k < m.rows * m.cols) mats.push_back(m);
+  }
+  return mats;
+}
+
+void powersgd_params(size_t r, const std::vector<Matrix>& mats, wire::CodecParams& p) {
+  p.Clear();
+  p.set_codec_id(static_cast<uint32_t>(CodecId::kPowerSgd));
+  p.set_codec_version(1);
+  p.add_values(static_cast<double>(r));
+  p.add_values(static_cast<double>(mats.size()));
+  for (const auto& m : mats) {
+    p.add_values(static_cast<double>(m.start));
+    p.add_values(static_cast<double>(m.rows));
+    p.add_values(static_cast<double>(m.cols));
+  }
+}
+
+std::vector<Matrix> powersgd_matrices_of(const wire::CodecParams& p) {
+  std::vector<Matrix> mats;
+  for (int i = 2; i + 2 < p.values_size(); i += 3) {
+    mats.push_back({static_cast<size_t>(p.values(i)), static_cast<size_t>(p.values(i + 1)), static_cast<size_t>(p.values(i + 2))});
+  }
+  return mats;
+}
+
+void orthonormalize(float* p, size_t rows, size_t r) {
+  for (size_t c = 0; c < r; ++c) {
+    for (size_t prev = 0; prev < c; ++prev) {
+      double dot = 0;
+      for (size_t i = 0; i < rows; ++i) dot += static_cast<double>(p[i * r + c]) * p[i * r + prev];
+      for (size_t i = 0; i < rows; ++i) p[i * r + c] -= static_cast<float>(dot) * p[i * r + prev];
+    }
+    double norm = 0;
+    for (size_t i = 0; i < rows; ++i) norm += static_cast<double>(p[i * r + c]) * p[i * r + c];
+    norm = std::sqrt(norm);
+    const float inv = norm > 1e-20 && std::isfinite(norm) ? static_cast<float>(1.0 / norm) : 0.0f;
+    for (size_t i = 0; i < rows; ++i) p[i * r + c] *= inv;
+  }
+}
 
 std::unique_ptr<Codec> make_powersgd(int rank, std::vector<ParamView> layout, uint64_t seed) {
   return std::make_unique<PowerSgdCodec>(rank, std::move(layout), seed);

@@ -60,13 +60,6 @@ class Fp16Codec final : public Codec {
 };
 
 // --- bf16 -----------------------------------------------------------------------------
-// Round to nearest even on the upper 16 bits; NaN stays NaN (a quiet one).
-inline uint16_t float_to_bf16(uint32_t bits) {
-  const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
-  const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
-  return static_cast<uint16_t>(nan ? ((bits >> 16) | 0x40u) : rounded);
-}
-
 class Bf16Codec final : public Codec {
  public:
   CodecId id() const override { return CodecId::kBf16; }
@@ -100,7 +93,11 @@ class Int8Codec final : public Codec {
       // poisoning every model it reaches.
       const float s = std::isfinite(amax) ? amax / 127.0f : 0.0f;
       scales[b] = s;
-      quantize(x + lo, len, s > 0 ? 1.0f / s : 0.0f, q + lo);
+      if (s > 0) {
+        quantize(x + lo, len, 1.0f / s, q + lo);
+      } else {
+        std::memset(q + lo, 0, len);
+      }
     }
   }
 
