@@ -45,6 +45,7 @@ struct CodecSpec {
   std::string name = "none";
   double density = 0.01;       // topk, randomk: fraction of elements sent
   bool exact_topk = false;     // topk: exact selection instead of a sampled threshold (DGC)
+  int value_bits = 16;         // topk: values as bf16 (16) or fp32 (32)
   int levels = 16;             // qsgd: s
   int block = 256;             // int8: elements per absmax scale; qsgd: elements per norm
   int rank = 4;                // powersgd: r

@@ -13,10 +13,10 @@ namespace {
 
 // Bytes per sent element of top-k at density d: a value and its index (a delta varint, or
 // the bitmap's share when that is smaller).
-double topk_bytes_per_element(double d) {
+double topk_bytes_per_element(double d, int value_bits) {
   const double gap = 1.0 / d;
   const double varint = gap < 128 ? 1 : gap < 16384 ? 2 : 3;
-  return 4 + std::min(varint, 1.0 / (8 * d));
+  return value_bits / 8.0 + std::min(varint, 1.0 / (8 * d));
 }
 
 std::string fmt(const char* f, double a, double b, double c) {
@@ -50,11 +50,11 @@ CodecChoice choose_codec(const AdaptiveSpec& a, const CodecSpec& base, size_t el
   }
   // Densest top-k that fits: bytes(d) = n d (4 + index bytes) is increasing in d.
   double density = a.max_density;
-  for (int i = 0; i < 4; ++i) density = c.budget_bytes / (n * topk_bytes_per_element(density));
+  for (int i = 0; i < 4; ++i) density = c.budget_bytes / (n * topk_bytes_per_element(density, base.value_bits));
   density = std::clamp(std::min(density, a.max_density), a.min_density, 1.0);
   c.spec.name = "topk";
   c.spec.density = density;
-  c.expected_bytes = n * density * topk_bytes_per_element(density);
+  c.expected_bytes = n * density * topk_bytes_per_element(density, base.value_bits);
   c.reason = fmt("int8 needs %.0f B; topk at density %.4g sends %.0f B of the ", int8_bytes, density, c.expected_bytes) + link;
   if (c.expected_bytes > c.budget_bytes) c.reason += "; the link cannot carry even the sparsest allowed update in budget";
   return c;

@@ -32,6 +32,7 @@ void check_codec_spec(const CodecSpec& s) {
   if (!(s.density > 0 && s.density <= 1)) throw InputError(where + "density must be in (0, 1], got " + std::to_string(s.density));
   if (s.levels < 1 || s.levels > 32767) throw InputError(where + "levels must be in [1, 32767], got " + std::to_string(s.levels));
   if (s.block < 8 || s.block > (1 << 20)) throw InputError(where + "block must be in [8, 1048576], got " + std::to_string(s.block));
+  if (s.value_bits != 16 && s.value_bits != 32) throw InputError(where + "value_bits must be 16 or 32, got " + std::to_string(s.value_bits));
   if (s.rank < 1 || s.rank > 256) throw InputError(where + "rank must be in [1, 256], got " + std::to_string(s.rank));
   if (s.error_feedback != "auto" && s.error_feedback != "on" && s.error_feedback != "off") {
     throw InputError(where + "error_feedback must be auto, on or off, got '" + s.error_feedback + "'");
@@ -60,7 +61,7 @@ std::unique_ptr<Codec> make_codec(const CodecSpec& s, const std::vector<ParamVie
     case CodecId::kBf16: return codec::make_bf16();
     case CodecId::kInt8: return codec::make_int8(s.block);
     case CodecId::kQsgd: return codec::make_qsgd(s.levels, s.block, seed);
-    case CodecId::kTopk: return codec::make_topk(s.density, s.exact_topk, seed);
+    case CodecId::kTopk: return codec::make_topk(s.density, s.exact_topk, s.value_bits, seed);
     // With error feedback, random-k sends values unscaled: the residual keeps the rest.
     case CodecId::kRandomk: return codec::make_randomk(s.density, !uses_error_feedback(s), seed);
     case CodecId::kSign: return codec::make_sign();

@@ -32,7 +32,7 @@ std::unique_ptr<Codec> make_fp16();
 std::unique_ptr<Codec> make_bf16();
 std::unique_ptr<Codec> make_int8(int block);
 std::unique_ptr<Codec> make_qsgd(int levels, int bucket, uint64_t seed);
-std::unique_ptr<Codec> make_topk(double density, bool exact, uint64_t seed);
+std::unique_ptr<Codec> make_topk(double density, bool exact, int value_bits, uint64_t seed);
 std::unique_ptr<Codec> make_randomk(double density, bool unbiased, uint64_t seed);
 std::unique_ptr<Codec> make_sign();
 std::unique_ptr<Codec> make_powersgd(int rank, std::vector<ParamView> layout, uint64_t seed);
@@ -51,8 +51,8 @@ std::string decode_sign(const wire::CodecParams&, const uint8_t*, size_t, float,
 std::string decode_powersgd(const wire::CodecParams&, const uint8_t*, size_t, float, float*, size_t);
 
 // top-k's payload from its increasing indices and their values (CPU and CUDA encoders).
-void write_topk(const std::vector<uint32_t>& idx, const float* values, size_t n, double density, std::vector<uint8_t>& out,
-                wire::CodecParams& p);
+void write_topk(const std::vector<uint32_t>& idx, const float* values, size_t n, double density, int value_bits,
+                std::vector<uint8_t>& out, wire::CodecParams& p);
 // Checks a top-k payload and, with idx, lists its indices.
 std::string topk_indices(const wire::CodecParams& p, const uint8_t* payload, size_t bytes, size_t n, std::vector<uint32_t>* idx);
 

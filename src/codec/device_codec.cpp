@@ -183,7 +183,8 @@ void keep_largest(std::vector<uint32_t>& idx, std::vector<float>& values, size_t
 
 class TopkDevice final : public DeviceCodec {
  public:
-  TopkDevice(double density, bool exact, uint64_t seed) : density_(density), exact_(exact), seed_(seed) {}
+  TopkDevice(double density, bool exact, int value_bits, uint64_t seed)
+      : density_(density), exact_(exact), value_bits_(value_bits), seed_(seed) {}
   void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, wire::CodecParams& p) override {
     const size_t kk = n == 0 ? 0 : std::clamp<size_t>(static_cast<size_t>(std::llround(density_ * n)), 1, n);
     const size_t m = std::max<size_t>(2048, static_cast<size_t>(64.0 / density_));  // as the CPU codec
@@ -214,12 +215,13 @@ class TopkDevice final : public DeviceCodec {
       to_host(values.data(), dv, 4 * c);
       if (exact || c > kk + kk / 2) keep_largest(idx, values, kk);
     }
-    codec::write_topk(idx, values.data(), n, density_, out, p);
+    codec::write_topk(idx, values.data(), n, density_, value_bits_, out, p);
   }
 
  private:
   double density_;
   bool exact_;
+  int value_bits_;
   uint64_t seed_, calls_ = 0;
   Scratch abs_, idx_, vals_;
 };
@@ -317,7 +319,7 @@ std::unique_ptr<DeviceCodec> make_device_codec(const CodecSpec& s, const std::ve
   if (s.name == "bf16") return std::make_unique<DenseDevice>(CodecId::kBf16, s.block);
   if (s.name == "int8") return std::make_unique<DenseDevice>(CodecId::kInt8, s.block);
   if (s.name == "qsgd") return std::make_unique<QsgdDevice>(s.levels, s.block, seed);
-  if (s.name == "topk") return std::make_unique<TopkDevice>(s.density, s.exact_topk, seed);
+  if (s.name == "topk") return std::make_unique<TopkDevice>(s.density, s.exact_topk, s.value_bits, seed);
   if (s.name == "randomk") return std::make_unique<RandomkDevice>(s.density, !uses_error_feedback(s), seed);
   if (s.name == "sign") return std::make_unique<SignDevice>();
   return std::make_unique<PowerSgdDevice>(s.rank, layout, seed);
@@ -327,7 +329,7 @@ std::string device_decode_accumulate(const wire::CodecParams& p, const uint8_t* 
                                      size_t n) {
   if (std::string err = check_payload(p, payload, bytes, n); !err.empty()) return err;
   if (!std::isfinite(scale)) return "codec: the receiver's scale is not finite";
-  thread_local Scratch in, extra;
+  thread_local Scratch in, extra, values;
   const auto id = static_cast<CodecId>(p.codec_id());
   uint8_t* d = in.get<uint8_t>(bytes);
   to_device(d, payload, bytes);
@@ -356,7 +358,19 @@ std::string device_decode_accumulate(const wire::CodecParams& p, const uint8_t* 
       codec::topk_indices(p, payload, bytes, n, &idx);
       uint32_t* di = extra.get<uint32_t>(idx.size());
       to_device(di, idx.data(), 4 * idx.size());
-      k::launch_scatter_add(0, di, reinterpret_cast<const float*>(d), idx.size(), scale, y);
+      // bf16 values widen on the host: k of them, never the dense tensor.
+      std::vector<float> v(idx.size());
+      if (p.values(3) == 32) {
+        std::memcpy(v.data(), payload, 4 * v.size());
+      } else {
+        for (size_t j = 0; j < v.size(); ++j) {
+          const uint32_t bits = static_cast<uint32_t>(codec::load<uint16_t>(payload + 2 * j)) << 16;
+          std::memcpy(&v[j], &bits, 4);
+        }
+      }
+      float* dv = values.get<float>(v.size());
+      to_device(dv, v.data(), 4 * v.size());
+      k::launch_scatter_add(0, di, dv, idx.size(), scale, y);
       break;
     }
     case CodecId::kRandomk:

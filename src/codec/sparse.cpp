@@ -2,8 +2,9 @@
 // Gradient Compression) and random-k (indices drawn from a seed both sides know, so
 // only values travel). Decoding touches only the sent elements.
 //
-// top-k payload: k fp32 values, then the k increasing indices as either delta varints
-// (the first raw, then gaps >= 1) or a bitmap of n bits, whichever is smaller.
+// top-k payload: k values (bf16 by default, or fp32), then the k increasing indices as
+// either delta varints (the first raw, then gaps >= 1) or a bitmap of n bits, whichever
+// is smaller. Error feedback absorbs the values' rounding like the unsent elements.
 #include <algorithm>
 #include <cmath>
 
@@ -86,7 +87,8 @@ void keep_largest(const float* x, std::vector<uint32_t>& idx, size_t k, std::vec
 
 class TopkCodec final : public Codec {
  public:
-  TopkCodec(double density, bool exact, uint64_t seed) : density_(density), exact_(exact), seed_(seed) {}
+  TopkCodec(double density, bool exact, int value_bits, uint64_t seed)
+      : density_(density), exact_(exact), value_bits_(value_bits), seed_(seed) {}
   CodecId id() const override { return CodecId::kTopk; }
 
   void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, wire::CodecParams& p) override {
@@ -123,11 +125,12 @@ class TopkCodec final : public Codec {
   void write(const float* x, size_t n, std::vector<uint8_t>& out, wire::CodecParams& p) {
     values_.resize(idx_.size());
     for (size_t j = 0; j < idx_.size(); ++j) values_[j] = x[idx_[j]];
-    write_topk(idx_, values_.data(), n, density_, out, p);
+    write_topk(idx_, values_.data(), n, density_, value_bits_, out, p);
   }
 
   double density_;
   bool exact_;
+  int value_bits_;
   uint64_t seed_, calls_ = 0;
   std::vector<uint32_t> idx_;
   std::vector<float> scratch_, values_;
@@ -164,22 +167,31 @@ class RandomkCodec final : public Codec {
 
 }  // namespace
 
-void write_topk(const std::vector<uint32_t>& idx, const float* values, size_t n, double density, std::vector<uint8_t>& out,
-                wire::CodecParams& p) {
-  const size_t k = idx.size();
+void write_topk(const std::vector<uint32_t>& idx, const float* values, size_t n, double density, int value_bits,
+                std::vector<uint8_t>& out, wire::CodecParams& p) {
+  const size_t k = idx.size(), vb = static_cast<size_t>(value_bits / 8);
   size_t varint_bytes = 0;
   for (size_t j = 0; j < k; ++j) varint_bytes += varint_size(j == 0 ? idx[0] : idx[j] - idx[j - 1]);
   const size_t bitmap_bytes = (n + 7) / 8;
   const int coding = varint_bytes <= bitmap_bytes ? kVarint : kBitmap;
   out.clear();
-  out.reserve(4 * k + std::min(varint_bytes, bitmap_bytes));
-  out.resize(4 * k);
-  if (k > 0) std::memcpy(out.data(), values, 4 * k);
+  out.reserve(vb * k + std::min(varint_bytes, bitmap_bytes));
+  out.resize(vb * k);
+  if (vb == 4) {
+    if (k > 0) std::memcpy(out.data(), values, 4 * k);
+  } else {
+    uint16_t* h = reinterpret_cast<uint16_t*>(out.data());
+    for (size_t j = 0; j < k; ++j) {
+      uint32_t bits;
+      std::memcpy(&bits, values + j, 4);
+      h[j] = float_to_bf16(bits);
+    }
+  }
   if (coding == kVarint) {
     for (size_t j = 0; j < k; ++j) put_varint(out, j == 0 ? idx[0] : idx[j] - idx[j - 1]);
   } else {
-    out.resize(4 * k + bitmap_bytes, 0);
-    uint8_t* bits = out.data() + 4 * k;
+    out.resize(vb * k + bitmap_bytes, 0);
+    uint8_t* bits = out.data() + vb * k;
     for (uint32_t i : idx) bits[i >> 3] |= static_cast<uint8_t>(1u << (i & 7));
   }
   p.Clear();
@@ -188,23 +200,27 @@ void write_topk(const std::vector<uint32_t>& idx, const float* values, size_t n,
   p.add_values(static_cast<double>(k));
   p.add_values(coding);
   p.add_values(density);
+  p.add_values(value_bits);
 }
 
-std::unique_ptr<Codec> make_topk(double density, bool exact, uint64_t seed) { return std::make_unique<TopkCodec>(density, exact, seed); }
+std::unique_ptr<Codec> make_topk(double density, bool exact, int value_bits, uint64_t seed) {
+  return std::make_unique<TopkCodec>(density, exact, value_bits, seed);
+}
 std::unique_ptr<Codec> make_randomk(double density, bool unbiased, uint64_t seed) {
   return std::make_unique<RandomkCodec>(density, unbiased, seed);
 }
 
 std::string topk_indices(const wire::CodecParams& prm, const uint8_t* p, size_t bytes, size_t n, std::vector<uint32_t>* idx) {
   constexpr CodecId id = CodecId::kTopk;
-  if (auto e = check_values(id, prm, 2); !e.empty()) return e;
-  const double kd = prm.values(0), coding = prm.values(1);
+  if (auto e = check_values(id, prm, 4); !e.empty()) return e;
+  const double kd = prm.values(0), coding = prm.values(1), value_bits = prm.values(3);
   if (kd < 0 || kd > static_cast<double>(n) || kd != std::floor(kd)) {
     return fault(id, "k = " + std::to_string(kd) + " is not an integer in [0, " + std::to_string(n) + "]");
   }
-  const size_t k = static_cast<size_t>(kd);
-  if (bytes < 4 * k) return fault(id, "payload of " + std::to_string(bytes) + " bytes cannot hold " + std::to_string(k) + " values");
-  const uint8_t* q = p + 4 * k;
+  if (value_bits != 16 && value_bits != 32) return fault(id, "value bits " + std::to_string(value_bits) + " are neither 16 (bf16) nor 32 (fp32)");
+  const size_t k = static_cast<size_t>(kd), vb = value_bits == 16 ? 2 : 4;
+  if (bytes < vb * k) return fault(id, "payload of " + std::to_string(bytes) + " bytes cannot hold " + std::to_string(k) + " values");
+  const uint8_t* q = p + vb * k;
   const uint8_t* end = p + bytes;
   if (idx != nullptr) idx->clear();
   if (coding == kVarint) {
@@ -241,8 +257,18 @@ std::string decode_topk(const wire::CodecParams& prm, const uint8_t* p, size_t b
   // The indices, checked in full before anything is added: O(k) memory, never O(n).
   thread_local std::vector<uint32_t> idx;
   if (auto e = topk_indices(prm, p, bytes, n, y == nullptr ? nullptr : &idx); !e.empty() || y == nullptr) return e;
-  const float* v = reinterpret_cast<const float*>(p);
-  for (size_t j = 0; j < idx.size(); ++j) y[idx[j]] += scale * v[j];
+  if (prm.values(3) == 32) {
+    const float* v = reinterpret_cast<const float*>(p);
+    for (size_t j = 0; j < idx.size(); ++j) y[idx[j]] += scale * v[j];
+  } else {
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
+    for (size_t j = 0; j < idx.size(); ++j) {
+      const uint32_t bits = static_cast<uint32_t>(h[j]) << 16;
+      float v;
+      std::memcpy(&v, &bits, 4);
+      y[idx[j]] += scale * v;
+    }
+  }
   return {};
 }
 

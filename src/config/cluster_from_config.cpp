@@ -47,6 +47,7 @@ GossipSpec gossip_spec(const config::ClusterConfig& c) {
   s.codec.name = codec.name();
   s.codec.density = codec.density();
   s.codec.exact_topk = codec.exact_topk();
+  s.codec.value_bits = codec.value_bits();
   s.codec.levels = codec.levels();
   s.codec.block = codec.block();
   s.codec.rank = codec.rank();

@@ -147,6 +147,7 @@ TEST_CASE("codec topk exact sends exactly the k largest magnitudes; the sampled 
   const size_t k = 2000;
 
   s.exact_topk = true;
+  s.value_bits = 32;  // values exactly, to compare them
   auto exact = make_codec(s, {}, 0);
   const auto y = decode(encode(*exact, x), n);
   size_t sent = 0;
@@ -184,13 +185,17 @@ TEST_CASE("codec topk writes indices as delta varints when sparse and as a bitma
   auto sparse = make_codec(s, {}, 0);
   const auto a = encode(*sparse, x);
   CHECK(a.params.values(1) == 0);
-  CHECK(a.bytes.size() < 80 * 4 + 80 * 3);
+  CHECK(a.bytes.size() < 80 * 2 + 80 * 3);
   s.density = 0.3;
   auto dense = make_codec(s, {}, 0);
   const auto b = encode(*dense, x);
   CHECK(b.params.values(1) == 1);
-  CHECK(b.bytes.size() == 2400 * 4 + 1000);
-  CHECK(decode(b, x.size())[0] == (std::fabs(x[0]) >= 0 && decode(b, x.size())[0] != 0 ? x[0] : 0.0f));
+  CHECK(b.bytes.size() == 2400 * 2 + 1000);  // bf16 values, then the bitmap
+  // bf16 values are within half a bf16 ulp of the input.
+  const auto y = decode(b, x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (y[i] != 0) CHECK(std::fabs(y[i] - x[i]) <= std::ldexp(std::fabs(x[i]), -8));
+  }
 }
 
 TEST_CASE("codec sign and qsgd bit-pack their codes") {

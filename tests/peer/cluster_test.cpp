@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <numeric>
 
 #include "hearsay/cluster.h"
 #include "hearsay/config.h"
 #include "hearsay/peer.h"
+#include "test_util.h"
 
 using namespace hearsay;
 
@@ -176,4 +178,49 @@ TEST_CASE("cluster: a peer that joins late starts from a neighbour's model") {
   // The late peer's first step already uses a trained neighbour's model.
   MESSAGE("first loss: at initialisation " << initial << ", late peer " << r.peers[3].losses.front());
   CHECK(r.peers[3].losses.front() < 0.8 * initial);
+}
+
+namespace {
+
+// The last value of `field` in the `codec` events peer0 wrote for link `to`, or "" if none.
+std::string last_codec_choice(const std::string& log, const std::string& to) {
+  std::ifstream in(log);
+  std::string line, last;
+  while (std::getline(in, line)) {
+    if (line.find("\"event\":\"codec\"") == std::string::npos || line.find("\"link\":\"" + to + "\"") == std::string::npos) continue;
+    const auto at = line.find("\"codec\":\"", line.find("\"link\""));
+    if (at != std::string::npos) last = line.substr(at + 9, line.find('"', at + 9) - at - 9);
+  }
+  return last;
+}
+
+}  // namespace
+
+TEST_CASE("cluster: adaptive compression gives a fast link a dense codec and a slow link top-k, and says why") {
+  test::TempDir dir;
+  ClusterSpec s;
+  // 16 features x 4 classes is too small to need compressing anywhere; 2000 x 4 is not.
+  s.base = base("data { synthetic_dim: 2000 synthetic_train: 2048 } train { epochs: 6 }");
+  s.peers = 3;
+  s.gossip.algorithm = "gossip_grad";
+  s.gossip.topology.kind = "complete";
+  s.gossip.average_every = 0;
+  s.gossip.adaptive.enabled = true;
+  s.slowdown = std::vector<double>(3, 20.0);
+  s.log_dir = dir.path();
+  // peer0 <-> peer2 crosses a 2 Mbit/s WAN link; the others are unlimited.
+  LinkModel wan;
+  wan.bandwidth_bps = 2e6;
+  wan.latency_s = 0.005;
+  s.links[{0, 2}] = wan;
+  s.links[{2, 0}] = wan;
+  const ClusterResult r = run_cluster(s);
+  const std::string log = dir.file("peer0.jsonl");
+  const std::string slow = last_codec_choice(log, "peer2"), fast = last_codec_choice(log, "peer1");
+  MESSAGE("peer0's link to peer1 (unlimited): '" << fast << "', to peer2 (2 Mbit/s): '" << slow << "'");
+  CHECK(slow == "topk");
+  CHECK((fast == "" || fast == "none" || fast == "fp16"));
+  const std::string text = test::read_file(log);
+  CHECK(text.find("topk at density") != std::string::npos);  // the reason is logged
+  for (const auto& p : r.peers) CHECK(p.final_test_acc > 0.7);
 }
