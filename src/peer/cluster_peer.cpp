@@ -37,6 +37,12 @@ TrainResult run_cluster_peer(const config::Config& base, const std::string& name
     if (cl.peers(i).name() == name) me = i;
   }
   if (me < 0) throw InputError("peer '" + name + "' is not in cluster.peers");
+  // Gossip settings (algorithm, codec...) fail here, before anything listens or dials.
+  try {
+    check_gossip_spec(gossip_spec(cl), n);
+  } catch (const InputError& e) {
+    throw InputError(std::string("cluster.gossip: ") + e.what());
+  }
 
   TransportOptions o;
   o.peer_id = name;

@@ -399,3 +399,51 @@ TEST_CASE("adaptive compression gives a fast link fp32 or fp16 and a slow WAN li
   // Nothing measured yet: the configured codec stays.
   CHECK(choose_codec(a, spec_of("int8"), n, 0, 0.02).spec.name == "int8");
 }
+
+TEST_CASE("codec decoders survive random corruption: each payload is applied whole or refused whole") {
+  const size_t n = 777;
+  const auto x = normal_vector(n, 13);
+  Rng rng(99);
+  size_t refused = 0, applied = 0;
+  for (const auto& name : codec_names()) {
+    CodecSpec s = spec_of(name);
+    s.density = 0.05;
+    s.levels = 5;
+    s.block = 64;
+    auto c = make_codec(s, matrix_layout(20, 30, 177), 3);
+    for (int trial = 0; trial < 300; ++trial) {
+      auto e = encode(*c, x);
+      // Flip bytes, cut or extend the payload, or bend a parameter value.
+      switch (rng.below(4)) {
+        case 0:
+          for (int f = 0; f < 3 && !e.bytes.empty(); ++f) e.bytes[rng.below(e.bytes.size())] ^= static_cast<uint8_t>(1 + rng.below(255));
+          break;
+        case 1:
+          e.bytes.resize(rng.below(e.bytes.size() + 1));
+          break;
+        case 2:
+          e.bytes.resize(e.bytes.size() + 1 + rng.below(16), 0xff);
+          break;
+        default:
+          if (e.params.values_size() > 0) {
+            const int v = static_cast<int>(rng.below(e.params.values_size()));
+            const double bent[] = {-1, 0, 1e18, NAN, e.params.values(v) + 1, e.params.values(v) * 2};
+            e.params.set_values(v, bent[rng.below(6)]);
+          } else {
+            e.params.set_codec_id(static_cast<uint32_t>(rng.below(20)));
+          }
+      }
+      std::vector<float> y(n, 7.0f);
+      const std::string err = decode_accumulate(e.params, e.bytes.data(), e.bytes.size(), 1.0f, y.data(), n);
+      CHECK(err == check_payload(e.params, e.bytes.data(), e.bytes.size(), n));
+      if (err.empty()) {
+        ++applied;
+      } else {
+        ++refused;
+        CHECK(std::all_of(y.begin(), y.end(), [](float v) { return v == 7.0f; }));
+      }
+    }
+  }
+  MESSAGE(refused << " corrupted payloads refused, " << applied << " still well-formed and applied");
+  CHECK(refused > 1000);
+}

@@ -127,3 +127,24 @@ TEST_CASE("cli: a cluster without its secret, or an unknown peer name, exits 2 n
   CHECK(stranger.status == 2);
   CHECK(stranger.output.find("'zed'") != std::string::npos);
 }
+
+TEST_CASE("cli: an unknown codec or one out of range exits 2 before the peer listens, naming the field") {
+  TempDir dir;
+  write_file(dir.file("c.textproto"), R"(
+    cluster {
+      secret_env: "HOME"
+      peers { name: "a" address: "127.0.0.1:17393" }
+      peers { name: "b" address: "127.0.0.1:17394" }
+    }
+  )");
+  const std::string base = "--quiet --config " + dir.file("c.textproto") + " --peer a";
+  const Run zip = run_peer(base + " --set 'cluster { gossip { codec { name: \"zip\" } } }'");
+  CHECK(zip.status == 2);
+  CHECK(zip.output.find("cluster.gossip: codec 'zip': unknown") != std::string::npos);
+  const Run dense = run_peer(base + " --set 'cluster { gossip { codec { name: \"topk\" density: 2 } } }'");
+  CHECK(dense.status == 2);
+  CHECK(dense.output.find("density must be in (0, 1]") != std::string::npos);
+  const Run model = run_peer(base + " --set 'cluster { gossip { codec { model_codec: \"topk\" } } }'");
+  CHECK(model.status == 2);
+  CHECK(model.output.find("model_codec 'topk'") != std::string::npos);
+}
