@@ -124,8 +124,9 @@ struct CodecChoice {
   double expected_bytes = 0;   // what the chosen codec sends
   std::string reason;
 };
-// `base` supplies the parameters that are not chosen (block, error feedback...).
+// `base` supplies the parameters that are not chosen (block, error feedback...). With
+// `dense_only` (whole models, which are never sparsified) the choice stops at int8.
 CodecChoice choose_codec(const AdaptiveSpec& adaptive, const CodecSpec& base, size_t elements, double bandwidth_Bps,
-                         double step_s);
+                         double step_s, bool dense_only = false);
 
 }  // namespace hearsay

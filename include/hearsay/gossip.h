@@ -136,7 +136,7 @@ class GossipEngine {
  private:
   void on_frame(const std::string& from, InFrame&& frame);
   void put_on_wire(int to, Message&& m, std::function<void(const SendStatus&)> done);
-  void adapt_codec(int to, size_t elements);
+  void adapt_codec(int to, size_t elements, bool update);
   void serve_join_requests();
   bool connected(int peer) const;
   int index_of(const std::string& id) const;

@@ -27,7 +27,8 @@ std::string fmt(const char* f, double a, double b, double c) {
 
 }  // namespace
 
-CodecChoice choose_codec(const AdaptiveSpec& a, const CodecSpec& base, size_t elements, double bandwidth_Bps, double step_s) {
+CodecChoice choose_codec(const AdaptiveSpec& a, const CodecSpec& base, size_t elements, double bandwidth_Bps, double step_s,
+                         bool dense_only) {
   CodecChoice c;
   c.spec = base;
   const double n = static_cast<double>(elements);
@@ -47,6 +48,12 @@ CodecChoice choose_codec(const AdaptiveSpec& a, const CodecSpec& base, size_t el
       c.reason = std::string(d.name) + fmt(" fits: %.0f B of the ", d.bytes, 0, 0) + link;
       return c;
     }
+  }
+  if (dense_only) {
+    c.spec.name = "int8";
+    c.expected_bytes = int8_bytes;
+    c.reason = fmt("int8, the lightest dense codec, sends %.0f B, over the ", int8_bytes, 0, 0) + link;
+    return c;
   }
   // Densest top-k that fits: bytes(d) = n d (4 + index bytes) is increasing in d.
   double density = a.max_density;

@@ -98,7 +98,7 @@ void GossipEngine::put_on_wire(int i, Message&& m, std::function<void(const Send
   LinkEncoder* enc = nullptr;
   if (!m.synchronous && n > 0) {
     const bool update = m.kind == wire::GRADIENT || m.kind == wire::MODEL_DELTA;
-    if (update && spec_.adaptive.enabled) adapt_codec(i, n);
+    if (spec_.adaptive.enabled) adapt_codec(i, n, update);
     enc = update ? lc.update.get() : lc.model.get();
     if (enc->spec().name == "none" && !enc->error_feedback()) enc = nullptr;
   }
@@ -162,24 +162,27 @@ void GossipEngine::put_on_wire(int i, Message&& m, std::function<void(const Send
   }
 }
 
-// With lc.mu held. Re-chooses link i's codec from its throughput and the step time; logs
-// a "codec" event when the choice moves (another codec, or density by over a quarter).
-void GossipEngine::adapt_codec(int i, size_t n) {
+// With lc.mu held. Re-chooses link i's codec for updates (gradients, deltas) or for whole
+// models from its throughput and the step time; logs a "codec" event when the choice
+// moves (another codec, or density by over a quarter).
+void GossipEngine::adapt_codec(int i, size_t n, bool update) {
   double bps;
   {
     std::lock_guard<std::mutex> lock(link_mu_);
     bps = link_bps_[i];
   }
-  CodecChoice c = choose_codec(spec_.adaptive, spec_.codec, n, bps, step_s_.load());
-  // The residual carries across codec changes, so nothing already owed is lost.
-  if (c.spec.error_feedback == "auto") c.spec.error_feedback = "on";
-  LinkEncoder& enc = *link_codecs_[i]->update;
+  LinkEncoder& enc = update ? *link_codecs_[i]->update : *link_codecs_[i]->model;
+  CodecChoice c = choose_codec(spec_.adaptive, enc.spec(), n, bps, step_s_.load(), !update);
+  // An update's residual carries across codec changes, so nothing already owed is lost;
+  // a model's rounding is owed to no one.
+  c.spec.error_feedback = update ? (spec_.codec.error_feedback == "off" ? "off" : "on") : "off";
   const CodecSpec& now = enc.spec();
   const bool moved = c.spec.name != now.name || (c.spec.name == "topk" && std::fabs(c.spec.density / now.density - 1) > 0.25);
   if (!moved) return;
   enc.set_spec(c.spec);
   auto e = log_.event("codec");
-  e.add("link", peers_[i]).add("codec", c.spec.name).add("bandwidth_Bps", bps).add("step_s", step_s_.load());
+  e.add("link", peers_[i]).add("payload", update ? "update" : "model").add("codec", c.spec.name);
+  e.add("bandwidth_Bps", bps).add("step_s", step_s_.load());
   e.add("budget_bytes", c.budget_bytes).add("expected_bytes", c.expected_bytes).add("reason", c.reason);
   if (c.spec.name == "topk") e.add("density", c.spec.density);
   log_.write(e);
@@ -371,7 +374,7 @@ void GossipEngine::log_stats(int64_t step) {
     {
       std::lock_guard<std::mutex> lock(link_codecs_[i]->mu);
       const CodecSpec& c = link_codecs_[i]->update->spec();
-      l.add("codec", c.name);
+      l.add("codec", c.name).add("model_codec", link_codecs_[i]->model->spec().name);
       if (c.name == "topk" || c.name == "randomk") l.add("density", c.density);
     }
     {

@@ -396,6 +396,9 @@ TEST_CASE("adaptive compression gives a fast link fp32 or fp16 and a slow WAN li
   CHECK(wan.expected_bytes <= wan.budget_bytes);
   CHECK(wan.expected_bytes > 0.8 * wan.budget_bytes);
   CHECK(wan.reason.find("topk at density") != std::string::npos);
+  // Whole models are never sparsified: the slow link gets int8, the lightest dense codec.
+  CHECK(choose_codec(a, base, n, 2.5e6, 0.02, true).spec.name == "int8");
+  CHECK(choose_codec(a, base, n, 60e6, 0.02, true).spec.name == "fp16");
   // Nothing measured yet: the configured codec stays.
   CHECK(choose_codec(a, spec_of("int8"), n, 0, 0.02).spec.name == "int8");
 }
