@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <google/protobuf/text_format.h>
+
 #include "hearsay/build_config.h"
 #include "hearsay/config.h"
 #include "hearsay/error.h"
@@ -17,10 +19,13 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: hearsay-peer --config FILE [--peer NAME] [--set FRAGMENT]... [--log PATH] [--quiet]\n"
-    "       hearsay-peer --config FILE --list-peers\n"
+    "       hearsay-peer --config FILE --list-peers | --print-config | --plan\n"
     "  --peer NAME    which peer of the config's cluster this process is (default: from\n"
     "                 SLURM_PROCID or RANK); without a cluster the peer trains alone\n"
     "  --list-peers   print the cluster's peer names, one per line, and exit\n"
+    "  --print-config print the config with every --set merged (text format), and exit\n"
+    "  --plan         check every run of the experiment (sweep x repeats) and print them\n"
+    "                 as JSON, for hearsay-run; exit 2 on the first bad one\n"
     "  --config FILE  experiment or peer config (protobuf text format, docs/CONFIG.md)\n"
     "  --set FRAG     merge a text-format fragment over the config, e.g. 'train { epochs: 1 }'\n"
     "  --log PATH     JSON Lines event log (docs/LOGS.md); overrides log.path\n"
@@ -28,6 +33,62 @@ constexpr const char* kUsage =
 
 std::atomic<bool> g_stop{false};
 void on_signal(int) { g_stop = true; }
+
+// Every run of the experiment, each checked by loading the config with its fragments.
+std::string plan_json(const hearsay::config::Config& cfg, const std::string& path, const std::vector<std::string>& overrides) {
+  using hearsay::JsonObject;
+  std::string points = "[";
+  for (const auto& p : hearsay::sweep_points(cfg)) {
+    std::vector<std::string> all = overrides;
+    all.insert(all.end(), p.sets.begin(), p.sets.end());
+    try {
+      hearsay::load_config_file(path, all);
+    } catch (const hearsay::InputError& e) {
+      std::string what;
+      for (const auto& [k, v] : p.values) {
+        if (!what.empty()) what += ", ";
+        what += k;
+        what += " = ";
+        what += v;
+      }
+      throw hearsay::InputError("experiment run " + std::to_string(p.index) + " (" + what + "): " + e.what());
+    }
+    JsonObject values;
+    for (const auto& [k, v] : p.values) values.add(k, v);
+    std::string sets = "[";
+    for (const auto& f : p.sets) {
+      if (sets.size() > 1) sets += ',';
+      sets += '"';
+      sets += hearsay::json_escape(f);
+      sets += '"';
+    }
+    JsonObject o;
+    sets += ']';
+    o.add("index", p.index).add("repeat", p.repeat).add_raw("values", values.str()).add_raw("sets", sets);
+    if (points.size() > 1) points += ',';
+    points += o.str();
+  }
+  std::string peers = "[";
+  for (const auto& p : cfg.cluster().peers()) {
+    JsonObject o;
+    o.add("name", p.name()).add("site", p.site()).add("address", p.address()).add("slowdown", p.slowdown());
+    if (peers.size() > 1) peers += ',';
+    peers += o.str();
+  }
+  const auto& e = cfg.experiment();
+  JsonObject out;
+  out.add("name", cfg.name()).add("synchronous", hearsay::is_synchronous(cfg.cluster().gossip().algorithm()));
+  out.add("secret_env", cfg.cluster().secret_env()).add("target_test_acc", cfg.train().target_test_acc());
+  out.add("stop_at_target", e.stop_at_target()).add("max_wall_s", e.max_wall_s());
+  out.add("progress_every_s", e.progress_every_s()).add("out_dir", e.out_dir());
+  out.add("checkpoint_dir", cfg.checkpoint().dir());
+  peers += ']';
+  points += ']';
+  out.add_raw("peers", peers).add_raw("points", points);
+  std::string text = out.str();
+  text += '\n';
+  return text;
+}
 
 int usage_error(const std::string& why) {
   std::fprintf(stderr, "hearsay-peer: %s\n%s", why.c_str(), kUsage);
@@ -39,7 +100,7 @@ int usage_error(const std::string& why) {
 int main(int argc, char** argv) {
   std::string config_path, log_path, peer_name;
   std::vector<std::string> overrides;
-  bool quiet = false, list_peers = false;
+  bool quiet = false, list_peers = false, print_config = false, plan = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&](const char* flag) -> const char* {
@@ -71,6 +132,10 @@ int main(int argc, char** argv) {
       peer_name = v;
     } else if (arg == "--list-peers") {
       list_peers = true;
+    } else if (arg == "--print-config") {
+      print_config = true;
+    } else if (arg == "--plan") {
+      plan = true;
     } else if (arg == "--quiet") {
       quiet = true;
     } else {
@@ -85,6 +150,16 @@ int main(int argc, char** argv) {
     const hearsay::config::Config cfg = hearsay::load_config_file(config_path, overrides);
     if (list_peers) {
       for (const auto& p : cfg.cluster().peers()) std::printf("%s\n", p.name().c_str());
+      return 0;
+    }
+    if (print_config) {
+      std::string text;
+      google::protobuf::TextFormat::PrintToString(cfg, &text);
+      std::fputs(text.c_str(), stdout);
+      return 0;
+    }
+    if (plan) {
+      std::fputs(plan_json(cfg, config_path, overrides).c_str(), stdout);
       return 0;
     }
     if (log_path.empty()) log_path = cfg.log().path();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hearsay/config.pb.h"
@@ -20,6 +21,22 @@ config::Config load_config_file(const std::string& path, const std::vector<std::
 // The same for config text; `source` names it in errors.
 config::Config parse_config(const std::string& text, const std::string& source,
                             const std::vector<std::string>& overrides = {});
+
+// A sweep field (dotted path into Config, e.g. "cluster.gossip.algorithm") set to a
+// value written as in text format, as a fragment for --set. Throws InputError naming the
+// path when a name is not a field.
+std::string field_fragment(const std::string& path, const std::string& value);
+// One run of an experiment: the swept values (name, value), the repeat, and the
+// fragments that make it from the config.
+struct SweepPoint {
+  int index = 0;
+  int repeat = 0;
+  std::vector<std::pair<std::string, std::string>> values;
+  std::vector<std::string> sets;
+};
+// Every grid point of experiment.sweep times experiment.repeats (repeat r adds
+// seed: seed + r).
+std::vector<SweepPoint> sweep_points(const config::Config& c);
 
 // Loads (or generates) the train and test sets the data config names.
 TrainTest load_data(const config::DataConfig& data, uint64_t seed);

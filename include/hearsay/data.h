@@ -67,6 +67,15 @@ class BatchSampler {
   int64_t epoch() const { return epoch_; }        // completed passes over the shard
   int64_t shard_size() const { return static_cast<int64_t>(indices_.size()); }
   double epochs_done() const;                      // fractional passes
+  // Where the sampler is (for checkpoints): the epoch, the position in it, the epoch's order.
+  struct State {
+    int64_t epoch = 0;
+    size_t pos = 0;
+    std::vector<int64_t> order;
+  };
+  State state() const { return {epoch_, pos_, indices_}; }
+  // Throws InputError when the state is not of this shard (another size or other samples).
+  void restore(const State& s);
 
  private:
   void reshuffle();

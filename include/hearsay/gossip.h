@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "hearsay/checkpoint.pb.h"
 #include "hearsay/clock.h"
 #include "hearsay/codec.h"
 #include "hearsay/log.h"
@@ -96,6 +97,11 @@ class GossipEngine {
   void log_stats(int64_t step);
   // Stops waiting in synchronous algorithms (shutdown).
   void stop();
+  // The engine's part of a checkpoint: clocks, step count, each link's error-feedback
+  // residual and codec, the algorithm's state. load throws InputError when it does not
+  // fit this cluster and model.
+  void save_state(ckpt::Checkpoint& c) const;
+  void load_state(const ckpt::Checkpoint& c);
 
   uint64_t clock() const { return logical_clock_; }
   const std::vector<std::string>& peers() const { return peers_; }

@@ -66,6 +66,12 @@ class Peer {
   const TrainTest& data() const { return data_; }
 
  private:
+  // checkpoint.dir/NAME.ckpt, or "" without checkpoints.
+  std::string checkpoint_path() const;
+  void save_checkpoint(int64_t step, double wall_s);
+  // Restores the last checkpoint when there is one (and resume is on); returns its step.
+  int64_t resume();
+
   config::Config cfg_;
   EventLog& log_;
   Progress* progress_;
@@ -78,6 +84,7 @@ class Peer {
   std::unique_ptr<GossipEngine> engine_;
   PeerNetwork network_;
   std::atomic<bool> stop_{false};
+  double wall_offset_s_ = 0;  // seconds of earlier lives (a resumed peer)
   DeviceBuffer batch_x_, batch_y_;
   std::vector<float> host_x_;
   std::vector<int32_t> host_y_;

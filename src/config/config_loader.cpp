@@ -160,8 +160,37 @@ void validate(const config::Config& c, const Locator& at) {
       }
     };
     if (cl.has_default_link()) check_link(cl.default_link(), "cluster.default_link");
-    for (int i = 0; i < cl.site_links_size(); ++i) check_link(cl.site_links(i).link(), "cluster.site_links");
+    std::set<std::string> sites;
+    for (const auto& p : cl.peers()) sites.insert(p.site());
+    for (int i = 0; i < cl.site_links_size(); ++i) {
+      const auto& sl = cl.site_links(i);
+      for (const std::string& site : {sl.site_a(), sl.site_b()}) {
+        if (sites.count(site) == 0) fail("cluster.site_links", "site '" + site + "' has no peer in cluster.peers", i);
+      }
+      check_link(sl.link(), "cluster.site_links");
+    }
+    try {
+      check_gossip_spec(gossip_spec(cl), std::max(2, cl.peers_size()));
+    } catch (const InputError& e) {
+      fail("cluster.gossip", e.what());
+    }
   }
+
+  const auto& e = c.experiment();
+  if (e.repeats() < 1 || e.repeats() > 1000) fail("experiment.repeats", "must be in [1, 1000]");
+  if (!(e.max_wall_s() >= 0) || !std::isfinite(e.max_wall_s())) fail("experiment.max_wall_s", "must be >= 0");
+  if (!(e.progress_every_s() > 0) || !std::isfinite(e.progress_every_s())) fail("experiment.progress_every_s", "must be > 0");
+  for (int i = 0; i < e.sweep_size(); ++i) {
+    const auto& axis = e.sweep(i);
+    if (axis.values_size() == 0) fail("experiment.sweep", "axis '" + axis.field() + "' has no values", i);
+    if (axis.also_set_size() > axis.values_size()) fail("experiment.sweep", "more also_set fragments than values", i);
+    try {
+      field_fragment(axis.field(), axis.values(0));
+    } catch (const InputError& err) {
+      fail("experiment.sweep", err.what(), i);
+    }
+  }
+  if (c.checkpoint().every_steps() < 0) fail("checkpoint.every_steps", "must be >= 0");
 }
 
 }  // namespace

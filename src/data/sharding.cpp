@@ -86,6 +86,17 @@ void BatchSampler::next(int batch, int64_t* out) {
   }
 }
 
+void BatchSampler::restore(const State& s) {
+  std::vector<int64_t> a = s.order, b = indices_;
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  if (a != b) throw InputError("sampler state: its order is not a permutation of this peer's shard (another config or data?)");
+  if (s.pos >= s.order.size() || s.epoch < 0) throw InputError("sampler state: position out of range");
+  indices_ = s.order;
+  epoch_ = s.epoch;
+  pos_ = s.pos;
+}
+
 double BatchSampler::epochs_done() const {
   return static_cast<double>(epoch_) + static_cast<double>(pos_) / static_cast<double>(indices_.size());
 }

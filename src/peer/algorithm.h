@@ -3,8 +3,12 @@
 // around it; it reaches the model, the mixer and the network only through the engine.
 #pragma once
 
+#include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
+
+#include "hearsay/error.h"
 
 #include "message.h"
 
@@ -14,6 +18,58 @@ class Algorithm {
  public:
   virtual ~Algorithm() = default;
   virtual BatchStats step(GossipEngine& e, const float* x, const int32_t* labels, int batch, float lr, uint64_t step) = 0;
+  // The algorithm's own state, for checkpoints (little-endian floats and doubles; empty
+  // when it keeps none). load throws InputError when the bytes do not fit this model.
+  virtual std::string save() const { return {}; }
+  virtual void load(const std::string& state, GossipEngine& e) {
+    if (!state.empty()) throw InputError("checkpoint: algorithm state given to an algorithm that keeps none");
+  }
+};
+
+// A little writer and reader for save()/load(): doubles and float vectors in order.
+class StateWriter {
+ public:
+  StateWriter& put(double v) { return raw(&v, sizeof v); }
+  StateWriter& put(const std::vector<float>& v) {
+    put(static_cast<double>(v.size()));
+    return raw(v.data(), 4 * v.size());
+  }
+  std::string str() const { return out_; }
+
+ private:
+  StateWriter& raw(const void* p, size_t n) {
+    out_.append(static_cast<const char*>(p), n);
+    return *this;
+  }
+  std::string out_;
+};
+
+class StateReader {
+ public:
+  explicit StateReader(const std::string& s) : s_(s) {}
+  double get() {
+    double v;
+    take(&v, sizeof v);
+    return v;
+  }
+  std::vector<float> get_floats(size_t expect) {
+    const double n = get();
+    if (n != static_cast<double>(expect)) throw InputError("checkpoint: algorithm state holds a vector of " + std::to_string(n) +
+                                                           " floats, this model needs " + std::to_string(expect));
+    std::vector<float> v(expect);
+    take(v.data(), 4 * expect);
+    return v;
+  }
+  bool done() const { return at_ == s_.size(); }
+
+ private:
+  void take(void* p, size_t n) {
+    if (s_.size() - at_ < n) throw InputError("checkpoint: algorithm state is cut short");
+    std::memcpy(p, s_.data() + at_, n);
+    at_ += n;
+  }
+  const std::string& s_;
+  size_t at_ = 0;
 };
 
 std::unique_ptr<Algorithm> make_adpsgd();

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "algorithm.h"
+#include "hearsay/checkpoint.h"
 #include "hearsay/error.h"
 #include "mailboxes.h"
 
@@ -356,6 +357,50 @@ size_t GossipEngine::buffered_bytes() const {
 void GossipEngine::stop() {
   stopped_ = true;
   inbox_->wake();
+}
+
+void GossipEngine::save_state(ckpt::Checkpoint& c) const {
+  c.set_logical_clock(logical_clock_.load());
+  c.set_samples_seen(samples_seen_);
+  for (size_t i = 0; i < peers_.size(); ++i) {
+    if (static_cast<int>(i) == me_) continue;
+    std::lock_guard<std::mutex> lock(link_codecs_[i]->mu);
+    for (const auto& [kind, enc] : {std::pair{"update", link_codecs_[i]->update.get()}, std::pair{"model", link_codecs_[i]->model.get()}}) {
+      auto* l = c.add_links();
+      l->set_peer(peers_[i]);
+      l->set_kind(kind);
+      l->set_codec(enc->spec().name);
+      l->set_density(enc->spec().density);
+      l->set_residual(floats_to_bytes(enc->residual().data(), enc->residual().size()));
+    }
+  }
+  c.set_algorithm_state(algorithm_->save());
+}
+
+void GossipEngine::load_state(const ckpt::Checkpoint& c) {
+  logical_clock_ = c.logical_clock();
+  steps_ = static_cast<uint64_t>(c.step());
+  samples_seen_ = c.samples_seen();
+  for (const auto& l : c.links()) {
+    const int i = index_of(l.peer());
+    if (i < 0 || i == me_) throw InputError("checkpoint: link state for '" + l.peer() + "', not a neighbour in this cluster");
+    if (l.kind() != "update" && l.kind() != "model") throw InputError("checkpoint: link state of unknown kind '" + l.kind() + "'");
+    std::lock_guard<std::mutex> lock(link_codecs_[i]->mu);
+    LinkEncoder& enc = l.kind() == "update" ? *link_codecs_[i]->update : *link_codecs_[i]->model;
+    if (spec_.adaptive.enabled && l.codec() != enc.spec().name) {
+      CodecSpec chosen = enc.spec();
+      chosen.name = l.codec();
+      chosen.density = l.density();
+      check_codec_spec(chosen);
+      enc.set_spec(chosen);  // where adaptation had got to
+    }
+    if (!l.residual().empty()) {
+      if (!enc.error_feedback()) continue;  // error feedback is off now: nothing is owed
+      enc.residual().resize(model_.num_params());
+      bytes_to_floats(l.residual(), enc.residual().data(), model_.num_params(), "checkpoint: residual of link " + l.peer());
+    }
+  }
+  algorithm_->load(c.algorithm_state(), *this);
 }
 
 void GossipEngine::log_stats(int64_t step) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <thread>
 
+#include "hearsay/checkpoint.h"
 #include "hearsay/error.h"
 
 namespace hearsay {
@@ -92,8 +93,11 @@ TrainResult Peer::run() {
                  .add("target_test_acc", t.target_test_acc())
                  .add("seed", static_cast<int64_t>(cfg_.seed())));
 
-  if (engine_) engine_->join();
+  const int64_t first_step = resume();
+  // A resumed peer goes on from its own state; a fresh one may start from a neighbour's.
+  if (engine_ && first_step == 0) engine_->join();
   TrainResult result;
+  result.steps = first_step;
   std::vector<int64_t> idx(batch);
   double window_loss = 0, window_train_s = 0;
   int64_t window_steps = 0;
@@ -120,7 +124,8 @@ TrainResult Peer::run() {
     }
   };
 
-  for (int64_t step = 0; step < total_steps; ++step) {
+  const int64_t checkpoint_every = cfg_.checkpoint().every_steps();
+  for (int64_t step = first_step; step < total_steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     sampler_->next(batch, idx.data());
     if (backend_->is_host()) {
@@ -194,8 +199,13 @@ TrainResult Peer::run() {
     } else if (progress_) {
       progress_->update(state);
     }
+    if (checkpoint_every > 0 && result.steps % checkpoint_every == 0 && result.steps < total_steps) {
+      save_checkpoint(result.steps, log_.elapsed());
+    }
     if (stop_) break;
   }
+  // On a stop (SIGTERM) and at the end: nothing learnt so far is lost.
+  save_checkpoint(result.steps, log_.elapsed());
   result.steps_per_s = train_s > 0 ? static_cast<double>(result.steps) / train_s : 0;
   result.epochs = sampler_->epochs_done();
   result.wall_s = log_.elapsed();
@@ -217,6 +227,66 @@ TrainResult Peer::run() {
   log_.write(end);
   if (progress_) progress_->finish(state);
   return result;
+}
+
+std::string Peer::checkpoint_path() const {
+  const auto& c = cfg_.checkpoint();
+  return c.dir().empty() ? std::string() : c.dir() + "/" + cfg_.name() + ".ckpt";
+}
+
+void Peer::save_checkpoint(int64_t step, double wall_s) {
+  const std::string path = checkpoint_path();
+  if (path.empty()) return;
+  const double t0 = log_.elapsed();
+  ckpt::Checkpoint c;
+  c.set_peer(cfg_.name());
+  c.set_run(cfg_.name());
+  c.set_num_params(model_->num_params());
+  c.set_step(step);
+  const auto params = model_->get_params();
+  c.set_params(floats_to_bytes(params.data(), params.size()));
+  if (sgd_->velocity() != nullptr) {
+    std::vector<float> v(model_->num_params());
+    backend_->download(v.data(), sgd_->velocity(), sizeof(float) * v.size());
+    c.set_velocity(floats_to_bytes(v.data(), v.size()));
+  }
+  const auto sampler = sampler_->state();
+  c.set_sampler_epoch(sampler.epoch);
+  c.set_sampler_pos(sampler.pos);
+  for (int64_t i : sampler.order) c.add_sampler_order(i);
+  if (engine_) engine_->save_state(c);
+  c.set_wall_s(wall_offset_s_ + wall_s);
+  write_checkpoint(path, c);
+  log_.write(log_.event("checkpoint").add("step", step).add("path", path).add("write_s", log_.elapsed() - t0));
+}
+
+int64_t Peer::resume() {
+  const std::string path = checkpoint_path();
+  if (path.empty() || !cfg_.checkpoint().resume()) return 0;
+  const auto c = read_checkpoint(path);
+  if (!c) return 0;
+  const std::string where = "checkpoint " + path;
+  if (c->num_params() != model_->num_params()) {
+    throw InputError(where + ": holds a model of " + std::to_string(c->num_params()) + " parameters, this config's has " +
+                     std::to_string(model_->num_params()));
+  }
+  std::vector<float> params(model_->num_params());
+  bytes_to_floats(c->params(), params.data(), params.size(), where + ": params");
+  model_->set_params(params);
+  if (sgd_->velocity() != nullptr && !c->velocity().empty()) {
+    std::vector<float> v(model_->num_params());
+    bytes_to_floats(c->velocity(), v.data(), v.size(), where + ": velocity");
+    backend_->upload(sgd_->velocity(), v.data(), sizeof(float) * v.size());
+  }
+  BatchSampler::State st;
+  st.epoch = c->sampler_epoch();
+  st.pos = c->sampler_pos();
+  st.order.assign(c->sampler_order().begin(), c->sampler_order().end());
+  sampler_->restore(st);
+  if (engine_) engine_->load_state(*c);
+  wall_offset_s_ = c->wall_s();
+  log_.write(log_.event("resume").add("step", c->step()).add("path", path).add("their_wall_s", c->wall_s()));
+  return c->step();
 }
 
 }  // namespace hearsay

@@ -55,6 +55,25 @@ class Choco final : public Algorithm {
     return s;
   }
 
+  std::string save() const override {
+    StateWriter w;
+    w.put(static_cast<double>(copies_.size()));
+    for (const auto& [j, v] : copies_) w.put(static_cast<double>(j)).put(v);
+    return w.str();
+  }
+  void load(const std::string& state, GossipEngine& e) override {
+    if (state.empty()) return;
+    StateReader r(state);
+    copies_.clear();
+    const double count = r.get();
+    for (double i = 0; i < count; ++i) {
+      const double j = r.get();
+      if (!(j >= 0 && j < static_cast<double>(e.peers().size()))) throw InputError("checkpoint: choco copy of an unknown peer");
+      copies_[static_cast<int>(j)] = r.get_floats(e.model().num_params());
+    }
+    if (!r.done()) throw InputError("checkpoint: choco state has bytes left over");
+  }
+
  private:
   std::map<int, std::vector<float>> copies_;
 };

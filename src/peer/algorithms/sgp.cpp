@@ -45,6 +45,13 @@ class Sgp final : public Algorithm {
     return s;
   }
 
+  std::string save() const override { return StateWriter().put(w_).str(); }
+  void load(const std::string& state, GossipEngine&) override {
+    StateReader r(state);
+    w_ = r.get();
+    if (!(w_ > 0) || !r.done()) throw InputError("checkpoint: sgp state is not one positive push-sum weight");
+  }
+
  private:
   double w_ = 1.0;
 };

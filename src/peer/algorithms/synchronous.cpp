@@ -74,6 +74,23 @@ class LocalSgd final : public Algorithm {
     return s;
   }
 
+  std::string save() const override {
+    StateWriter w;
+    for (const auto* v : {&anchor_, &velocity_}) {
+      w.put(v->empty() ? 0.0 : 1.0);
+      if (!v->empty()) w.put(*v);
+    }
+    return w.str();
+  }
+  void load(const std::string& state, GossipEngine& e) override {
+    if (state.empty()) return;
+    StateReader r(state);
+    for (auto* v : {&anchor_, &velocity_}) {
+      if (r.get() != 0) *v = r.get_floats(e.model().num_params());
+    }
+    if (!r.done()) throw InputError("checkpoint: local_sgd/diloco state has bytes left over");
+  }
+
  private:
   bool diloco_;
   std::vector<float> anchor_, velocity_;

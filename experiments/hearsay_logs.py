@@ -1,0 +1,104 @@
+"""Reading hearsay's JSON Lines logs (docs/LOGS.md) and summarizing a run from them.
+
+Shared by hearsay-run (the summary it writes) and hearsay-plot (what it draws). Only the
+logs are read, so both work on runs copied from other machines.
+"""
+import glob
+import json
+import os
+import statistics
+import sys
+
+
+def read_log(path, warn=True):
+    """Returns (peer name, list of events). A line that is not JSON (a run killed mid-write)
+    is reported and skipped."""
+    events = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                if warn:
+                    print(f"hearsay: {path}:{number}: skipped a line that is not JSON ({e.msg})", file=sys.stderr)
+    peer = next((e.get("peer") for e in events if "peer" in e), os.path.splitext(os.path.basename(path))[0])
+    return peer, events
+
+
+def peer_logs(directory):
+    """The peer logs of one run directory: every *.jsonl but the in-process cluster's."""
+    return [p for p in sorted(glob.glob(os.path.join(directory, "*.jsonl"))) if os.path.basename(p) != "cluster.jsonl"]
+
+
+def first_at_or_above(evals, target):
+    for e in evals:
+        if e.get("test_acc") is not None and e["test_acc"] >= target:
+            return e
+    return None
+
+
+def peer_summary(events, target):
+    evals = [e for e in events if e.get("event") == "eval"]
+    steps = [e for e in events if e.get("event") == "step"]
+    gossip = [e for e in events if e.get("event") == "gossip"]
+    end = next((e for e in reversed(events) if e.get("event") == "end"), None)
+    hit = first_at_or_above(evals, target) if target > 0 else None
+    bytes_sent = 0
+    if end is not None and end.get("bytes_sent") is not None:
+        bytes_sent = end["bytes_sent"]
+    elif gossip:
+        bytes_sent = gossip[-1].get("bytes_sent", 0)
+    last_step = max([e.get("step", 0) for e in steps + evals + gossip] + [end.get("steps", 0) if end else 0])
+    return {
+        "final_test_acc": evals[-1]["test_acc"] if evals else None,
+        "final_test_loss": evals[-1].get("test_loss") if evals else None,
+        "time_to_target_s": hit["t"] if hit else None,
+        "step_at_target": hit.get("step") if hit else None,
+        "steps": last_step,
+        "bytes_sent": bytes_sent,
+        "finished": end is not None,
+        "wall_s": events[-1]["t"] if events else 0,
+    }
+
+
+def run_summary(directory, target):
+    """The fields of summary.json for one run: time_to_target_s is the median peer's (null
+    unless at least half the peers reached the target), final_test_acc the peers' mean."""
+    peers = {}
+    taus = {"p50": [], "p90": [], "p99": []}
+    tau_max = 0
+    for path in peer_logs(directory):
+        name, events = read_log(path)
+        peers[name] = peer_summary(events, target)
+        for e in events:
+            if e.get("event") == "gossip" and e.get("applied", 0) > 0:
+                for k in taus:
+                    if e.get("tau_" + k) is not None:
+                        taus[k].append(e["tau_" + k])
+                tau_max = max(tau_max, e.get("tau_max") or 0)
+    times = sorted(p["time_to_target_s"] for p in peers.values() if p["time_to_target_s"] is not None)
+    reached = len(times)
+    ttt = None
+    if peers and reached * 2 >= len(peers) and target > 0:
+        ttt = times[(len(peers) - 1) // 2]  # the lower median; peers that never got there count as last
+    accs = [p["final_test_acc"] for p in peers.values() if p["final_test_acc"] is not None]
+    return {
+        "time_to_target_s": ttt,
+        "target_test_acc": target,
+        "peers_reached_target": reached,
+        "final_test_acc": statistics.fmean(accs) if accs else None,
+        "final_test_acc_min": min(accs) if accs else None,
+        "final_test_acc_max": max(accs) if accs else None,
+        "bytes_sent_total": sum(p["bytes_sent"] for p in peers.values()),
+        "steps_total": sum(p["steps"] for p in peers.values()),
+        "staleness": {
+            "p50": statistics.median(taus["p50"]) if taus["p50"] else None,
+            "p90": statistics.median(taus["p90"]) if taus["p90"] else None,
+            "p99": statistics.median(taus["p99"]) if taus["p99"] else None,
+            "max": tau_max,
+        },
+        "peers": peers,
+    }

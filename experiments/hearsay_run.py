@@ -1,0 +1,351 @@
+#!/usr/bin/python3
+"""hearsay-run: runs an experiment config, every peer as its own process on this machine.
+
+    hearsay-run CONFIG [--set FRAGMENT]... [--out-dir DIR] [--plain] [--print-commands]
+
+The config (docs/CONFIG.md) names the cluster, its emulated links and the experiment:
+repeats, a sweep grid, when to stop. hearsay-peer checks every run of it first (exit 2
+with FILE:LINE:COLUMN on a bad config, before anything starts). Each run writes, under
+runs/NAME-TIMESTAMP/ (never overwritten): the resolved config, each peer's JSON Lines log
+and stderr, and summary.json; a sweep or repeats add one directory per run and a
+`points` list in the top-level summary.json.
+
+--print-commands prints the command line of each peer for a real multi-site launch.
+Ctrl-C or SIGTERM stops every peer, lets them flush their logs, and still writes the
+summary. Exit status: 0 done, 1 a peer failed, 2 bad input, 130 interrupted.
+"""
+import argparse
+import datetime
+import json
+import os
+import re
+import secrets
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+import hearsay_logs  # noqa: E402
+
+HERE = os.path.dirname(os.path.realpath(__file__))
+
+
+def default_peer_bin():
+    # Installed beside hearsay-peer in build/bin, or run from experiments/ in the source tree.
+    for candidate in (os.path.join(HERE, "hearsay-peer"), os.path.join(HERE, "..", "build", "bin", "hearsay-peer")):
+        if os.path.exists(candidate):
+            return os.path.realpath(candidate)
+    return "hearsay-peer"
+
+
+class Interrupted(Exception):
+    pass
+
+
+STOP = {"signal": None}
+
+
+def on_signal(signum, _frame):
+    STOP["signal"] = signum
+
+
+def peer_cmd(args, config, extra_sets):
+    cmd = [args.peer_bin, "--config", config]
+    for s in list(args.set) + list(extra_sets):
+        cmd += ["--set", s]
+    return cmd
+
+
+def plan(args):
+    r = subprocess.run(peer_cmd(args, args.config, []) + ["--plan"], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.stderr.write(r.stderr.replace("hearsay-peer:", "hearsay-run:"))
+        sys.exit(2 if r.returncode == 2 else 1)
+    return json.loads(r.stdout)
+
+
+def new_run_dir(out_dir, name):
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = os.path.join(out_dir, f"{name}-{stamp}")
+    path, n = base, 1
+    while True:
+        try:
+            os.makedirs(path)
+            return path
+        except FileExistsError:
+            n += 1
+            path = f"{base}-{n}"
+
+
+def label_of(point):
+    parts = [f"{k}={v}" for k, v in point["values"].items()]
+    text = "-".join(parts) if parts else "run"
+    return re.sub(r"[^A-Za-z0-9=._-]+", "_", text)[:80]
+
+
+def print_commands(args, p):
+    env = p["secret_env"]
+    print(f"# {len(p['peers'])} peers of '{p['name']}'; run each line on its own site.")
+    if env:
+        print(f"# Every peer needs the cluster secret in ${env} (the same value everywhere).")
+    for peer in p["peers"]:
+        print(f"# site {peer['site']}, peer {peer['name']}, listens on {peer['address']}")
+        print(" ".join(shlex.quote(c) for c in peer_cmd(args, os.path.abspath(args.config), []) + ["--peer", peer["name"]]))
+    print("# or from Slurm: srun hearsay-peer --config CONFIG (the peer is SLURM_PROCID); see peers/")
+
+
+# --- live progress --------------------------------------------------------------------------
+
+
+class PeerView:
+    """What the progress display knows of a peer, from the tail of its log."""
+
+    def __init__(self, name, log):
+        self.name, self.log, self.offset, self.partial = name, log, 0, ""
+        self.step = 0
+        self.rate = None
+        self.loss = None
+        self.acc = None
+        self.reached_at = None
+        self.tx = None
+        self.tau = None
+        self.last_bytes = None
+        self.last_t = None
+        self.state = "starting"
+
+    def poll(self, target):
+        try:
+            with open(self.log, encoding="utf-8", errors="replace") as f:
+                f.seek(self.offset)
+                data = f.read()
+                self.offset = f.tell()
+        except FileNotFoundError:
+            return
+        data = self.partial + data
+        lines = data.split("\n")
+        self.partial = lines.pop()  # an unfinished line waits for its end
+        for line in lines:
+            try:
+                e = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            kind = e.get("event")
+            if kind == "step":
+                self.state = "training"
+                self.step = e.get("step", self.step)
+                self.loss = e.get("loss", self.loss)
+                self.rate = e.get("samples_per_s")
+            elif kind == "eval":
+                self.acc = e.get("test_acc", self.acc)
+                if target > 0 and self.reached_at is None and self.acc is not None and self.acc >= target:
+                    self.reached_at = e.get("t")
+            elif kind == "gossip":
+                b, t = e.get("bytes_sent"), e.get("t")
+                if self.last_bytes is not None and t is not None and t > self.last_t:
+                    self.tx = (b - self.last_bytes) / (t - self.last_t)
+                self.last_bytes, self.last_t = b, t
+                self.tau = e.get("tau_p50")
+            elif kind == "end":
+                self.state = "done"
+
+
+def fmt(v, spec, none="-"):
+    return none if v is None else format(v, spec)
+
+
+def render(views, elapsed, title):
+    rows = [f"{title}  {elapsed:6.1f} s",
+            f"  {'peer':<12} {'state':<9} {'step':>7} {'samples/s':>10} {'loss':>7} {'test acc':>8} {'tx MB/s':>8} {'tau p50':>7}"]
+    for v in views:
+        acc = fmt(v.acc * 100 if v.acc is not None else None, ".2f") + ("*" if v.reached_at is not None else " ")
+        rows.append(f"  {v.name:<12} {v.state:<9} {v.step:>7} {fmt(v.rate, '10.1f'):>10} {fmt(v.loss, '7.4f'):>7} "
+                    f"{acc:>9} {fmt(v.tx / 1e6 if v.tx is not None else None, '8.2f'):>8} {fmt(v.tau, '7.1f'):>7}")
+    return rows
+
+
+class Display:
+    def __init__(self, plain, every_s):
+        self.tty = sys.stdout.isatty() and not plain
+        self.every_s = every_s
+        self.last = -1e9
+        self.lines = 0
+
+    def show(self, views, elapsed, title, force=False):
+        if not force and elapsed - self.last < (0.5 if self.tty else self.every_s):
+            return
+        self.last = elapsed
+        rows = render(views, elapsed, title)
+        if self.tty:
+            if self.lines:
+                sys.stdout.write(f"\x1b[{self.lines}F")
+            sys.stdout.write("".join(r + "\x1b[K\n" for r in rows))
+            self.lines = len(rows)
+        else:
+            parts = [f"{v.name} step {v.step} acc {fmt(v.acc * 100 if v.acc is not None else None, '.1f')}%"
+                     f" loss {fmt(v.loss, '.3f')}" for v in views]
+            sys.stdout.write(f"[{title} {elapsed:.0f}s] " + " | ".join(parts) + "\n")
+        sys.stdout.flush()
+
+    def reset(self):
+        self.lines = 0
+
+
+# --- one run ------------------------------------------------------------------------------
+
+
+def tail(path, n=10):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return "".join(f.readlines()[-n:])
+    except FileNotFoundError:
+        return ""
+
+
+def run_point(args, p, point, run_dir, display, env):
+    cfg_path = os.path.join(run_dir, "config.textproto")
+    r = subprocess.run(peer_cmd(args, args.config, point["sets"]) + ["--print-config"], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.stderr.write(r.stderr)
+        sys.exit(2)
+    with open(cfg_path, "w", encoding="utf-8") as f:
+        f.write(r.stdout)
+    procs, views = {}, []
+    for peer in p["peers"]:
+        name = peer["name"]
+        log = os.path.join(run_dir, f"{name}.jsonl")
+        out = open(os.path.join(run_dir, f"{name}.out"), "w")
+        err = open(os.path.join(run_dir, f"{name}.err"), "w")
+        cmd = [args.peer_bin, "--config", cfg_path, "--peer", name, "--quiet", "--log", log]
+        procs[name] = (subprocess.Popen(cmd, stdout=out, stderr=err, env=env), out, err)
+        views.append(PeerView(name, log))
+    title = os.path.basename(run_dir)
+    target = p["target_test_acc"]
+    start = time.monotonic()
+    stopped_by, failed, stopping_since = None, [], None
+    exit_codes = {}
+    display.reset()
+    while True:
+        time.sleep(0.2)
+        elapsed = time.monotonic() - start
+        for v in views:
+            v.poll(target)
+        for name, (proc, _, _) in procs.items():
+            if name in exit_codes or proc.poll() is None:
+                continue
+            exit_codes[name] = proc.returncode
+            view = next(v for v in views if v.name == name)
+            if proc.returncode != 0 and stopping_since is None:
+                view.state = "died"
+                failed.append(name)
+                how = f"exit status {proc.returncode}" if proc.returncode > 0 else f"signal {-proc.returncode}"
+                sys.stderr.write(f"\nhearsay-run: peer {name} died ({how}); the tail of its stderr:\n"
+                                 f"{tail(os.path.join(run_dir, name + '.err'))}\n")
+                display.reset()
+                if p["synchronous"]:
+                    stopped_by = stopped_by or "peer_failed"  # the others cannot go on without it
+            elif view.state != "died":
+                view.state = "done" if proc.returncode == 0 else "stopped"
+        if len(exit_codes) == len(procs):
+            break
+        if stopped_by is None:
+            if STOP["signal"] is not None:
+                stopped_by = "signal"
+            elif p["stop_at_target"] and target > 0 and 2 * sum(v.reached_at is not None for v in views) >= len(views):
+                stopped_by = "target"
+            elif p["max_wall_s"] > 0 and elapsed > p["max_wall_s"]:
+                stopped_by = "wall_time"
+        if stopped_by is not None and stopping_since is None:
+            stopping_since = elapsed
+            for name, (proc, _, _) in procs.items():
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+        if stopping_since is not None and elapsed - stopping_since > 15:
+            for proc, _, _ in procs.values():
+                if proc.poll() is None:
+                    proc.kill()  # a peer that ignores SIGTERM for 15 s
+        display.show(views, elapsed, title)
+    display.show(views, time.monotonic() - start, title, force=True)
+    for _, out, err in procs.values():
+        out.close()
+        err.close()
+    summary = hearsay_logs.run_summary(run_dir, target)
+    summary.update({
+        "name": p["name"],
+        "run_dir": run_dir,
+        "values": point["values"],
+        "repeat": point["repeat"],
+        "stopped_by": stopped_by or "finished",
+        "failed_peers": failed,
+        "exit_codes": exit_codes,
+        "wall_s": round(time.monotonic() - start, 3),
+    })
+    with open(os.path.join(run_dir, "summary.json"), "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=2)
+        f.write("\n")
+    return summary
+
+
+def describe(s):
+    ttt = "-" if s["time_to_target_s"] is None else f"{s['time_to_target_s']:.1f} s"
+    acc = "-" if s["final_test_acc"] is None else f"{100 * s['final_test_acc']:.2f}%"
+    return (f"time to {100 * s['target_test_acc']:.0f}%: {ttt}, final test accuracy {acc}, "
+            f"{s['bytes_sent_total'] / 1e6:.1f} MB sent, {s['steps_total']} steps ({s['stopped_by']})")
+
+
+def main():
+    ap = argparse.ArgumentParser(prog="hearsay-run", description=__doc__.split("\n\n")[0])
+    ap.add_argument("config")
+    ap.add_argument("--set", action="append", default=[], metavar="FRAGMENT",
+                    help="merge a text-format fragment over the config (repeatable)")
+    ap.add_argument("--out-dir", help="where run directories go (default: experiment.out_dir, runs)")
+    ap.add_argument("--plain", action="store_true", help="periodic progress lines even on a terminal")
+    ap.add_argument("--print-commands", action="store_true", help="print each peer's command line and exit")
+    ap.add_argument("--peer-bin", default=default_peer_bin(), help="the hearsay-peer program")
+    args = ap.parse_args()
+    if not os.path.exists(args.config):
+        print(f"hearsay-run: error: {args.config}: no such config", file=sys.stderr)
+        return 2
+    p = plan(args)
+    if len(p["peers"]) < 2:
+        print(f"hearsay-run: error: {args.config}: cluster.peers lists {len(p['peers'])} peer(s); "
+              "hearsay-run runs clusters (use hearsay-peer for one)", file=sys.stderr)
+        return 2
+    if args.print_commands:
+        print_commands(args, p)
+        return 0
+    env = dict(os.environ)
+    if p["secret_env"] and not env.get(p["secret_env"]):
+        env[p["secret_env"]] = secrets.token_hex(16)  # peers on this machine share a made-up secret
+    root = new_run_dir(args.out_dir or p["out_dir"], p["name"])
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    display = Display(args.plain, p["progress_every_s"])
+    points = p["points"]
+    print(f"hearsay-run: {len(points)} run(s) of '{p['name']}', {len(p['peers'])} peers each, into {root}")
+    summaries = []
+    for point in points:
+        if STOP["signal"] is not None:
+            break
+        run_dir = root
+        if len(points) > 1:
+            run_dir = os.path.join(root, f"p{point['index']:03d}-{label_of(point)}-r{point['repeat']}")
+            os.makedirs(run_dir)
+        s = run_point(args, p, point, run_dir, display, env)
+        summaries.append(s)
+        print(f"hearsay-run: {os.path.basename(run_dir)}: {describe(s)}")
+    top = dict(summaries[0]) if len(points) == 1 and summaries else {"name": p["name"], "run_dir": root}
+    top["points"] = [{k: v for k, v in s.items() if k != "peers"} for s in summaries]
+    top["interrupted"] = STOP["signal"] is not None
+    with open(os.path.join(root, "summary.json"), "w", encoding="utf-8") as f:
+        json.dump(top, f, indent=2)
+        f.write("\n")
+    print(f"hearsay-run: summary in {os.path.join(root, 'summary.json')}")
+    if STOP["signal"] is not None:
+        return 130
+    return 1 if any(s["failed_peers"] for s in summaries) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,25 @@
+// Checkpoint files: written atomically (a temporary file, fsync, rename, fsync of the
+// directory), so a crash leaves either the previous checkpoint or the new one, never a
+// torn one; read back only when the magic, the version, the length and the CRC32C of
+// the body all check out.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "hearsay/checkpoint.pb.h"
+
+namespace hearsay {
+
+// Throws InputError naming the file when it cannot be written.
+void write_checkpoint(const std::string& path, const ckpt::Checkpoint& c);
+// nullopt when there is no such file; InputError naming the file and the fault when it
+// is there but damaged (it is never half-loaded).
+std::optional<ckpt::Checkpoint> read_checkpoint(const std::string& path);
+
+// Little-endian fp32 <-> bytes, for the checkpoint's tensors.
+std::string floats_to_bytes(const float* v, size_t n);
+// Throws InputError (naming `what`) when the byte count is not 4 * n.
+void bytes_to_floats(const std::string& bytes, float* out, size_t n, const std::string& what);
+
+}  // namespace hearsay
