@@ -35,18 +35,18 @@ test-asan: deps
 	cd build-asan && ctest --output-on-failure -j $(JOBS) -E 'convergence_test|10x slower|consensus distance falls'
 
 
-# Four peer processes in two emulated sites (one a 4x slower GPU) train the MLP on
-# Fashion-MNIST with AD-PSGD over TCP, then the plots are drawn from their logs.
+# configs/quickstart.textproto: four peer processes in two emulated sites (one a 4x slower
+# GPU) train the MLP on Fashion-MNIST, asynchronous gossip against all-reduce; then the
+# plots and runs/quickstart-*/index.html are drawn from their logs.
 demo: build
-	rm -rf runs/demo
-	experiments/launch_local.sh configs/geo-4peer.textproto runs/demo
-	/usr/bin/python3 experiments/hearsay_plot.py runs/demo
+	$(BUILD_DIR)/bin/hearsay-run configs/quickstart.textproto
+	$(BUILD_DIR)/bin/hearsay-plot $$(ls -td runs/quickstart-*/ | head -1)
 
 # One peer alone: the foundation's quickstart.
 demo-single: build
 	rm -rf runs/demo-single
 	$(BUILD_DIR)/bin/hearsay-peer --config configs/single-mlp.textproto --log runs/demo-single/peer0.jsonl
-	/usr/bin/python3 experiments/hearsay_plot.py runs/demo-single
+	$(BUILD_DIR)/bin/hearsay-plot runs/demo-single
 
 bench: build bench-deps
 	$(BUILD_DIR)/bin/hearsay-bench step

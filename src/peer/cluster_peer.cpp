@@ -50,7 +50,7 @@ TrainResult run_cluster_peer(const config::Config& base, const std::string& name
   o.cluster_id = cl.id();
   o.secret = load_cluster_secret(cl);
   std::unique_ptr<Transport> transport = create_transport(cl.transport(), o);
-  if (emulates_links(cl)) {
+  if (emulates_links(cl) && !cl.ideal()) {
     std::map<std::string, LinkModel> per_peer;
     for (int j = 0; j < n; ++j) {
       if (j != me) per_peer[cl.peers(j).name()] = link_between(cl, me, j);
@@ -92,7 +92,7 @@ TrainResult run_cluster_peer(const config::Config& base, const std::string& name
   net.peers = ids;
   net.me = me;
   net.transport = transport.get();
-  net.slowdown = cl.peers(me).slowdown();
+  net.slowdown = cl.ideal() ? 1.0 : cl.peers(me).slowdown();
   TrainResult result;
   {
     Peer peer(cfg, log, progress, &net);

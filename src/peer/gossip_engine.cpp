@@ -178,8 +178,14 @@ void GossipEngine::adapt_codec(int i, size_t n, bool update) {
   // a model's rounding is owed to no one.
   c.spec.error_feedback = update ? (spec_.codec.error_feedback == "off" ? "off" : "on") : "off";
   const CodecSpec& now = enc.spec();
-  const bool moved = c.spec.name != now.name || (c.spec.name == "topk" && std::fabs(c.spec.density / now.density - 1) > 0.25);
-  if (!moved) return;
+  auto same = [&](const CodecSpec& a) {
+    return a.name == now.name && (a.name != "topk" || std::fabs(a.density / now.density - 1) <= 0.25);
+  };
+  // Hysteresis: the current codec stays while it is the choice for a budget anywhere
+  // between 80% and 100% of this one, so a link near a boundary does not flap.
+  AdaptiveSpec tighter = spec_.adaptive;
+  tighter.step_fraction *= 0.8;
+  if (same(c.spec) || same(choose_codec(tighter, enc.spec(), n, bps, step_s_.load(), !update).spec)) return;
   enc.set_spec(c.spec);
   auto e = log_.event("codec");
   e.add("link", peers_[i]).add("payload", update ? "update" : "model").add("codec", c.spec.name);

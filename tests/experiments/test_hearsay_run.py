@@ -1,0 +1,186 @@
+"""hearsay-run and hearsay-plot as a user runs them (run by ctest with /usr/bin/python3).
+
+Small clusters of two peers on loopback ports 17395-17396, a few seconds each."""
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+BIN = os.environ.get("HEARSAY_BIN_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "build", "bin"))
+RUN = os.path.join(BIN, "hearsay-run")
+PLOT = os.path.join(BIN, "hearsay-plot")
+RECORDED = os.path.join(os.path.dirname(os.path.realpath(__file__)), "data", "recorded-run")
+
+BASE = """name: "tiny"
+seed: 3
+model { kind: LOGREG }
+data { format: SYNTHETIC synthetic_train: 2048 synthetic_test: 1024 synthetic_dim: 16 num_classes: 4 synthetic_separation: 0.6 }
+optim { lr: 0.1 momentum: 0.5 }
+train { batch_size: 16 epochs: 3 eval_every_steps: 20 target_test_acc: 0.8 }
+log { every_steps: 20 }
+cluster {
+  secret_env: "HEARSAY_TEST_RUN_SECRET"
+  peers { name: "a" site: "x" address: "127.0.0.1:17395" }
+  peers { name: "b" site: "y" address: "127.0.0.1:17396" }
+  gossip { algorithm: "adpsgd" topology: "complete" }
+  site_links { site_a: "x" site_b: "y" link { latency_ms: 2 bandwidth_mbps: 100 } }
+}
+"""
+
+
+class HearsayRun(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="hearsay-run-test-")
+        self.dir = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def config(self, text, name="c.textproto"):
+        path = os.path.join(self.dir, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def run_tool(self, *args, timeout=120):
+        return subprocess.run([RUN, *args], capture_output=True, text=True, timeout=timeout)
+
+    def only_run_dir(self):
+        dirs = glob.glob(os.path.join(self.dir, "runs", "*"))
+        self.assertEqual(len(dirs), 1, dirs)
+        return dirs[0]
+
+    def test_bad_configs_exit_2_with_file_line_column_before_anything_starts(self):
+        cases = {
+            "an unknown field": (BASE + "colour: 3\n", "c.textproto:15:7"),
+            "a wrong type": (BASE.replace("batch_size: 16", 'batch_size: "many"'), "c.textproto:6:21"),
+            "a link naming no site": (BASE.replace('site_b: "y"', 'site_b: "mars"'), "site 'mars' has no peer"),
+            "two peers with one name": (BASE.replace('name: "b"', 'name: "a"'), "name 'a' appears twice"),
+            "a duplicate port": (BASE.replace("17396", "17395"), "is used by two peers"),
+            "a sweep of a field that is not there": (BASE + 'experiment { sweep { field: "optim.speed" values: "1" } }\n',
+                                                     "has no field 'speed'"),
+        }
+        for what, (text, expect) in cases.items():
+            with self.subTest(what):
+                r = self.run_tool(self.config(text), "--out-dir", os.path.join(self.dir, "runs"))
+                self.assertEqual(r.returncode, 2, r.stderr)
+                self.assertIn(expect, r.stderr)
+                self.assertRegex(r.stderr, r"c\.textproto:\d+:\d+")
+                self.assertFalse(os.path.exists(os.path.join(self.dir, "runs")), "nothing may start on a bad config")
+
+    def test_two_peers_run_end_to_end_and_write_their_run_directory(self):
+        cfg = self.config(BASE + 'experiment { stop_at_target: false out_dir: "%s" }\n' % os.path.join(self.dir, "runs"))
+        r = self.run_tool(cfg, "--plain")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        run = self.only_run_dir()
+        self.assertRegex(os.path.basename(run), r"^tiny-\d{8}-\d{6}$")
+        for f in ("config.textproto", "a.jsonl", "b.jsonl", "a.err", "b.err", "summary.json"):
+            self.assertTrue(os.path.exists(os.path.join(run, f)), f)
+        with open(os.path.join(run, "summary.json")) as f:
+            s = json.load(f)
+        for key in ("time_to_target_s", "final_test_acc", "bytes_sent_total", "steps_total", "staleness", "points"):
+            self.assertIn(key, s)
+        self.assertGreater(s["final_test_acc"], 0.7)
+        self.assertGreater(s["bytes_sent_total"], 0)
+        self.assertEqual(s["steps_total"], 2 * 192)  # 3 epochs of 1024 samples, batch 16, each
+        self.assertEqual(s["stopped_by"], "finished")
+        # A second run never overwrites the first.
+        r = self.run_tool(cfg, "--plain", "--set", "train { epochs: 1 }")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(len(glob.glob(os.path.join(self.dir, "runs", "*"))), 2)
+
+    def test_a_sweep_with_repeats_runs_every_point_and_lists_them(self):
+        text = BASE + """experiment {
+  repeats: 2
+  sweep { field: "cluster.gossip.algorithm" values: ["adpsgd", "gossip_grad"] }
+  stop_at_target: true
+}
+"""
+        r = self.run_tool(self.config(text), "--plain", "--out-dir", os.path.join(self.dir, "runs"),
+                          "--set", "train { epochs: 2 }")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(os.path.join(self.only_run_dir(), "summary.json")) as f:
+            s = json.load(f)
+        self.assertEqual([(p["values"]["algorithm"], p["repeat"]) for p in s["points"]],
+                         [("adpsgd", 0), ("adpsgd", 1), ("gossip_grad", 0), ("gossip_grad", 1)])
+        for p in s["points"]:
+            self.assertIn("final_test_acc", p)
+            self.assertTrue(os.path.exists(os.path.join(p["run_dir"], "summary.json")))
+        # The repeats differ by seed.
+        with open(os.path.join(s["points"][1]["run_dir"], "config.textproto")) as f:
+            self.assertIn("seed: 4", f.read())
+
+    def test_sigterm_stops_every_peer_and_still_writes_the_summary(self):
+        text = BASE.replace("epochs: 3", "epochs: 0 max_steps: 100000").replace("peers { name: \"b\"",
+                                                                                 "peers { slowdown: 50 name: \"b\"")
+        cfg = self.config(text + 'experiment { stop_at_target: false out_dir: "%s" }\n' % os.path.join(self.dir, "runs"))
+        proc = subprocess.Popen([RUN, cfg, "--plain"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            logs = glob.glob(os.path.join(self.dir, "runs", "*", "b.jsonl"))
+            if logs:
+                with open(logs[0]) as f:
+                    if '"event":"step"' in f.read():
+                        break
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+        self.assertEqual(proc.returncode, 130, out + err)
+        with open(os.path.join(self.only_run_dir(), "summary.json")) as f:
+            s = json.load(f)
+        self.assertEqual(s["stopped_by"], "signal")
+        self.assertTrue(s["interrupted"])
+        self.assertEqual(sorted(s["exit_codes"]), ["a", "b"])  # every peer was waited for
+        for name in ("a", "b"):
+            with open(os.path.join(self.only_run_dir(), name + ".jsonl")) as f:
+                self.assertIn('"event":"end"', f.read())  # flushed its log and ended cleanly
+
+    def test_a_peer_that_dies_is_reported_with_its_stderr_and_the_other_goes_on(self):
+        text = BASE.replace('peers { name: "b" site: "y"', 'peers { name: "b" site: "y" device: "nonsense"')
+        r = self.run_tool(self.config(text), "--plain", "--out-dir", os.path.join(self.dir, "runs"))
+        self.assertEqual(r.returncode, 1, r.stdout + r.stderr)
+        self.assertIn("peer b died (exit status 2)", r.stderr)
+        self.assertIn("nonsense", r.stderr)  # the tail of its stderr says why
+        with open(os.path.join(self.only_run_dir(), "summary.json")) as f:
+            s = json.load(f)
+        self.assertEqual(s["failed_peers"], ["b"])
+        self.assertEqual(s["exit_codes"]["a"], 0)
+        self.assertGreater(s["peers"]["a"]["final_test_acc"], 0.7)
+
+    def test_print_commands_gives_one_command_line_per_site(self):
+        r = self.run_tool(self.config(BASE), "--print-commands")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = [l for l in r.stdout.splitlines() if not l.startswith("#")]
+        self.assertEqual(len(lines), 2)
+        self.assertTrue(lines[0].endswith("--peer a") and lines[1].endswith("--peer b"), lines)
+        self.assertIn("HEARSAY_TEST_RUN_SECRET", r.stdout)
+
+
+class HearsayPlot(unittest.TestCase):
+    def test_plots_and_report_from_a_recorded_run(self):
+        with tempfile.TemporaryDirectory(prefix="hearsay-plot-test-") as out:
+            r = subprocess.run([PLOT, RECORDED, "--out", out], capture_output=True, text=True, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            for stem in ("accuracy", "loss", "staleness", "step_rate"):
+                for ext in ("png", "svg"):
+                    path = os.path.join(out, f"{stem}.{ext}")
+                    self.assertGreater(os.path.getsize(path), 1000, path)
+            with open(os.path.join(out, "index.html")) as f:
+                page = f.read()
+            self.assertIn('<img src="accuracy.png"', page)
+            self.assertIn("82.32%", page)  # the recorded run's final accuracy, from its summary
+
+    def test_a_directory_without_logs_is_an_error_naming_it(self):
+        with tempfile.TemporaryDirectory() as empty:
+            r = subprocess.run([PLOT, empty], capture_output=True, text=True, timeout=60)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn(empty, r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
