@@ -183,8 +183,9 @@ class Display:
             sys.stdout.write("".join(r + "\x1b[K\n" for r in rows))
             self.lines = len(rows)
         else:
-            parts = [f"{v.name} step {v.step} acc {fmt(v.acc * 100 if v.acc is not None else None, '.1f')}%"
-                     f" loss {fmt(v.loss, '.3f')}" for v in views]
+            parts = [f"{v.name} step {v.step} {fmt(v.rate, '.0f')} samples/s loss {fmt(v.loss, '.3f')}"
+                     f" acc {fmt(v.acc * 100 if v.acc is not None else None, '.1f')}%"
+                     f" tx {fmt(v.tx / 1e6 if v.tx is not None else None, '.2f')} MB/s tau {fmt(v.tau, '.0f')}" for v in views]
             sys.stdout.write(f"[{title} {elapsed:.0f}s] " + " | ".join(parts) + "\n")
         sys.stdout.flush()
 

@@ -15,6 +15,14 @@ std::string resolve_peer_name(const config::Config& cfg, const std::string& requ
     }
     throw InputError("--peer '" + requested + "': no such peer in cluster.peers");
   }
+  // The launcher's count of tasks must match the config's peers, or ranks name the wrong peers.
+  for (const char* var : {"SLURM_NTASKS", "WORLD_SIZE"}) {
+    const char* v = std::getenv(var);
+    if (v != nullptr && std::strtol(v, nullptr, 10) != peers.size()) {
+      throw InputError(std::string(var) + "=" + v + " but the config's cluster lists " + std::to_string(peers.size()) +
+                       " peers; launch one task per peer");
+    }
+  }
   for (const char* var : {"SLURM_PROCID", "RANK"}) {
     const char* v = std::getenv(var);
     if (v == nullptr) continue;

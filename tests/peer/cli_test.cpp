@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <filesystem>
 
 #include "test_util.h"
 
@@ -147,4 +148,38 @@ TEST_CASE("cli: an unknown codec or one out of range exits 2 before the peer lis
   const Run model = run_peer(base + " --set 'cluster { gossip { codec { model_codec: \"topk\" } } }'");
   CHECK(model.status == 2);
   CHECK(model.output.find("model_codec 'topk'") != std::string::npos);
+}
+
+TEST_CASE("cli: every ready config and launch example is valid in every run it sweeps") {
+  size_t checked = 0;
+  for (const char* dir : {"/configs", "/peers"}) {
+    for (const auto& entry : std::filesystem::directory_iterator(std::string(HEARSAY_SOURCE_DIR) + dir)) {
+      if (entry.path().extension() != ".textproto") continue;
+      const Run plan = run_peer("--config " + entry.path().string() + " --plan");
+      INFO(entry.path().string() << ": " << plan.output);
+      CHECK(plan.status == 0);
+      ++checked;
+    }
+  }
+  CHECK(checked >= 8);
+}
+
+TEST_CASE("cli: a launcher whose task count differs from the cluster's peers exits 2 naming both") {
+  TempDir dir;
+  write_file(dir.file("c.textproto"), R"(
+    cluster {
+      secret_env: "HOME"
+      peers { name: "a" address: "127.0.0.1:17393" }
+      peers { name: "b" address: "127.0.0.1:17394" }
+    }
+  )");
+  const std::string cmd = "WORLD_SIZE=3 RANK=1 " + std::string(HEARSAY_BIN_DIR) + "/hearsay-peer --quiet --config " +
+                          dir.file("c.textproto") + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[512];
+  while (std::fgets(buf, sizeof(buf), p) != nullptr) out += buf;
+  const int st = pclose(p);
+  CHECK(WEXITSTATUS(st) == 2);
+  CHECK(out.find("WORLD_SIZE=3 but the config's cluster lists 2 peers") != std::string::npos);
 }
