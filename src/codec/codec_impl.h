@@ -13,6 +13,20 @@
 
 namespace hearsay::codec {
 
+// Clears p and names the codec (version 1); encoders then add their values.
+inline wire::CodecParams& begin_params(wire::CodecParams& p, CodecId id) {
+  p.Clear();
+  p.set_codec_id(static_cast<uint32_t>(id));
+  p.set_codec_version(1);
+  return p;
+}
+// The seed of an encoder's call-th stream (qsgd's rounding, random-k's indices), the same
+// on the CPU and the GPU.
+inline uint64_t qsgd_call_seed(uint64_t seed, uint64_t call) { return seed + 0x9e37ull * call; }
+inline uint64_t randomk_call_seed(uint64_t seed, uint64_t call) {
+  return hash32(seed, call) | (static_cast<uint64_t>(hash32(seed ^ 0xabcdefull, call)) << 32);
+}
+
 // The error message every decoder returns: "codec NAME: reason".
 std::string fault(CodecId id, const std::string& reason);
 // Number of `values` a codec expects, and whether each is finite.

@@ -56,12 +56,6 @@ void to_device(void* dst, const void* src, size_t bytes) {
   if (bytes > 0) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
 }
 
-void begin_params(wire::CodecParams& p, CodecId id) {
-  p.Clear();
-  p.set_codec_id(static_cast<uint32_t>(id));
-  p.set_codec_version(1);
-}
-
 class CublasHandle {
  public:
   CublasHandle() { CUBLAS_CHECK(cublasCreate(&h_)); }
@@ -78,7 +72,7 @@ class DenseDevice final : public DeviceCodec {
  public:
   DenseDevice(CodecId id, int block) : id_(id), block_(static_cast<size_t>(block)) {}
   void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, wire::CodecParams& p) override {
-    begin_params(p, id_);
+    codec::begin_params(p, id_);
     switch (id_) {
       case CodecId::kNone:
         out.resize(4 * n);
@@ -115,7 +109,7 @@ class QsgdDevice final : public DeviceCodec {
   void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, wire::CodecParams& p) override {
     const size_t bits = static_cast<size_t>(codec::qsgd_bits(s_));
     const size_t buckets = (n + bucket_ - 1) / bucket_, words = (n * bits + 31) / 32, packed = (n * bits + 7) / 8;
-    const uint64_t seed = seed_ + 0x9e37ull * ++calls_;  // as the CPU codec derives it
+    const uint64_t seed = codec::qsgd_call_seed(seed_, ++calls_);
     float* norms = norms_.get<float>(buckets);
     uint32_t* w = words_.get<uint32_t>(words);
     CUDA_CHECK(cudaMemset(w, 0, 4 * words));
@@ -124,7 +118,7 @@ class QsgdDevice final : public DeviceCodec {
     to_host(out.data(), norms, 4 * buckets);
     to_host(out.data() + 4 * buckets, w, 4 * words);
     out.resize(4 * buckets + packed);
-    begin_params(p, CodecId::kQsgd);
+    codec::begin_params(p, CodecId::kQsgd);
     p.set_seed(seed);
     p.add_values(s_);
     p.add_values(static_cast<double>(bucket_));
@@ -152,7 +146,7 @@ class SignDevice final : public DeviceCodec {
     to_host(&total, sum, sizeof total);
     double scale = n > 0 ? total / static_cast<double>(n) : 0.0;
     if (!std::isfinite(scale)) scale = 0;
-    begin_params(p, CodecId::kSign);
+    codec::begin_params(p, CodecId::kSign);
     p.add_values(static_cast<float>(scale));
   }
 
@@ -231,13 +225,12 @@ class RandomkDevice final : public DeviceCodec {
   RandomkDevice(double density, bool unbiased, uint64_t seed) : density_(density), unbiased_(unbiased), seed_(seed) {}
   void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, wire::CodecParams& p) override {
     const uint64_t kk = n == 0 ? 0 : std::clamp<uint64_t>(static_cast<uint64_t>(std::llround(density_ * n)), 1, n);
-    ++calls_;
-    const uint64_t s = codec::hash32(seed_, calls_) | (static_cast<uint64_t>(codec::hash32(seed_ ^ 0xabcdefull, calls_)) << 32);
+    const uint64_t s = codec::randomk_call_seed(seed_, ++calls_);
     float* d = vals_.get<float>(kk);
     k::launch_randomk_gather(0, x, n, kk, s, unbiased_, d);
     out.resize(4 * kk);
     to_host(out.data(), d, 4 * kk);
-    begin_params(p, CodecId::kRandomk);
+    codec::begin_params(p, CodecId::kRandomk);
     p.set_seed(s);
     p.add_values(static_cast<double>(kk));
     p.add_values(unbiased_ ? 1 : 0);

@@ -108,10 +108,7 @@ std::vector<Matrix> powersgd_matrices(const std::vector<ParamView>& layout, size
 }
 
 void powersgd_params(size_t r, const std::vector<Matrix>& mats, wire::CodecParams& p) {
-  p.Clear();
-  p.set_codec_id(static_cast<uint32_t>(CodecId::kPowerSgd));
-  p.set_codec_version(1);
-  p.add_values(static_cast<double>(r));
+  begin_params(p, CodecId::kPowerSgd).add_values(static_cast<double>(r));
   p.add_values(static_cast<double>(mats.size()));
   for (const auto& m : mats) {
     p.add_values(static_cast<double>(m.start));

@@ -14,12 +14,6 @@
 namespace hearsay::codec {
 namespace {
 
-void set_params(wire::CodecParams& p, CodecId id) {
-  p.Clear();
-  p.set_codec_id(static_cast<uint32_t>(id));
-  p.set_codec_version(1);
-}
-
 std::string check_size(CodecId id, size_t bytes, size_t want, size_t n) {
   if (bytes == want) return {};
   return fault(id, "payload of " + std::to_string(bytes) + " bytes for " + std::to_string(n) + " elements; expected " +
@@ -31,7 +25,7 @@ class NoneCodec final : public Codec {
  public:
   CodecId id() const override { return CodecId::kNone; }
   void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, wire::CodecParams& p) override {
-    set_params(p, id());
+    begin_params(p, id());
     out.resize(n * 4);
     if (n > 0) std::memcpy(out.data(), x, n * 4);
   }
@@ -42,7 +36,7 @@ class Fp16Codec final : public Codec {
  public:
   CodecId id() const override { return CodecId::kFp16; }
   void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, wire::CodecParams& p) override {
-    set_params(p, id());
+    begin_params(p, id());
     out.resize(n * 2);
     uint8_t* o = out.data();
     size_t i = 0;
@@ -64,7 +58,7 @@ class Bf16Codec final : public Codec {
  public:
   CodecId id() const override { return CodecId::kBf16; }
   void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, wire::CodecParams& p) override {
-    set_params(p, id());
+    begin_params(p, id());
     out.resize(n * 2);
     uint16_t* o = reinterpret_cast<uint16_t*>(out.data());  // vector storage is suitably aligned
     const uint32_t* b = reinterpret_cast<const uint32_t*>(x);
@@ -80,7 +74,7 @@ class Int8Codec final : public Codec {
   explicit Int8Codec(int block) : block_(static_cast<size_t>(block)) {}
   CodecId id() const override { return CodecId::kInt8; }
   void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, wire::CodecParams& p) override {
-    set_params(p, id());
+    begin_params(p, id());
     p.add_values(static_cast<double>(block_));
     const size_t blocks = (n + block_ - 1) / block_;
     out.resize(blocks * 4 + n);

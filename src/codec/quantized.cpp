@@ -26,7 +26,7 @@ class QsgdCodec final : public Codec {
     out.assign(buckets * 4 + (n * static_cast<size_t>(bits) + 7) / 8, 0);
     float* norms = reinterpret_cast<float*>(out.data());
     uint8_t* packed = out.data() + buckets * 4;
-    const uint64_t seed = seed_ + 0x9e37ull * ++calls_;
+    const uint64_t seed = qsgd_call_seed(seed_, ++calls_);
     uint64_t acc = 0;
     int have = 0;
     size_t w = 0;
@@ -52,10 +52,7 @@ class QsgdCodec final : public Codec {
       }
     }
     if (have > 0) packed[w] = static_cast<uint8_t>(acc);
-    p.Clear();
-    p.set_codec_id(static_cast<uint32_t>(id()));
-    p.set_codec_version(1);
-    p.set_seed(seed);
+    begin_params(p, id()).set_seed(seed);
     p.add_values(s_);
     p.add_values(static_cast<double>(bucket_));
   }
@@ -99,10 +96,7 @@ class SignCodec final : public Codec {
     }
     double scale = n > 0 ? sum / static_cast<double>(n) : 0.0;
     if (!std::isfinite(scale)) scale = 0;  // NaN or Inf inputs travel as zeros
-    p.Clear();
-    p.set_codec_id(static_cast<uint32_t>(id()));
-    p.set_codec_version(1);
-    p.add_values(static_cast<float>(scale));
+    begin_params(p, id()).add_values(static_cast<float>(scale));
   }
 };
 

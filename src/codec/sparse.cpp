@@ -142,8 +142,7 @@ class RandomkCodec final : public Codec {
   CodecId id() const override { return CodecId::kRandomk; }
   void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, wire::CodecParams& p) override {
     const uint64_t k = n == 0 ? 0 : std::clamp<uint64_t>(static_cast<uint64_t>(std::llround(density_ * n)), 1, n);
-    ++calls_;
-    const uint64_t s = hash32(seed_, calls_) | (static_cast<uint64_t>(hash32(seed_ ^ 0xabcdefull, calls_)) << 32);
+    const uint64_t s = randomk_call_seed(seed_, ++calls_);
     out.resize(4 * k);
     float* v = reinterpret_cast<float*>(out.data());
     for (uint64_t b = 0; b < k; ++b) {
@@ -151,10 +150,7 @@ class RandomkCodec final : public Codec {
       const float w = unbiased_ ? static_cast<float>(stratum_begin(b + 1, n, k) - stratum_begin(b, n, k)) : 1.0f;
       v[b] = w * x[randomk_index(s, b, n, k)];
     }
-    p.Clear();
-    p.set_codec_id(static_cast<uint32_t>(id()));
-    p.set_codec_version(1);
-    p.set_seed(s);
+    begin_params(p, id()).set_seed(s);
     p.add_values(static_cast<double>(k));
     p.add_values(unbiased_ ? 1 : 0);
   }
@@ -194,10 +190,7 @@ void write_topk(const std::vector<uint32_t>& idx, const float* values, size_t n,
     uint8_t* bits = out.data() + vb * k;
     for (uint32_t i : idx) bits[i >> 3] |= static_cast<uint8_t>(1u << (i & 7));
   }
-  p.Clear();
-  p.set_codec_id(static_cast<uint32_t>(CodecId::kTopk));
-  p.set_codec_version(1);
-  p.add_values(static_cast<double>(k));
+  begin_params(p, CodecId::kTopk).add_values(static_cast<double>(k));
   p.add_values(coding);
   p.add_values(density);
   p.add_values(value_bits);

@@ -15,8 +15,9 @@ struct Run {
   std::string output;
 };
 
-Run run_peer(const std::string& args) {
-  const std::string cmd = std::string(HEARSAY_BIN_DIR) + "/hearsay-peer " + args + " 2>&1";
+// `env`: variable assignments for the shell to put before the command ("RANK=1 ").
+Run run_peer(const std::string& args, const std::string& env = "") {
+  const std::string cmd = env + std::string(HEARSAY_BIN_DIR) + "/hearsay-peer " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
   char buf[512];
@@ -173,13 +174,7 @@ TEST_CASE("cli: a launcher whose task count differs from the cluster's peers exi
       peers { name: "b" address: "127.0.0.1:17394" }
     }
   )");
-  const std::string cmd = "WORLD_SIZE=3 RANK=1 " + std::string(HEARSAY_BIN_DIR) + "/hearsay-peer --quiet --config " +
-                          dir.file("c.textproto") + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[512];
-  while (std::fgets(buf, sizeof(buf), p) != nullptr) out += buf;
-  const int st = pclose(p);
-  CHECK(WEXITSTATUS(st) == 2);
-  CHECK(out.find("WORLD_SIZE=3 but the config's cluster lists 2 peers") != std::string::npos);
+  const Run r = run_peer("--quiet --config " + dir.file("c.textproto"), "WORLD_SIZE=3 RANK=1 ");
+  CHECK(r.status == 2);
+  CHECK(r.output.find("WORLD_SIZE=3 but the config's cluster lists 2 peers") != std::string::npos);
 }
