@@ -51,10 +51,32 @@ OutFrame make_frame(const wire::Envelope& envelope, const uint8_t* payload = nul
 // The whole frame as one byte string (tests, fuzzing, datagram transports).
 std::string flatten(const OutFrame& frame);
 
+// Allocates without value-initialising: a received payload is written by the socket
+// before it is read, so zero-filling it first would be a wasted pass over every byte.
+template <class T>
+struct UninitializedAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = UninitializedAllocator<U>;
+  };
+  UninitializedAllocator() = default;
+  template <class U>
+  UninitializedAllocator(const UninitializedAllocator<U>&) noexcept {}
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;  // default-initialised: left as it is for bytes
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+using PayloadBytes = std::vector<uint8_t, UninitializedAllocator<uint8_t>>;
+
 // A received, checked frame.
 struct InFrame {
   wire::Envelope envelope;
-  std::vector<uint8_t> payload;
+  PayloadBytes payload;
 };
 
 // Why a frame was rejected. Every reason but kNone is counted; all of them except
@@ -105,7 +127,8 @@ class FrameDecoder {
   uint32_t header_len_ = 0;
   uint64_t payload_len_ = 0;
   uint64_t have_ = 0;  // payload bytes received
-  uint32_t crc_ = 0;
+  uint32_t crc_ = 0;          // the payload's CRC32C, as the header states it
+  uint32_t running_crc_ = 0;  // of the payload bytes received so far
   std::string header_;
   InFrame frame_;
   std::string detail_;

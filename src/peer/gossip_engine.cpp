@@ -208,7 +208,7 @@ void GossipEngine::on_frame(const std::string& from, InFrame&& frame) {
   uint64_t c = logical_clock_.load();
   while (u.clock() > c && !logical_clock_.compare_exchange_weak(c, u.clock())) {
   }
-  const std::string err = inbox_->add_segment(idx, u, frame.payload);
+  const std::string err = inbox_->add_segment(idx, u, frame.payload.data(), frame.payload.size());
   if (!err.empty()) {
     ++rejected_;
     std::fprintf(stderr, "hearsay: peer %s: dropped an update from '%s': %s\n", peers_[me_].c_str(), from.c_str(), err.c_str());

@@ -90,7 +90,7 @@ uint64_t Outbox::failed() const {
 
 // --- Inbox ----------------------------------------------------------------------------
 
-std::string Inbox::add_segment(int from, const wire::Update& u, const std::vector<uint8_t>& payload) {
+std::string Inbox::add_segment(int from, const wire::Update& u, const uint8_t* payload, size_t bytes) {
   const uint32_t count = std::max<uint32_t>(1, u.segment_count());
   std::lock_guard<std::mutex> lock(mu_);
   const auto key = std::make_pair(from, u.update_id());
@@ -136,7 +136,7 @@ std::string Inbox::add_segment(int from, const wire::Update& u, const std::vecto
   const size_t n = u.segment_length();
   const size_t old = p.m.data.size();
   p.m.data.resize(old + n);
-  const std::string err = decode_accumulate(u.codec(), payload.data(), payload.size(), 1.0f, p.m.data.data() + old, n);
+  const std::string err = decode_accumulate(u.codec(), payload, bytes, 1.0f, p.m.data.data() + old, n);
   if (!err.empty()) {
     partial_.erase(it);
     return err;

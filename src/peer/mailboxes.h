@@ -51,7 +51,7 @@ class Inbox {
   // Adds one wire segment, decoding its payload into the message; complete messages
   // become available. Returns why it was dropped (it does not fit the message it claims
   // to belong to, or its payload does not decode), or an empty string.
-  std::string add_segment(int from, const wire::Update& u, const std::vector<uint8_t>& payload);
+  std::string add_segment(int from, const wire::Update& u, const uint8_t* payload, size_t bytes);
   std::vector<GossipEngine::Message> take_async();
   // Waits until the message is there, `stop` is set or the timeout passes.
   std::optional<GossipEngine::Message> wait_sync(int from, uint64_t round, uint32_t phase, double timeout_s,

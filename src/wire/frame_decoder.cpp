@@ -23,8 +23,9 @@ FrameError FrameDecoder::fail(FrameError e, std::string detail) {
 
 void FrameDecoder::set_limits(WireLimits limits) { limits_ = limits; }
 
-// The payload vector's size is how much of it has been zero-filled (never ahead of the
-// bytes that arrived by more than kGrowAhead); have_ is how much holds data.
+// The payload vector's size is how much of it is ready to be written (never ahead of the
+// bytes that arrived by more than kGrowAhead; growing it writes nothing); have_ is how
+// much holds data. The CRC is taken as bytes arrive, while they are still in cache.
 void FrameDecoder::grow(size_t at_least) {
   auto& p = frame_.payload;
   const uint64_t want = std::min<uint64_t>(payload_len_, have_ + std::max<uint64_t>(at_least, kGrowAhead));
@@ -34,7 +35,7 @@ void FrameDecoder::grow(size_t at_least) {
 FrameError FrameDecoder::finish_payload(const std::function<void(InFrame&&)>& on_frame) {
   if (have_ < payload_len_) return FrameError::kNone;
   frame_.payload.resize(have_);
-  if (crc32c(frame_.payload.data(), have_) != crc_) return fail(FrameError::kBadCrc, "payload CRC32C mismatch");
+  if (running_crc_ != crc_) return fail(FrameError::kBadCrc, "payload CRC32C mismatch");
   state_ = State::kFixed;
   fixed_have_ = 0;
   have_ = 0;
@@ -50,6 +51,7 @@ std::pair<uint8_t*, size_t> FrameDecoder::payload_space(size_t min_bytes) {
 }
 
 FrameError FrameDecoder::commit_payload(size_t n, const std::function<void(InFrame&&)>& on_frame) {
+  running_crc_ = crc32c(frame_.payload.data() + have_, n, running_crc_);
   have_ += n;
   return finish_payload(on_frame);
 }
@@ -98,6 +100,7 @@ FrameError FrameDecoder::feed(const uint8_t* data, size_t n, const std::function
       // copied as they grow. (Connections keep the limit small until admission.)
       frame_.payload.reserve(static_cast<size_t>(payload_len_));
       have_ = 0;
+      running_crc_ = 0;
       state_ = State::kHeader;
     }
     if (state_ == State::kHeader) {
@@ -114,6 +117,7 @@ FrameError FrameDecoder::feed(const uint8_t* data, size_t n, const std::function
       if (take > 0) {
         grow(take);
         std::memcpy(frame_.payload.data() + have_, data, take);
+        running_crc_ = crc32c(data, take, running_crc_);
         have_ += take;
       }
       data += take;

@@ -79,22 +79,23 @@ TEST_CASE("inbox: segments reassemble; push-sum mass from one sender adds up; ba
   u.set_update_id(1);
   u.set_segment_count(2);
   u.set_push_sum_weight(0.5);
-  auto bytes = [](std::vector<float> v) {
-    return std::vector<uint8_t>(reinterpret_cast<uint8_t*>(v.data()), reinterpret_cast<uint8_t*>(v.data() + v.size()));
+  // One uncompressed (codec 0) segment of these floats.
+  auto add = [](Inbox& inbox, int from, const wire::Update& update, std::vector<float> v) {
+    return inbox.add_segment(from, update, reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(float));
   };
   u.set_segment_offset(0);
   u.set_segment_length(2);
-  CHECK(in.add_segment(0, u, bytes({1, 2})).empty());
+  CHECK(add(in, 0, u, {1, 2}).empty());
   CHECK(in.take_async().empty());  // half a message
   u.set_segment_offset(2);
   u.set_segment_index(1);
-  CHECK(in.add_segment(0, u, bytes({3, 4})).empty());
+  CHECK(add(in, 0, u, {3, 4}).empty());
   u.set_update_id(2);
   u.set_segment_count(1);
   u.set_segment_index(0);
   u.set_segment_offset(0);
   u.set_segment_length(4);
-  CHECK(in.add_segment(0, u, bytes({1, 1, 1, 1})).empty());
+  CHECK(add(in, 0, u, {1, 1, 1, 1}).empty());
   auto got = in.take_async();
   REQUIRE(got.size() == 1);
   CHECK(got[0].data == std::vector<float>{2, 3, 4, 5});
@@ -103,10 +104,10 @@ TEST_CASE("inbox: segments reassemble; push-sum mass from one sender adds up; ba
   u.set_update_id(3);
   u.set_segment_count(2);
   u.set_segment_length(2);
-  CHECK(in.add_segment(1, u, bytes({1, 1})).empty());
+  CHECK(add(in, 1, u, {1, 1}).empty());
   u.set_segment_offset(3);
   u.set_segment_index(1);
-  CHECK(in.add_segment(1, u, bytes({1, 1})).find("does not follow") != std::string::npos);
+  CHECK(add(in, 1, u, {1, 1}).find("does not follow") != std::string::npos);
 }
 
 TEST_CASE("inbox: compressed segments are decoded into the message; a payload that fails to decode is dropped whole") {
@@ -127,11 +128,11 @@ TEST_CASE("inbox: compressed segments are decoded into the message; a payload th
   std::vector<uint8_t> payload;
   u.set_segment_length(500);
   codec->encode(g.data(), 500, 0, payload, *u.mutable_codec());
-  CHECK(in.add_segment(0, u, payload).empty());
+  CHECK(in.add_segment(0, u, payload.data(), payload.size()).empty());
   u.set_segment_index(1);
   u.set_segment_offset(500);
   codec->encode(g.data() + 500, 500, 500, payload, *u.mutable_codec());
-  CHECK(in.add_segment(0, u, payload).empty());
+  CHECK(in.add_segment(0, u, payload.data(), payload.size()).empty());
   auto got = in.take_async();
   REQUIRE(got.size() == 1);
   CHECK(got[0].data == g);
@@ -143,7 +144,7 @@ TEST_CASE("inbox: compressed segments are decoded into the message; a payload th
   u.set_segment_length(1000);
   codec->encode(g.data(), 1000, 0, payload, *u.mutable_codec());
   payload.pop_back();
-  CHECK(in.add_segment(0, u, payload).find("codec topk") == 0);
+  CHECK(in.add_segment(0, u, payload.data(), payload.size()).find("codec topk") == 0);
   CHECK(in.take_async().empty());
   CHECK(in.buffered_bytes() == 0);
 }
