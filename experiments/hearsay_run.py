@@ -206,7 +206,12 @@ def tail(path, n=10):
 
 def run_point(args, p, point, run_dir, display, env):
     cfg_path = os.path.join(run_dir, "config.textproto")
-    r = subprocess.run(peer_cmd(args, args.config, point["sets"]) + ["--print-config"], capture_output=True, text=True)
+    sets = list(point["sets"])
+    if p["checkpoint_dir"] or p["checkpoint_every_steps"] > 0:
+        # Each run checkpoints into its own directory: runs of a sweep share peer names, and
+        # one must never resume from another's state.
+        sets.append('checkpoint { dir: "%s" }' % os.path.abspath(os.path.join(run_dir, "checkpoints")).replace('"', '\\"'))
+    r = subprocess.run(peer_cmd(args, args.config, sets) + ["--print-config"], capture_output=True, text=True)
     if r.returncode != 0:
         sys.stderr.write(r.stderr)
         sys.exit(2)

@@ -81,7 +81,7 @@ std::string plan_json(const hearsay::config::Config& cfg, const std::string& pat
   out.add("secret_env", cfg.cluster().secret_env()).add("target_test_acc", cfg.train().target_test_acc());
   out.add("stop_at_target", e.stop_at_target()).add("max_wall_s", e.max_wall_s());
   out.add("progress_every_s", e.progress_every_s()).add("out_dir", e.out_dir());
-  out.add("checkpoint_dir", cfg.checkpoint().dir());
+  out.add("checkpoint_dir", cfg.checkpoint().dir()).add("checkpoint_every_steps", static_cast<int64_t>(cfg.checkpoint().every_steps()));
   peers += ']';
   points += ']';
   out.add_raw("peers", peers).add_raw("points", points);

@@ -100,6 +100,7 @@ class HearsayRun(unittest.TestCase):
   sweep { field: "cluster.gossip.algorithm" values: ["adpsgd", "gossip_grad"] }
   stop_at_target: true
 }
+checkpoint { every_steps: 50 }
 """
         r = self.run_tool(self.config(text), "--plain", "--out-dir", os.path.join(self.dir, "runs"),
                           "--set", "train { epochs: 2 }")
@@ -111,6 +112,11 @@ class HearsayRun(unittest.TestCase):
         for p in s["points"]:
             self.assertIn("final_test_acc", p)
             self.assertTrue(os.path.exists(os.path.join(p["run_dir"], "summary.json")))
+            # Each run checkpoints on its own: none resumes from an earlier run's state.
+            for name in ("a", "b"):
+                self.assertTrue(os.path.exists(os.path.join(p["run_dir"], "checkpoints", name + ".ckpt")))
+                with open(os.path.join(p["run_dir"], name + ".jsonl")) as f:
+                    self.assertNotIn('"event":"resume"', f.read())
         # The repeats differ by seed.
         with open(os.path.join(s["points"][1]["run_dir"], "config.textproto")) as f:
             self.assertIn("seed: 4", f.read())
