@@ -38,20 +38,34 @@ class QsgdCodec final : public Codec {
       if (!std::isfinite(norm)) norm = 0;  // a bucket with NaN or Inf travels as zeros
       norms[b] = norm;
       const float k = norm > 0 ? static_cast<float>(s_) / norm : 0.0f;
+      // Codes first, in a branch-free loop the compiler vectorises, then the packing.
+      codes_.resize(hi - lo);
+      uint16_t* c = codes_.data();
+      const uint32_t top = static_cast<uint32_t>(s_), sign_bit = 1u << (bits - 1);
       for (size_t i = lo; i < hi; ++i) {
+        uint32_t xb;
+        std::memcpy(&xb, x + i, 4);
         const float r = std::fabs(x[i]) * k + uniform01(seed, i);
-        const uint32_t level = std::min<uint32_t>(static_cast<uint32_t>(s_), static_cast<uint32_t>(r));
-        const uint32_t code = level | (std::signbit(x[i]) && level > 0 ? 1u << (bits - 1) : 0u);
-        acc |= static_cast<uint64_t>(code) << have;
+        const uint32_t level = std::min<uint32_t>(top, static_cast<uint32_t>(r));
+        c[i - lo] = static_cast<uint16_t>(level | ((xb >> 31) != 0 && level > 0 ? sign_bit : 0u));
+      }
+      for (size_t j = 0; j < hi - lo; ++j) {
+        acc |= static_cast<uint64_t>(c[j]) << have;
         have += bits;
-        while (have >= 8) {
-          packed[w++] = static_cast<uint8_t>(acc);
-          acc >>= 8;
-          have -= 8;
+        if (have >= 32) {
+          const uint32_t word = static_cast<uint32_t>(acc);
+          std::memcpy(packed + w, &word, 4);
+          w += 4;
+          acc >>= 32;
+          have -= 32;
         }
       }
     }
-    if (have > 0) packed[w] = static_cast<uint8_t>(acc);
+    while (have > 0) {
+      packed[w++] = static_cast<uint8_t>(acc);
+      acc >>= 8;
+      have -= 8;
+    }
     begin_params(p, id()).set_seed(seed);
     p.add_values(s_);
     p.add_values(static_cast<double>(bucket_));
@@ -61,6 +75,7 @@ class QsgdCodec final : public Codec {
   int s_;
   size_t bucket_;
   uint64_t seed_, calls_ = 0;
+  std::vector<uint16_t> codes_;
 };
 
 // --- sign -------------------------------------------------------------------------------
@@ -120,28 +135,36 @@ std::string decode_qsgd(const wire::CodecParams& prm, const uint8_t* p, size_t b
     if (!std::isfinite(norms[b]) || norms[b] < 0) return fault(id, "bucket " + std::to_string(b) + " has a NaN, Inf or negative norm");
   }
   const uint8_t* packed = p + buckets * 4;
-  const uint32_t level_mask = (1u << (bits - 1)) - 1, sign_bit = 1u << (bits - 1);
-  // Two passes: every level is checked before any is added.
-  for (int pass = 0; pass < 2; ++pass) {
-    uint64_t acc = 0;
-    int have = 0;
-    size_t r = 0;
-    for (size_t i = 0; i < n; ++i) {
-      while (have < bits) {
-        acc |= static_cast<uint64_t>(packed[r++]) << have;
-        have += 8;
-      }
-      const uint32_t code = static_cast<uint32_t>(acc) & ((1u << bits) - 1);
-      acc >>= bits;
-      have -= bits;
-      const uint32_t level = code & level_mask;
-      if (pass == 0) {
-        if (level > static_cast<uint32_t>(s)) return fault(id, "element " + std::to_string(i) + " has level " + std::to_string(level) + " above " + std::to_string(s));
-        continue;
-      }
-      if (y == nullptr) return {};
-      const float v = norms[i / bucket] * static_cast<float>(level) / static_cast<float>(s);
-      y[i] += scale * ((code & sign_bit) ? -v : v);
+  const size_t packed_bytes = bytes - buckets * 4;
+  const uint32_t mask = (1u << bits) - 1, level_mask = (1u << (bits - 1)) - 1, sign_bit = 1u << (bits - 1);
+  // Element i's code: one unaligned 32-bit load (a code spans at most 3 bytes), byte by
+  // byte only at the very end of the payload.
+  auto code_at = [&](size_t i) {
+    const uint64_t bit = static_cast<uint64_t>(i) * static_cast<uint64_t>(bits);
+    const size_t byte = static_cast<size_t>(bit >> 3);
+    uint32_t v = 0;
+    if (byte + 4 <= packed_bytes) {
+      std::memcpy(&v, packed + byte, 4);
+    } else {
+      for (size_t k = byte; k < packed_bytes; ++k) v |= static_cast<uint32_t>(packed[k]) << (8 * (k - byte));
+    }
+    return (v >> (bit & 7)) & mask;
+  };
+  // Every level is checked before any is added.
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t level = code_at(i) & level_mask;
+    if (level > static_cast<uint32_t>(s)) {
+      return fault(id, "element " + std::to_string(i) + " has level " + std::to_string(level) + " above " + std::to_string(s));
+    }
+  }
+  if (y == nullptr) return {};
+  for (size_t b = 0; b < buckets; ++b) {
+    const size_t lo = b * bucket, hi = std::min(n, lo + bucket);
+    const float step = scale * norms[b] / static_cast<float>(s);
+    for (size_t i = lo; i < hi; ++i) {
+      const uint32_t code = code_at(i);
+      const float v = step * static_cast<float>(code & level_mask);
+      y[i] += (code & sign_bit) ? -v : v;
     }
   }
   return {};
