@@ -22,6 +22,10 @@ namespace hearsay {
 inline constexpr uint32_t kFrameMagic = 0x59535248;  // "HRSY" in memory order
 inline constexpr uint16_t kWireVersion = 1;
 inline constexpr size_t kFixedHeaderSize = 24;
+// Fixed-header flag: the payload carries no CRC32C (the field is 0). Only transports whose
+// medium cannot corrupt data (same-host shared memory) send such frames, and only their
+// decoders accept them (FrameDecoder::accept_unchecked_payloads).
+inline constexpr uint16_t kFrameFlagNoCrc = 1;
 
 struct WireLimits {
   uint32_t max_header_bytes = 64 * 1024;
@@ -35,20 +39,27 @@ inline constexpr WireLimits kHandshakeLimits{4096, 4096};
 uint32_t crc32c(const void* data, size_t n, uint32_t crc = 0);
 
 // A frame ready to send: `head` holds the fixed header and the encoded Envelope; the
-// payload is referenced, not copied, and kept alive by `payload_owner` until sent.
+// payload is referenced, not copied, and kept alive by `payload_owner` until sent. Its
+// CRC32C is filled in by the transport that sends it (seal_crc), which knows whether its
+// medium needs one (omit_crc otherwise), so no payload is checksummed for nothing.
 struct OutFrame {
   std::string head;
   const uint8_t* payload = nullptr;
   size_t payload_size = 0;
   std::shared_ptr<const void> payload_owner;
+  bool sealed = false;  // the CRC field (or the no-CRC flag) is final
 
   size_t size() const { return head.size() + payload_size; }
 };
+// Computes the payload's CRC32C into the head (once).
+void seal_crc(OutFrame& frame);
+// Marks the frame as carrying no CRC (kFrameFlagNoCrc) instead.
+void omit_crc(OutFrame& frame);
 
 // Builds a frame. With an owner, the payload is referenced; without one it is copied.
 OutFrame make_frame(const wire::Envelope& envelope, const uint8_t* payload = nullptr, size_t payload_size = 0,
                     std::shared_ptr<const void> payload_owner = nullptr);
-// The whole frame as one byte string (tests, fuzzing, datagram transports).
+// The whole frame as one byte string, CRC included (tests, fuzzing, datagram transports).
 std::string flatten(const OutFrame& frame);
 
 // Allocates without value-initialising: a received payload is written by the socket
@@ -106,6 +117,8 @@ class FrameDecoder {
   const std::string& detail() const { return detail_; }
   // Applies to frames whose fixed header has not been read yet.
   void set_limits(WireLimits limits);
+  // Whether frames flagged kFrameFlagNoCrc are accepted (default: refused as kBadCrc).
+  void accept_unchecked_payloads(bool accept) { accept_unchecked_ = accept; }
   // While a payload of at least `min_bytes` more is expected: where the caller may write
   // its next bytes directly (a socket read), saving a copy. {nullptr, 0} otherwise.
   // After writing n bytes there, call commit_payload(n).
@@ -127,6 +140,8 @@ class FrameDecoder {
   uint32_t header_len_ = 0;
   uint64_t payload_len_ = 0;
   uint64_t have_ = 0;  // payload bytes received
+  bool accept_unchecked_ = false;
+  bool unchecked_ = false;    // this frame carries no CRC
   uint32_t crc_ = 0;          // the payload's CRC32C, as the header states it
   uint32_t running_crc_ = 0;  // of the payload bytes received so far
   std::string header_;

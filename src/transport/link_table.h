@@ -90,6 +90,11 @@ class LinkTableTransport : public Transport {
   void set_receiver(Receiver r) override { links_.set_receiver(std::move(r)); }
   void set_link_listener(LinkListener l) override { links_.set_listener(std::move(l)); }
   void send(const std::string& peer_id, OutFrame frame, SendCallback done) override {
+    if (omits_crc()) {
+      omit_crc(frame);
+    } else {
+      seal_crc(frame);
+    }
     if (auto c = links_.find(peer_id)) return c->send(std::move(frame), std::move(done));
     if (done) done({false, kind() + ": not connected to peer '" + peer_id + "'"});
   }
@@ -97,6 +102,9 @@ class LinkTableTransport : public Transport {
   std::vector<std::string> connected_peers() const override { return links_.peers(); }
   TransportCounters counters() const override { return links_.counters(); }
   LinkTable& links() { return links_; }
+  // Whether this transport's medium cannot corrupt a payload (same-host shared memory),
+  // so frames go without a CRC32C and arrive unchecked.
+  virtual bool omits_crc() const { return false; }
 
  protected:
   explicit LinkTableTransport(std::string name) : links_(std::move(name)) {}

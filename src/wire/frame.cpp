@@ -22,7 +22,7 @@ OutFrame make_frame(const wire::Envelope& envelope, const uint8_t* payload, size
   put_le(f.head, 0, 2);  // flags
   put_le(f.head, header_len, 4);
   put_le(f.head, payload_size, 8);
-  put_le(f.head, crc32c(payload, payload_size), 4);
+  put_le(f.head, 0, 4);  // the CRC: filled in by the sending transport (seal_crc)
   HEARSAY_CHECK(envelope.AppendToString(&f.head), "envelope serialisation failed");
   if (payload_size > 0 && payload_owner == nullptr) {
     auto copy = std::make_shared<std::vector<uint8_t>>(payload, payload + payload_size);
@@ -33,11 +33,35 @@ OutFrame make_frame(const wire::Envelope& envelope, const uint8_t* payload, size
     f.payload_owner = std::move(payload_owner);
   }
   f.payload_size = payload_size;
+  f.sealed = payload_size == 0;  // an empty payload's CRC32C is 0
   return f;
 }
 
+namespace {
+constexpr size_t kFlagsAt = 6, kCrcAt = 20;
+void put_at(std::string& head, size_t at, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) head[at + i] = static_cast<char>((v >> (8 * i)) & 0xff);
+}
+}  // namespace
+
+void seal_crc(OutFrame& f) {
+  if (f.sealed) return;
+  put_at(f.head, kCrcAt, crc32c(f.payload, f.payload_size), 4);
+  f.sealed = true;
+}
+
+void omit_crc(OutFrame& f) {
+  if (f.payload_size == 0) return f.sealed = true, void();  // nothing to check anyway
+  const uint16_t flags = static_cast<uint8_t>(f.head[kFlagsAt]) | (static_cast<uint8_t>(f.head[kFlagsAt + 1]) << 8);
+  put_at(f.head, kFlagsAt, flags | kFrameFlagNoCrc, 2);
+  put_at(f.head, kCrcAt, 0, 4);
+  f.sealed = true;
+}
+
 std::string flatten(const OutFrame& frame) {
-  std::string s = frame.head;
+  OutFrame sealed = frame;
+  seal_crc(sealed);
+  std::string s = sealed.head;
   s.append(reinterpret_cast<const char*>(frame.payload), frame.payload_size);
   return s;
 }

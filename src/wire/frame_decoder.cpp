@@ -35,7 +35,7 @@ void FrameDecoder::grow(size_t at_least) {
 FrameError FrameDecoder::finish_payload(const std::function<void(InFrame&&)>& on_frame) {
   if (have_ < payload_len_) return FrameError::kNone;
   frame_.payload.resize(have_);
-  if (running_crc_ != crc_) return fail(FrameError::kBadCrc, "payload CRC32C mismatch");
+  if (!unchecked_ && running_crc_ != crc_) return fail(FrameError::kBadCrc, "payload CRC32C mismatch");
   state_ = State::kFixed;
   fixed_have_ = 0;
   have_ = 0;
@@ -51,7 +51,7 @@ std::pair<uint8_t*, size_t> FrameDecoder::payload_space(size_t min_bytes) {
 }
 
 FrameError FrameDecoder::commit_payload(size_t n, const std::function<void(InFrame&&)>& on_frame) {
-  running_crc_ = crc32c(frame_.payload.data() + have_, n, running_crc_);
+  if (!unchecked_) running_crc_ = crc32c(frame_.payload.data() + have_, n, running_crc_);
   have_ += n;
   return finish_payload(on_frame);
 }
@@ -86,6 +86,10 @@ FrameError FrameDecoder::feed(const uint8_t* data, size_t n, const std::function
       header_len_ = static_cast<uint32_t>(get_le(fixed_ + 8, 4));
       payload_len_ = get_le(fixed_ + 12, 8);
       crc_ = static_cast<uint32_t>(get_le(fixed_ + 20, 4));
+      unchecked_ = (get_le(fixed_ + 6, 2) & kFrameFlagNoCrc) != 0;
+      if (unchecked_ && !accept_unchecked_) {
+        return fail(FrameError::kBadCrc, "frame without a payload CRC32C, which this transport requires");
+      }
       if (header_len_ > limits_.max_header_bytes) {
         return fail(FrameError::kHeaderTooLarge, "header of " + std::to_string(header_len_) + " bytes exceeds the limit of " +
                                                      std::to_string(limits_.max_header_bytes));
@@ -117,7 +121,7 @@ FrameError FrameDecoder::feed(const uint8_t* data, size_t n, const std::function
       if (take > 0) {
         grow(take);
         std::memcpy(frame_.payload.data() + have_, data, take);
-        running_crc_ = crc32c(data, take, running_crc_);
+        if (!unchecked_) running_crc_ = crc32c(data, take, running_crc_);
         have_ += take;
       }
       data += take;

@@ -190,3 +190,29 @@ TEST_CASE("crc32c: the fast multi-lane path agrees with the bitwise definition a
     }
   }
 }
+
+TEST_CASE("frames: a frame without a CRC is refused unless the transport accepts unchecked payloads") {
+  const float payload[4] = {1, 2, 3, 4};
+  OutFrame f = make_frame(update_envelope(4), reinterpret_cast<const uint8_t*>(payload), sizeof(payload));
+  omit_crc(f);
+  std::string bytes = f.head;
+  bytes.append(reinterpret_cast<const char*>(payload), sizeof(payload));
+  // A transport that checks (tcp, rxm, inproc) refuses it as a CRC fault.
+  FrameError err;
+  CHECK(decode_all(bytes, &err).empty());
+  CHECK(err == FrameError::kBadCrc);
+  // Same-host shared memory accepts it, and the payload arrives as sent.
+  FrameDecoder d;
+  d.accept_unchecked_payloads(true);
+  std::vector<InFrame> got;
+  CHECK(d.feed(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), [&](InFrame&& in) { got.push_back(std::move(in)); }) ==
+        FrameError::kNone);
+  REQUIRE(got.size() == 1);
+  CHECK(std::memcmp(got[0].payload.data(), payload, sizeof(payload)) == 0);
+  // A sealed frame still carries its CRC, and flatten() seals on the way.
+  OutFrame g = make_frame(update_envelope(4), reinterpret_cast<const uint8_t*>(payload), sizeof(payload));
+  CHECK_FALSE(g.sealed);
+  const std::string whole = flatten(g);
+  CHECK(decode_all(whole, &err).size() == 1);
+  CHECK(err == FrameError::kNone);
+}

@@ -110,6 +110,9 @@ class FabricTransport final : public LinkTableTransport {
   ~FabricTransport() override { close(); }
 
   std::string kind() const override { return "fabric(" + options_.fabric_provider + ")"; }
+  // Same-host shared memory: a payload arrives exactly as it left (and an admitted peer
+  // is on this host), so the CRC32C would only cost two passes over every byte.
+  bool omits_crc() const override { return options_.fabric_provider == "shm"; }
 
   std::string listen(const std::string& address) override {
     const auto [host, port] = split_host_port(address);
@@ -671,6 +674,7 @@ FabricConnection::FabricConnection(FabricTransport& t, fi_addr_t addr, std::shar
                      counters_.admitted = true;
                      t_.connection_admitted(peer);
                      decoder_.set_limits(t_.options().limits);
+                     decoder_.accept_unchecked_payloads(t_.omits_crc());
                      t_.links().admitted(peer, shared_from_this(), address_);
                    },
                    [this](InFrame&& f) { t_.links().deliver(session_.peer_id(), std::move(f)); },
