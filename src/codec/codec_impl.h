@@ -20,6 +20,17 @@ inline wire::CodecParams& begin_params(wire::CodecParams& p, CodecId id) {
   p.set_codec_version(1);
   return p;
 }
+// The parameters of qsgd and random-k payloads (CPU and CUDA encoders alike).
+inline void qsgd_params(wire::CodecParams& p, uint64_t seed, int levels, size_t bucket) {
+  begin_params(p, CodecId::kQsgd).set_seed(seed);
+  p.add_values(levels);
+  p.add_values(static_cast<double>(bucket));
+}
+inline void randomk_params(wire::CodecParams& p, uint64_t seed, uint64_t k, bool unbiased) {
+  begin_params(p, CodecId::kRandomk).set_seed(seed);
+  p.add_values(static_cast<double>(k));
+  p.add_values(unbiased ? 1 : 0);
+}
 // The seed of an encoder's call-th stream (qsgd's rounding, random-k's indices), the same
 // on the CPU and the GPU.
 inline uint64_t qsgd_call_seed(uint64_t seed, uint64_t call) { return seed + 0x9e37ull * call; }

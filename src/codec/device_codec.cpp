@@ -118,10 +118,7 @@ class QsgdDevice final : public DeviceCodec {
     to_host(out.data(), norms, 4 * buckets);
     to_host(out.data() + 4 * buckets, w, 4 * words);
     out.resize(4 * buckets + packed);
-    codec::begin_params(p, CodecId::kQsgd);
-    p.set_seed(seed);
-    p.add_values(s_);
-    p.add_values(static_cast<double>(bucket_));
+    codec::qsgd_params(p, seed, s_, bucket_);
   }
 
  private:
@@ -230,10 +227,7 @@ class RandomkDevice final : public DeviceCodec {
     k::launch_randomk_gather(0, x, n, kk, s, unbiased_, d);
     out.resize(4 * kk);
     to_host(out.data(), d, 4 * kk);
-    codec::begin_params(p, CodecId::kRandomk);
-    p.set_seed(s);
-    p.add_values(static_cast<double>(kk));
-    p.add_values(unbiased_ ? 1 : 0);
+    codec::randomk_params(p, s, kk, unbiased_);
   }
 
  private:

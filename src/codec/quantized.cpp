@@ -66,9 +66,7 @@ class QsgdCodec final : public Codec {
       acc >>= 8;
       have -= 8;
     }
-    begin_params(p, id()).set_seed(seed);
-    p.add_values(s_);
-    p.add_values(static_cast<double>(bucket_));
+    qsgd_params(p, seed, s_, bucket_);
   }
 
  private:

@@ -150,9 +150,7 @@ class RandomkCodec final : public Codec {
       const float w = unbiased_ ? static_cast<float>(stratum_begin(b + 1, n, k) - stratum_begin(b, n, k)) : 1.0f;
       v[b] = w * x[randomk_index(s, b, n, k)];
     }
-    begin_params(p, id()).set_seed(s);
-    p.add_values(static_cast<double>(k));
-    p.add_values(unbiased_ ? 1 : 0);
+    randomk_params(p, s, k, unbiased_);
   }
 
  private:
