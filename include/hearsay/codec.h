@@ -58,6 +58,10 @@ void check_codec_spec(const CodecSpec& spec);
 // Whether error feedback is on for this spec.
 bool uses_error_feedback(const CodecSpec& spec);
 
+// [0, n) cut into consecutive (offset, length) pieces of at most max_elements; one empty
+// piece for n = 0 (an empty message still travels as one segment).
+std::vector<std::pair<size_t, size_t>> even_segments(size_t n, size_t max_elements);
+
 class Codec {
  public:
   virtual ~Codec() = default;

@@ -141,6 +141,8 @@ class GossipEngine {
 
  private:
   void on_frame(const std::string& from, InFrame&& frame);
+  // device_dst += a * y, y on the host (uploaded through scratch_).
+  void axpy_host(double a, const std::vector<float>& y, float* device_dst);
   void put_on_wire(int to, Message&& m, std::function<void(const SendStatus&)> done);
   void adapt_codec(int to, size_t elements, bool update);
   void serve_join_requests();

@@ -45,12 +45,16 @@ bool uses_error_feedback(const CodecSpec& s) {
   return s.name != "none" && s.name != "qsgd" && s.name != "randomk";
 }
 
-std::vector<std::pair<size_t, size_t>> Codec::segments(size_t n, size_t max_elements) const {
+std::vector<std::pair<size_t, size_t>> even_segments(size_t n, size_t max_elements) {
   std::vector<std::pair<size_t, size_t>> out;
   const size_t seg = std::max<size_t>(1, max_elements);
   for (size_t b = 0; b < n; b += seg) out.emplace_back(b, std::min(seg, n - b));
   if (out.empty()) out.emplace_back(0, 0);
   return out;
+}
+
+std::vector<std::pair<size_t, size_t>> Codec::segments(size_t n, size_t max_elements) const {
+  return even_segments(n, max_elements);
 }
 
 std::unique_ptr<Codec> make_codec(const CodecSpec& s, const std::vector<ParamView>& layout, uint64_t seed) {

@@ -40,9 +40,8 @@ inline uint64_t randomk_call_seed(uint64_t seed, uint64_t call) {
 
 // The error message every decoder returns: "codec NAME: reason".
 std::string fault(CodecId id, const std::string& reason);
-// Number of `values` a codec expects, and whether each is finite.
+// Checks that a codec has at least `count` parameter values and that all are finite.
 std::string check_values(CodecId id, const wire::CodecParams& p, int count);
-inline bool finite(double v) { return std::isfinite(v); }
 
 template <typename T>
 inline T load(const uint8_t* p) {

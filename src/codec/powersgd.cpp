@@ -163,8 +163,9 @@ std::string decode_powersgd(const wire::CodecParams& prm, const uint8_t* p, size
     }
     const Matrix m{static_cast<size_t>(s), static_cast<size_t>(rows), static_cast<size_t>(cols)};
     if (m.start < end) return fault(id, "matrix " + std::to_string(i) + " overlaps the one before it");
+    // Its factors, and the raw elements between the previous matrix and this one.
+    want += ((m.rows + m.cols) * rank_of(r, m) + (m.start - end)) * 4;
     end = m.start + m.rows * m.cols;
-    want += (m.rows + m.cols) * rank_of(r, m) * 4 + (m.start - (mats.empty() ? 0 : mats.back().start + mats.back().rows * mats.back().cols)) * 4;
     mats.push_back(m);
   }
   want += (n - end) * 4;

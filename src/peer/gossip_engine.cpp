@@ -103,36 +103,21 @@ void GossipEngine::put_on_wire(int i, Message&& m, std::function<void(const Send
     enc = update ? lc.update.get() : lc.model.get();
     if (enc->spec().name == "none" && !enc->error_feedback()) enc = nullptr;
   }
-  std::vector<std::pair<size_t, size_t>> segs;
-  if (enc != nullptr) {
-    segs = enc->codec().segments(n, spec_.segment_elements);
-  } else {
-    for (size_t b = 0; b < std::max<size_t>(n, 1); b += spec_.segment_elements) segs.emplace_back(b, std::min(spec_.segment_elements, n - std::min(n, b)));
-  }
+  const auto segs = enc != nullptr ? enc->codec().segments(n, spec_.segment_elements) : even_segments(n, spec_.segment_elements);
   const uint32_t count = static_cast<uint32_t>(segs.size());
   const uint64_t id = next_update_id_++;
+  wire::Envelope e;
+  auto* u = e.mutable_update();
+  write_header(m, peers_[me_], u);
+  u->set_update_id(id);
+  u->set_segment_count(count);
   std::vector<OutFrame> frames;
   size_t bytes = 0;
   for (uint32_t s = 0; s < count; ++s) {
     const auto [begin, len] = segs[s];
-    wire::Envelope e;
-    auto* u = e.mutable_update();
-    u->set_sender(peers_[me_]);
-    u->set_clock(m.clock);
-    u->set_step(m.step);
-    u->set_samples_seen(m.samples);
-    u->set_kind(m.kind);
-    u->set_tensor_length(m.total);
     u->set_segment_offset(m.offset + begin);
     u->set_segment_length(len);
-    u->set_update_id(id);
     u->set_segment_index(s);
-    u->set_segment_count(count);
-    u->set_push_sum_weight(m.push_sum_weight);
-    u->set_synchronous(m.synchronous);
-    u->set_round(m.round);
-    u->set_phase(m.phase);
-    u->set_reply_requested(m.reply_requested);
     if (enc == nullptr) {
       frames.push_back(make_frame(e, reinterpret_cast<const uint8_t*>(data->data() + begin), len * sizeof(float), data));
     } else {
@@ -324,17 +309,14 @@ void GossipEngine::mix_params(const std::vector<float>& y, double w) {
   b.axpy(y.size(), static_cast<float>(w), scratch_.f32(), model_.params());
 }
 
-void GossipEngine::axpy_params(double a, const std::vector<float>& y) {
+void GossipEngine::axpy_host(double a, const std::vector<float>& y, float* device_dst) {
   Backend& b = model_.backend();
   b.upload(scratch_.data(), y.data(), sizeof(float) * y.size());
-  b.axpy(y.size(), static_cast<float>(a), scratch_.f32(), model_.params());
+  b.axpy(y.size(), static_cast<float>(a), scratch_.f32(), device_dst);
 }
 
-void GossipEngine::axpy_grads(double a, const std::vector<float>& y) {
-  Backend& b = model_.backend();
-  b.upload(scratch_.data(), y.data(), sizeof(float) * y.size());
-  b.axpy(y.size(), static_cast<float>(a), scratch_.f32(), model_.grads());
-}
+void GossipEngine::axpy_params(double a, const std::vector<float>& y) { axpy_host(a, y, model_.params()); }
+void GossipEngine::axpy_grads(double a, const std::vector<float>& y) { axpy_host(a, y, model_.grads()); }
 
 void GossipEngine::note_model_distance(const std::string& peer, const std::vector<float>& y) {
   // The log reports one distance per neighbour and window: measuring every arrival would

@@ -22,6 +22,36 @@ void GossipEngine::Message::absorb(Message&& newer) {
   coalesced = folded;
 }
 
+void write_header(const GossipEngine::Message& m, const std::string& sender, wire::Update* u) {
+  u->set_sender(sender);
+  u->set_clock(m.clock);
+  u->set_step(m.step);
+  u->set_samples_seen(m.samples);
+  u->set_kind(m.kind);
+  u->set_tensor_length(m.total);
+  u->set_push_sum_weight(m.push_sum_weight);
+  u->set_synchronous(m.synchronous);
+  u->set_round(m.round);
+  u->set_phase(m.phase);
+  u->set_reply_requested(m.reply_requested);
+}
+
+GossipEngine::Message read_header(const wire::Update& u, int from) {
+  GossipEngine::Message m;
+  m.from = from;
+  m.kind = u.kind();
+  m.clock = u.clock();
+  m.step = u.step();
+  m.samples = u.samples_seen();
+  m.push_sum_weight = u.push_sum_weight();
+  m.synchronous = u.synchronous();
+  m.reply_requested = u.reply_requested();
+  m.round = u.round();
+  m.phase = u.phase();
+  m.total = u.tensor_length();
+  return m;
+}
+
 // --- Outbox ---------------------------------------------------------------------------
 // send_ is always called without mu_ held: a transport may report failure inline (a
 // neighbour that is gone), which re-enters on_done.
@@ -109,17 +139,7 @@ std::string Inbox::add_segment(int from, const wire::Update& u, const uint8_t* p
     }
     Partial p;
     p.count = count;
-    p.m.from = from;
-    p.m.kind = u.kind();
-    p.m.clock = u.clock();
-    p.m.step = u.step();
-    p.m.samples = u.samples_seen();
-    p.m.push_sum_weight = u.push_sum_weight();
-    p.m.synchronous = u.synchronous();
-    p.m.reply_requested = u.reply_requested();
-    p.m.round = u.round();
-    p.m.phase = u.phase();
-    p.m.total = u.tensor_length();
+    p.m = read_header(u, from);
     it = partial_.emplace(key, std::move(p)).first;
   }
   Partial& p = it->second;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "hearsay/gossip.h"
@@ -27,5 +28,10 @@ struct GossipEngine::Message {
   // message).
   void absorb(Message&& newer);
 };
+
+// The Update fields that describe a message (all but the segment's place and codec), and
+// the message a first segment describes. The one mapping both ways.
+void write_header(const GossipEngine::Message& m, const std::string& sender, wire::Update* u);
+GossipEngine::Message read_header(const wire::Update& u, int from);
 
 }  // namespace hearsay

@@ -31,6 +31,22 @@ Run run_peer(const std::string& args, const std::string& env = "") {
 using hearsay::test::TempDir;
 using hearsay::test::write_file;
 
+namespace {
+
+// A two-peer cluster config (a on 17393, b on 17394) whose secret comes from `secret_env`.
+std::string two_peer_cluster(const TempDir& dir, const std::string& secret_env) {
+  write_file(dir.file("c.textproto"), R"(
+    cluster {
+      secret_env: ")" + secret_env + R"("
+      peers { name: "a" address: "127.0.0.1:17393" }
+      peers { name: "b" address: "127.0.0.1:17394" }
+    }
+  )");
+  return dir.file("c.textproto");
+}
+
+}  // namespace
+
 TEST_CASE("cli: a config with an unknown field exits 2 with file:line:column") {
   TempDir dir;
   write_file(dir.file("c.textproto"), "name: \"x\"\nmodle { }\n");
@@ -114,14 +130,7 @@ TEST_CASE("cli: two peer processes of a cluster config find each other over tcp 
 
 TEST_CASE("cli: a cluster without its secret, or an unknown peer name, exits 2 naming it") {
   TempDir dir;
-  write_file(dir.file("c.textproto"), R"(
-    cluster {
-      secret_env: "HEARSAY_TEST_NO_SUCH_VARIABLE"
-      peers { name: "a" address: "127.0.0.1:17393" }
-      peers { name: "b" address: "127.0.0.1:17394" }
-    }
-  )");
-  const std::string base = "--quiet --config " + dir.file("c.textproto");
+  const std::string base = "--quiet --config " + two_peer_cluster(dir, "HEARSAY_TEST_NO_SUCH_VARIABLE");
   const Run no_secret = run_peer(base + " --peer a");
   CHECK(no_secret.status == 2);
   CHECK(no_secret.output.find("HEARSAY_TEST_NO_SUCH_VARIABLE") != std::string::npos);
@@ -132,14 +141,7 @@ TEST_CASE("cli: a cluster without its secret, or an unknown peer name, exits 2 n
 
 TEST_CASE("cli: an unknown codec or one out of range exits 2 before the peer listens, naming the field") {
   TempDir dir;
-  write_file(dir.file("c.textproto"), R"(
-    cluster {
-      secret_env: "HOME"
-      peers { name: "a" address: "127.0.0.1:17393" }
-      peers { name: "b" address: "127.0.0.1:17394" }
-    }
-  )");
-  const std::string base = "--quiet --config " + dir.file("c.textproto") + " --peer a";
+  const std::string base = "--quiet --config " + two_peer_cluster(dir, "HOME") + " --peer a";
   const Run zip = run_peer(base + " --set 'cluster { gossip { codec { name: \"zip\" } } }'");
   CHECK(zip.status == 2);
   CHECK(zip.output.find("cluster.gossip: codec 'zip': unknown") != std::string::npos);
@@ -167,14 +169,7 @@ TEST_CASE("cli: every ready config and launch example is valid in every run it s
 
 TEST_CASE("cli: a launcher whose task count differs from the cluster's peers exits 2 naming both") {
   TempDir dir;
-  write_file(dir.file("c.textproto"), R"(
-    cluster {
-      secret_env: "HOME"
-      peers { name: "a" address: "127.0.0.1:17393" }
-      peers { name: "b" address: "127.0.0.1:17394" }
-    }
-  )");
-  const Run r = run_peer("--quiet --config " + dir.file("c.textproto"), "WORLD_SIZE=3 RANK=1 ");
+  const Run r = run_peer("--quiet --config " + two_peer_cluster(dir, "HOME"), "WORLD_SIZE=3 RANK=1 ");
   CHECK(r.status == 2);
   CHECK(r.output.find("WORLD_SIZE=3 but the config's cluster lists 2 peers") != std::string::npos);
 }
