@@ -126,6 +126,8 @@ class FrameDecoder {
   FrameError commit_payload(size_t n, const std::function<void(InFrame&&)>& on_frame);
   // Bytes buffered towards the next frame.
   size_t pending() const;
+  // Payload bytes the current frame still expects (0 unless its header has been read).
+  uint64_t payload_remaining() const { return state_ == State::kPayload ? payload_len_ - have_ : 0; }
 
  private:
   FrameError fail(FrameError e, std::string detail);

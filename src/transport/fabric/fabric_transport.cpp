@@ -5,6 +5,7 @@
 #include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
+#include <rdma/fi_tagged.h>
 
 #include <asio.hpp>
 #include <atomic>
@@ -33,26 +34,46 @@ constexpr size_t kChunkBytes = 256 * 1024;  // largest fabric message we send
 constexpr size_t kRxmEagerBytes = 16000;
 constexpr int kRecvBuffers = 32;
 constexpr int kStagingBuffers = 32;
-constexpr uint32_t kBootstrapMagic = 0x42595348;  // "HSYB"
+constexpr uint32_t kBootstrapMagic = 0x32595348;  // "HSY2": version 2 (with direct payloads)
+constexpr size_t kBootstrapHeadBytes = 20;         // magic, name length, direct_from, stream
+constexpr uint8_t kBootstrapReady = 1;             // the dialler knows the listener's address
 constexpr uint32_t kMaxNameBytes = 4096;
+// Payloads of at least this size travel as one tagged message received straight into
+// the frame; smaller ones are cheaper through the reposted receive buffers.
+constexpr uint64_t kDirectPayloadBytes = 32 * 1024;
+// Untagged messages held while a direct payload is on its way (they belong after it).
+constexpr size_t kMaxHeldBytes = 16u << 20;
+// Messages kept from a peer whose bootstrap is not finished: only handshake frames.
+constexpr size_t kMaxEarlyBytes = 64 * 1024;
+
+// What each side says of itself in the bootstrap.
+struct BootstrapInfo {
+  std::string name;          // libfabric endpoint name
+  uint64_t direct_from = 0;  // smallest payload it sends and receives direct; 0: never
+  uint32_t stream = 0;       // the tag prefix it wants on the direct payloads sent to it
+};
+
+uint64_t direct_tag(uint32_t stream, uint32_t seq) { return (uint64_t{stream} << 32) | seq; }
 
 std::string fi_error(const char* call, int ret) {
   return std::string(call) + ": " + fi_strerror(-ret) + " (" + std::to_string(ret) + ")";
 }
 
 class FabricTransport;
+struct Op;
 
 // One peer reached over the fabric; its bootstrap socket is its liveness signal.
 class FabricConnection final : public Connection, public std::enable_shared_from_this<FabricConnection> {
  public:
   FabricConnection(FabricTransport& t, fi_addr_t addr, std::shared_ptr<tcp::socket> bootstrap, std::string address,
-                   std::string dial_peer);
+                   std::string dial_peer, uint64_t direct_from, uint32_t my_stream, uint32_t their_stream);
   void start();  // progress thread
   void send(OutFrame frame, SendCallback done) override;
   void close(const std::string& reason) override;
   void close_now(const std::string& reason);  // progress thread
   LinkStats stats() const override;
-  void on_bytes(const uint8_t* data, size_t n);  // progress thread
+  void on_bytes(const uint8_t* data, size_t n);  // an untagged message; progress thread
+  void on_direct_payload(bool ok, size_t n, const std::string& error);  // progress thread
   void fail(const std::string& reason, bool rejected);  // progress thread
   void tick(Clock::time_point now);  // progress thread
   void sent(size_t bytes) {
@@ -64,15 +85,33 @@ class FabricConnection final : public Connection, public std::enable_shared_from
     counters_.queue_bytes -= bytes;
   }
   fi_addr_t addr() const { return addr_; }
+  // Whether a payload of this size goes direct; the tag for the next one that does, and
+  // the count moved on once it is posted.
+  bool sends_direct(size_t payload) const { return direct_from_ > 0 && payload >= direct_from_; }
+  uint64_t send_tag() const { return direct_tag(their_stream_, send_seq_); }
+  void sent_direct() { ++send_seq_; }
   bool closed() const { return closed_; }
   const std::string& dial_peer() const { return dial_peer_; }
   std::shared_ptr<tcp::socket> bootstrap() const { return bootstrap_; }
 
  private:
+  void decode(const uint8_t* data, size_t n);
+  void receive_direct();
+
   FabricTransport& t_;
   fi_addr_t addr_;
   std::shared_ptr<tcp::socket> bootstrap_;
   std::string address_, dial_peer_;
+  // Direct payloads (both sides offered them): the sender tags each with the receiver's
+  // stream and its own count; the receiver posts a tagged receive into the frame as soon
+  // as the frame's header has arrived, and holds later untagged messages until it is in.
+  uint64_t direct_from_;
+  uint32_t my_stream_, their_stream_;
+  uint32_t send_seq_ = 0, recv_seq_ = 0;
+  Op* direct_op_ = nullptr;  // the posted tagged receive, if any
+  uint64_t direct_bytes_ = 0;
+  std::deque<std::vector<uint8_t>> held_;
+  size_t held_bytes_ = 0;
   FrameDecoder decoder_;
   Session session_;
   bool closed_ = false;
@@ -93,9 +132,10 @@ struct FrameInFlight {
 // Every posted operation carries one of these; fi_context must come first (FI_CONTEXT).
 struct Op {
   fi_context ctx;
-  enum Kind { kRecv, kSend } kind;
+  enum Kind { kRecv, kSend, kDirectRecv } kind;
   int buffer = -1;  // receive or staging buffer index
   std::shared_ptr<FrameInFlight> frame;
+  std::shared_ptr<FabricConnection> conn;  // kDirectRecv: owns the memory received into
   size_t bytes = 0;
 };
 
@@ -246,20 +286,28 @@ class FabricTransport final : public LinkTableTransport {
   void open_endpoint(const std::string& host) {
     std::lock_guard<std::mutex> lock(open_mu_);
     if (ep_ != nullptr) return;
-    fi_info* hints = fi_allocinfo();
-    hints->ep_attr->type = FI_EP_RDM;
-    hints->caps = FI_MSG | FI_SOURCE;
-    hints->mode = FI_CONTEXT;
-    hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
-    hints->domain_attr->threading = FI_THREAD_DOMAIN;
-    hints->tx_attr->msg_order = FI_ORDER_SAS;
-    hints->rx_attr->msg_order = FI_ORDER_SAS;
-    hints->fabric_attr->prov_name = strdup(options_.fabric_provider.c_str());
     // For IP providers, bind to the listen host (loopback in tests); shm needs no node.
     const bool ip = options_.fabric_provider.find("tcp") != std::string::npos ||
                     options_.fabric_provider.find("verbs") != std::string::npos;
-    int ret = fi_getinfo(FI_VERSION(1, 9), ip ? host.c_str() : nullptr, nullptr, ip ? FI_SOURCE : 0, hints, &info_);
-    fi_freeinfo(hints);
+    auto get_info = [&](uint64_t caps) {
+      fi_info* hints = fi_allocinfo();
+      hints->ep_attr->type = FI_EP_RDM;
+      hints->caps = caps;
+      hints->mode = FI_CONTEXT;
+      hints->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+      hints->domain_attr->threading = FI_THREAD_DOMAIN;
+      hints->tx_attr->msg_order = FI_ORDER_SAS;
+      hints->rx_attr->msg_order = FI_ORDER_SAS;
+      hints->fabric_attr->prov_name = strdup(options_.fabric_provider.c_str());
+      const int r = fi_getinfo(FI_VERSION(1, 9), ip ? host.c_str() : nullptr, nullptr, ip ? FI_SOURCE : 0, hints, &info_);
+      fi_freeinfo(hints);
+      return r;
+    };
+    // Tagged messages carry direct payloads; a provider without them still works. (Not
+    // FI_DIRECTED_RECV: with it, libfabric 1.17's shm reports no source address for
+    // untagged messages.)
+    int ret = get_info(FI_MSG | FI_TAGGED | FI_SOURCE);
+    if (ret != 0) ret = get_info(FI_MSG | FI_SOURCE);
     if (ret != 0) {
       throw InputError("fabric: provider '" + options_.fabric_provider + "' offers no reliable-datagram endpoint here (" +
                        fi_error("fi_getinfo", ret) + "); see fi_info");
@@ -290,6 +338,13 @@ class FabricTransport final : public LinkTableTransport {
     // (libfabric 1.17); keep every message within its eager buffer (16 KiB by default).
     if (options_.fabric_provider.find("ofi_rxm") != std::string::npos) chunk_ = std::min<size_t>(chunk_, kRxmEagerBytes);
     need_local_mr_ = (info_->domain_attr->mr_mode & FI_MR_LOCAL) != 0;
+    // A payload goes direct when any payload fits one message, the memory it lands in
+    // needs no registration, and the provider is not ofi_rxm (its large-message path
+    // stalls, above).
+    const bool direct = (info_->caps & FI_TAGGED) != 0 && !need_local_mr_ &&
+                        info_->ep_attr->max_msg_size >= options_.limits.max_payload_bytes &&
+                        options_.fabric_provider.find("ofi_rxm") == std::string::npos;
+    direct_from_ = direct ? kDirectPayloadBytes : 0;
 
     // Receive buffers: registered once, reposted after each message.
     recv_.resize(kRecvBuffers);
@@ -311,19 +366,22 @@ class FabricTransport final : public LinkTableTransport {
   }
 
   void teardown() {
+    // Receives still posted go with the endpoint; then their memory can go.
+    if (ep_ != nullptr) fi_close(&ep_->fid);
+    ep_ = nullptr;
+    for (Op* op : direct_ops_) delete op;
+    direct_ops_.clear();
     for (auto& b : recv_) {
       if (b.mr != nullptr) fi_close(&b.mr->fid);
     }
     for (auto& b : staging_) {
       if (b.mr != nullptr) fi_close(&b.mr->fid);
     }
-    if (ep_ != nullptr) fi_close(&ep_->fid);
     if (av_ != nullptr) fi_close(&av_->fid);
     if (cq_ != nullptr) fi_close(&cq_->fid);
     if (domain_ != nullptr) fi_close(&domain_->fid);
     if (fabric_ != nullptr) fi_close(&fabric_->fid);
     if (info_ != nullptr) fi_freeinfo(info_);
-    ep_ = nullptr;
     av_ = nullptr;
     cq_ = nullptr;
     domain_ = nullptr;
@@ -352,6 +410,38 @@ class FabricTransport final : public LinkTableTransport {
     HEARSAY_CHECK(ret == 0, fi_error("fi_recv", ret));
   }
 
+ public:
+  // --- direct payloads (progress thread) ---------------------------------------------------
+  uint64_t direct_from() const { return direct_from_; }
+  // Posts a tagged receive of exactly len bytes at dst, which c owns; nullptr and the
+  // error if the provider refuses it.
+  Op* post_direct_recv(const std::shared_ptr<FabricConnection>& c, uint8_t* dst, size_t len, uint64_t tag,
+                       std::string* error) {
+    auto* op = new Op{};
+    op->kind = Op::kDirectRecv;
+    op->conn = c;
+    op->bytes = len;
+    ssize_t ret;
+    do {
+      ret = fi_trecv(ep_, dst, len, nullptr, FI_ADDR_UNSPEC, tag, 0, &op->ctx);
+      if (ret == -FI_EAGAIN) fi_cq_read(cq_, nullptr, 0);  // drive progress
+    } while (ret == -FI_EAGAIN);
+    if (ret != 0) {
+      delete op;
+      *error = fi_error("fi_trecv", static_cast<int>(ret));
+      return nullptr;
+    }
+    direct_ops_.insert(op);
+    return op;
+  }
+  // A cancelled receive completes with FI_ECANCELED; one the provider cannot cancel stays
+  // posted (into memory its Op keeps alive) until the endpoint closes.
+  void cancel(Op* op) {
+    if (ep_ != nullptr) fi_cancel(&ep_->fid, &op->ctx);
+  }
+
+ private:
+
   // Posts as much of the send queue as the provider takes. Progress thread.
   bool post_sends() {
     bool did = false;
@@ -371,9 +461,14 @@ class FabricTransport final : public LinkTableTransport {
         const size_t head = f->frame.head.size();
         const uint8_t* src;
         size_t len;
+        bool direct = false;
         if (f->posted < head) {
           src = reinterpret_cast<const uint8_t*>(f->frame.head.data()) + f->posted;
           len = std::min(chunk_, head - f->posted);
+        } else if (f->posted == head && f->conn->sends_direct(f->frame.payload_size)) {
+          src = f->frame.payload;
+          len = f->frame.payload_size;
+          direct = true;
         } else {
           const size_t off = f->posted - head;
           src = f->frame.payload + off;
@@ -395,7 +490,8 @@ class FabricTransport final : public LinkTableTransport {
           src = staging_[op->buffer].data.data();
           desc = fi_mr_desc(staging_[op->buffer].mr);
         }
-        const ssize_t ret = fi_send(ep_, src, len, desc, f->conn->addr(), &op->ctx);
+        const ssize_t ret = direct ? fi_tsend(ep_, src, len, desc, f->conn->addr(), f->conn->send_tag(), &op->ctx)
+                                   : fi_send(ep_, src, len, desc, f->conn->addr(), &op->ctx);
         if (ret == -FI_EAGAIN) {
           if (op->buffer >= 0) free_staging_.push_back(op->buffer);
           delete op;
@@ -408,6 +504,7 @@ class FabricTransport final : public LinkTableTransport {
           f->error = "fabric: " + fi_error("fi_send", static_cast<int>(ret));
           break;
         }
+        if (direct) f->conn->sent_direct();
         did = true;
         ++f->outstanding;
         ++inflight_sends_;
@@ -429,11 +526,23 @@ class FabricTransport final : public LinkTableTransport {
   }
 
   void complete(Op* op, bool ok, const std::string& error, fi_addr_t src, size_t len) {
+    if (op->kind == Op::kDirectRecv) {
+      direct_ops_.erase(op);
+      auto conn = std::move(op->conn);
+      delete op;
+      conn->on_direct_payload(ok, len, error);
+      return;
+    }
     if (op->kind == Op::kRecv) {
       if (ok) {
         auto it = by_addr_.find(src);
+        auto early = early_.find(src);
         if (it != by_addr_.end()) {
           it->second->on_bytes(recv_[op->buffer].data.data(), len);
+        } else if (early != early_.end() && early->second.bytes + len <= kMaxEarlyBytes) {
+          const uint8_t* data = recv_[op->buffer].data.data();
+          early->second.messages.emplace_back(data, data + len);
+          early->second.bytes += len;
         } else {
           links_.dropped("", "fabric", "unknown_source: message from an address no bootstrap introduced");
         }
@@ -495,28 +604,40 @@ class FabricTransport final : public LinkTableTransport {
   }
 
   // --- bootstrap (Asio thread) -----------------------------------------------------------
-  static std::string bootstrap_message(const std::string& name) {
-    std::string m(8, '\0');
-    const uint32_t magic = kBootstrapMagic, len = static_cast<uint32_t>(name.size());
+  // Our side of a new bootstrap: the endpoint name, whether we do direct payloads, and
+  // a stream number for the direct payloads sent to us on this link.
+  BootstrapInfo our_bootstrap() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return BootstrapInfo{name_, direct_from_, ++last_stream_};
+  }
+  static std::string bootstrap_message(const BootstrapInfo& b) {
+    std::string m(kBootstrapHeadBytes, '\0');
+    const uint32_t magic = kBootstrapMagic, len = static_cast<uint32_t>(b.name.size());
     std::memcpy(m.data(), &magic, 4);
     std::memcpy(m.data() + 4, &len, 4);
-    return m + name;
+    std::memcpy(m.data() + 8, &b.direct_from, 8);
+    std::memcpy(m.data() + 16, &b.stream, 4);
+    return m + b.name;
   }
 
-  // Reads the other side's endpoint name; calls back with it, or an empty string and the error.
-  void read_name(std::shared_ptr<tcp::socket> sock, std::function<void(std::string, std::string)> then) {
-    auto head = std::make_shared<std::array<uint8_t, 8>>();
-    asio::async_read(*sock, asio::buffer(*head), [this, sock, head, then](asio::error_code ec, size_t) {
-      if (ec) return then("", "bootstrap read: " + ec.message());
+  // Reads the other side's bootstrap; calls back with it, or with the error.
+  void read_bootstrap(std::shared_ptr<tcp::socket> sock, std::function<void(BootstrapInfo, std::string)> then) {
+    auto head = std::make_shared<std::array<uint8_t, kBootstrapHeadBytes>>();
+    asio::async_read(*sock, asio::buffer(*head), [sock, head, then](asio::error_code ec, size_t) {
+      if (ec) return then({}, "bootstrap read: " + ec.message());
       uint32_t magic, len;
+      BootstrapInfo b;
       std::memcpy(&magic, head->data(), 4);
       std::memcpy(&len, head->data() + 4, 4);
-      if (magic != kBootstrapMagic) return then("", "bad_magic: bootstrap greeting is not hearsay's");
-      if (len == 0 || len > kMaxNameBytes) return then("", "bad_bootstrap: endpoint name of " + std::to_string(len) + " bytes");
-      auto name = std::make_shared<std::string>(len, '\0');
-      asio::async_read(*sock, asio::buffer(name->data(), len), [name, then](asio::error_code ec2, size_t) {
-        if (ec2) return then("", "bootstrap read: " + ec2.message());
-        then(*name, "");
+      std::memcpy(&b.direct_from, head->data() + 8, 8);
+      std::memcpy(&b.stream, head->data() + 16, 4);
+      if (magic != kBootstrapMagic) return then({}, "bad_magic: bootstrap greeting is not hearsay's (or from another version)");
+      if (len == 0 || len > kMaxNameBytes) return then({}, "bad_bootstrap: endpoint name of " + std::to_string(len) + " bytes");
+      auto info = std::make_shared<BootstrapInfo>(b);
+      info->name.resize(len);
+      asio::async_read(*sock, asio::buffer(info->name.data(), len), [info, then](asio::error_code ec2, size_t) {
+        if (ec2) return then({}, "bootstrap read: " + ec2.message());
+        then(*info, "");
       });
     });
   }
@@ -528,6 +649,7 @@ class FabricTransport final : public LinkTableTransport {
     run_on_progress([this, name, result] {
       fi_addr_t addr = FI_ADDR_NOTAVAIL;
       const int ret = fi_av_insert(av_, name.data(), 1, &addr, 0, nullptr);
+      if (ret == 1) early_[addr] = Early{};
       result->set_value({addr, ret == 1 ? "" : "bad_bootstrap: endpoint name not accepted by the provider (" + fi_error("fi_av_insert", ret) + ")"});
     });
     if (fut.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
@@ -539,17 +661,30 @@ class FabricTransport final : public LinkTableTransport {
     return addr;
   }
 
-  void start_connection(std::shared_ptr<tcp::socket> sock, fi_addr_t addr, const std::string& remote, const std::string& dial_peer) {
+  // A bootstrap that ended before its connection started keeps nothing.
+  void forget_early(fi_addr_t addr) {
+    run_on_progress([this, addr] { early_.erase(addr); });
+  }
+
+  void start_connection(std::shared_ptr<tcp::socket> sock, fi_addr_t addr, const std::string& remote, const std::string& dial_peer,
+                        const BootstrapInfo& ours, const BootstrapInfo& theirs) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       sockets_.insert(sock);
     }
-    auto c = std::make_shared<FabricConnection>(*this, addr, sock, remote, dial_peer);
+    // Direct payloads only where both sides offered them, from the larger threshold.
+    const uint64_t direct_from = ours.direct_from > 0 && theirs.direct_from > 0 ? std::max(ours.direct_from, theirs.direct_from) : 0;
+    auto c = std::make_shared<FabricConnection>(*this, addr, sock, remote, dial_peer, direct_from, ours.stream, theirs.stream);
     run_on_progress([this, c] {
       auto old = by_addr_.find(c->addr());
       if (old != by_addr_.end()) old->second->fail("replaced by a new connection", false);
       by_addr_[c->addr()] = c;
       c->start();
+      auto early = early_.find(c->addr());
+      if (early != early_.end()) {
+        for (const auto& m : early->second.messages) c->on_bytes(m.data(), m.size());
+        early_.erase(early);
+      }
     });
     // The socket's only job now is to say when the peer goes away.
     auto byte = std::make_shared<uint8_t>();
@@ -567,21 +702,32 @@ class FabricTransport final : public LinkTableTransport {
       asio::error_code ignored;
       const auto ep = sock->remote_endpoint(ignored);
       const std::string remote = join_host_port(ep.address().to_string(), ep.port());
-      read_name(sock, [this, sock, remote](std::string name, std::string error) {
+      read_bootstrap(sock, [this, sock, remote](BootstrapInfo theirs, std::string error) {
         if (!error.empty()) {
           links_.rejected("", remote, error);
           asio::error_code e;
           sock->close(e);
           return;
         }
-        const fi_addr_t addr = insert_address(name, &error);
+        const fi_addr_t addr = insert_address(theirs.name, &error);
         if (!error.empty()) {
           links_.rejected("", remote, error);
           return;
         }
-        auto reply = std::make_shared<std::string>(bootstrap_message(name_));
-        asio::async_write(*sock, asio::buffer(*reply), [this, sock, reply, addr, remote](asio::error_code ec2, size_t) {
-          if (!ec2) start_connection(sock, addr, remote, "");
+        const BootstrapInfo ours = our_bootstrap();
+        auto reply = std::make_shared<std::string>(bootstrap_message(ours));
+        asio::async_write(*sock, asio::buffer(*reply), [this, sock, reply, addr, remote, ours, theirs](asio::error_code ec2, size_t) {
+          if (ec2) return;
+          // Our first fabric message must not reach the dialler before it knows our
+          // address (it would be dropped as from an unknown source): wait for its word.
+          auto ready = std::make_shared<uint8_t>(0);
+          asio::async_read(*sock, asio::buffer(ready.get(), 1), [this, sock, ready, addr, remote, ours, theirs](asio::error_code ec3, size_t) {
+            if (!ec3 && *ready == kBootstrapReady) return start_connection(sock, addr, remote, "", ours, theirs);
+            links_.rejected("", remote, ec3 ? "bootstrap read: " + ec3.message() : "bad_bootstrap: no ready byte after the names");
+            forget_early(addr);
+            asio::error_code e;
+            sock->close(e);
+          });
         });
       });
       accept(acceptor);
@@ -595,13 +741,23 @@ class FabricTransport final : public LinkTableTransport {
     }
     async_dial(io_, d->address, [this, d](std::shared_ptr<tcp::socket> sock, const std::string& remote) {
       if (!sock) return retry_later(d);
-      auto hello = std::make_shared<std::string>(bootstrap_message(name_));
-      asio::async_write(*sock, asio::buffer(*hello), [this, d, sock, hello, remote](asio::error_code ec, size_t) {
+      const BootstrapInfo ours = our_bootstrap();
+      auto hello = std::make_shared<std::string>(bootstrap_message(ours));
+      asio::async_write(*sock, asio::buffer(*hello), [this, d, sock, hello, remote, ours](asio::error_code ec, size_t) {
         if (ec) return retry_later(d);
-        read_name(sock, [this, d, sock, remote](std::string name, std::string error) {
+        read_bootstrap(sock, [this, d, sock, remote, ours](BootstrapInfo theirs, std::string error) {
           if (error.empty()) {
-            const fi_addr_t addr = insert_address(name, &error);
-            if (error.empty()) return start_connection(sock, addr, remote, d->peer_id);
+            const fi_addr_t addr = insert_address(theirs.name, &error);
+            if (error.empty()) {
+              auto ready = std::make_shared<uint8_t>(kBootstrapReady);
+              return asio::async_write(*sock, asio::buffer(ready.get(), 1), [this, d, sock, ready, addr, remote, ours, theirs](asio::error_code ec2, size_t) {
+                if (ec2) {
+                  forget_early(addr);
+                  return retry_later(d);
+                }
+                start_connection(sock, addr, remote, d->peer_id, ours, theirs);
+              });
+            }
           }
           links_.rejected(d->peer_id, remote, error);
           retry_later(d);
@@ -637,6 +793,15 @@ class FabricTransport final : public LinkTableTransport {
   std::string name_;
   size_t chunk_ = kChunkBytes;
   bool need_local_mr_ = false;
+  uint64_t direct_from_ = 0;     // what we offer; set before any bootstrap
+  std::set<Op*> direct_ops_;     // posted tagged receives; progress thread (then teardown)
+  // Messages from an address inserted by a bootstrap whose connection has not started
+  // yet (the other side may start first); handed to the connection when it does.
+  struct Early {
+    std::vector<std::vector<uint8_t>> messages;
+    size_t bytes = 0;
+  };
+  std::map<fi_addr_t, Early> early_;  // progress thread
   std::vector<Buffer> recv_, staging_;
   std::vector<int> free_staging_;
   std::map<fi_addr_t, std::shared_ptr<FabricConnection>> by_addr_;  // progress thread only
@@ -650,12 +815,14 @@ class FabricTransport final : public LinkTableTransport {
   std::vector<std::shared_ptr<Dialer>> dialers_;             // GUARDED_BY(mu_)
   std::set<std::shared_ptr<tcp::socket>> sockets_;           // GUARDED_BY(mu_)
   std::mt19937_64 rng_;                                      // GUARDED_BY(mu_)
+  uint32_t last_stream_ = 0;                                 // GUARDED_BY(mu_)
 };
 
 FabricConnection::FabricConnection(FabricTransport& t, fi_addr_t addr, std::shared_ptr<tcp::socket> bootstrap,
-                                   std::string address, std::string dial_peer)
+                                   std::string address, std::string dial_peer, uint64_t direct_from, uint32_t my_stream,
+                                   uint32_t their_stream)
     : t_(t), addr_(addr), bootstrap_(std::move(bootstrap)), address_(std::move(address)), dial_peer_(std::move(dial_peer)),
-      decoder_(kHandshakeLimits),
+      direct_from_(direct_from), my_stream_(my_stream), their_stream_(their_stream), decoder_(kHandshakeLimits),
       session_(t.options(), address_,
                Session::Hooks{
                    [this](OutFrame f) {
@@ -719,18 +886,70 @@ void FabricConnection::close_now(const std::string& reason) {
 
 void FabricConnection::on_bytes(const uint8_t* data, size_t n) {
   if (closed_) return;
+  if (direct_op_ != nullptr) {  // sent after the payload on its way: wait for it
+    if (held_bytes_ + n > kMaxHeldBytes) {
+      return fail("protocol: " + std::to_string(held_bytes_ + n) + " bytes of messages arrived while waiting for a direct payload of " +
+                      std::to_string(direct_bytes_) + " bytes",
+                  true);
+    }
+    held_.emplace_back(data, data + n);
+    held_bytes_ += n;
+    return;
+  }
+  decode(data, n);
+}
+
+void FabricConnection::decode(const uint8_t* data, size_t n) {
   counters_.bytes_received += n;
   const FrameError err = decoder_.feed(data, n, [&](InFrame&& f) {
     ++counters_.frames_received;
     if (!closed_) session_.on_frame(std::move(f));
   });
-  if (err != FrameError::kNone) fail(std::string(frame_error_name(err)) + ": " + decoder_.detail(), true);
+  if (err != FrameError::kNone) return fail(std::string(frame_error_name(err)) + ": " + decoder_.detail(), true);
+  if (!closed_) receive_direct();
+}
+
+// A frame whose header just arrived and whose payload is large enough: its payload comes
+// as the next tagged message, straight into the frame.
+void FabricConnection::receive_direct() {
+  const uint64_t rest = decoder_.payload_remaining();
+  if (direct_from_ == 0 || rest < direct_from_ || !session_.admitted()) return;
+  const auto [dst, room] = decoder_.payload_space(static_cast<size_t>(rest));
+  HEARSAY_CHECK(dst != nullptr && room == rest, "fabric: the decoder gave no room for a direct payload");
+  std::string error;
+  direct_op_ = t_.post_direct_recv(shared_from_this(), dst, static_cast<size_t>(rest), direct_tag(my_stream_, recv_seq_++), &error);
+  if (direct_op_ == nullptr) return fail("direct payload: " + error, false);
+  direct_bytes_ = rest;
+}
+
+void FabricConnection::on_direct_payload(bool ok, size_t n, const std::string& error) {
+  direct_op_ = nullptr;
+  if (closed_) return;
+  if (!ok) return fail("direct payload: " + error, true);
+  if (n != direct_bytes_) {
+    return fail("bad_frame: direct payload of " + std::to_string(n) + " bytes, the header said " + std::to_string(direct_bytes_), true);
+  }
+  counters_.bytes_received += n;
+  const FrameError err = decoder_.commit_payload(n, [&](InFrame&& f) {
+    ++counters_.frames_received;
+    if (!closed_) session_.on_frame(std::move(f));
+  });
+  if (err != FrameError::kNone) return fail(std::string(frame_error_name(err)) + ": " + decoder_.detail(), true);
+  while (!held_.empty() && direct_op_ == nullptr && !closed_) {
+    const std::vector<uint8_t> m = std::move(held_.front());
+    held_.pop_front();
+    held_bytes_ -= m.size();
+    decode(m.data(), m.size());
+  }
 }
 
 void FabricConnection::fail(const std::string& reason, bool rejected) {
   if (closed_) return;
   closed_ = true;
   counters_.open = false;
+  if (direct_op_ != nullptr) t_.cancel(direct_op_);
+  held_.clear();
+  held_bytes_ = 0;
   if (rejected) t_.links().rejected(session_.peer_id(), address_, reason);
   t_.links().closed(session_.peer_id(), this, address_, reason);
   t_.connection_closed(shared_from_this());

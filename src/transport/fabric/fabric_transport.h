@@ -10,7 +10,10 @@
 // buffer each, reassembled by the same FrameDecoder and Session as tcp. Receive buffers
 // are registered once and reposted; payloads are sent from the caller's memory unless
 // the provider needs local registration (FI_MR_LOCAL), in which case they are staged
-// through registered send buffers. One thread drives the completion queue.
+// through registered send buffers. Where both sides can (shm), large payloads skip the
+// receive buffers: each goes as one tagged message that the receiver, having read the
+// frame's head, receives straight into the frame (docs/WIRE.md, "direct payloads").
+// One thread drives the completion queue.
 #pragma once
 
 #include <memory>
