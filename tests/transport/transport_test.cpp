@@ -139,6 +139,34 @@ TEST_CASE("transports: large and small updates arrive intact and in order, both 
   }
 }
 
+// A sender must never wait forever on a frame its receiver will not take: its outbox
+// sends the next update only after the callback.
+TEST_CASE("transports: every send's callback runs when the receiver goes away mid-stream") {
+  for (const auto& kind : available_transports()) {
+    CAPTURE(kind);
+    Pair p(kind, options_for("a"), options_for("b"));
+    REQUIRE(p.b.wait_connected("a"));
+    REQUIRE(p.a.wait_connected("b"));
+    const std::vector<float> big(262144, 1.5f);  // 1 MiB
+    constexpr int kFrames = 24;
+    std::mutex mu;
+    std::condition_variable cv;
+    int called = 0, ok = 0;
+    for (int i = 0; i < kFrames; ++i) {
+      if (i == kFrames / 3) p.a.t->close();
+      p.b.t->send("a", update_frame(big, i), [&](const SendStatus& s) {
+        std::lock_guard<std::mutex> lock(mu);
+        ++called;
+        ok += s.ok;
+        cv.notify_all();
+      });
+    }
+    std::unique_lock<std::mutex> lock(mu);
+    CHECK(cv.wait_for(lock, std::chrono::seconds(10), [&] { return called == kFrames; }));
+    CHECK(ok < kFrames);
+  }
+}
+
 TEST_CASE("transports: send to an unknown peer fails at once, naming it") {
   for (const auto& kind : available_transports()) {
     CAPTURE(kind);

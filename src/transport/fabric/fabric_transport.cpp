@@ -125,6 +125,7 @@ struct FrameInFlight {
   size_t posted = 0;       // bytes of head + payload posted so far
   size_t outstanding = 0;  // posted messages not yet completed
   bool failed = false;
+  bool finished = false;  // its callback has run (the provider may still hold its memory)
   std::string error;
   size_t total() const { return frame.size(); }
 };
@@ -369,8 +370,8 @@ class FabricTransport final : public LinkTableTransport {
     // Receives still posted go with the endpoint; then their memory can go.
     if (ep_ != nullptr) fi_close(&ep_->fid);
     ep_ = nullptr;
-    for (Op* op : direct_ops_) delete op;
-    direct_ops_.clear();
+    for (Op* op : posted_ops_) delete op;
+    posted_ops_.clear();
     for (auto& b : recv_) {
       if (b.mr != nullptr) fi_close(&b.mr->fid);
     }
@@ -431,8 +432,25 @@ class FabricTransport final : public LinkTableTransport {
       *error = fi_error("fi_trecv", static_cast<int>(ret));
       return nullptr;
     }
-    direct_ops_.insert(op);
+    posted_ops_.insert(op);
     return op;
+  }
+  // A closed connection's frames still in the provider's hands fail now: a send whose
+  // receiver went away may never complete (a direct payload nobody will receive), and
+  // the sender must not wait for it. Their memory stays with their ops until they
+  // complete or the endpoint closes.
+  void abandon_sends(const FabricConnection* c, const std::string& reason) {
+    std::vector<std::shared_ptr<FrameInFlight>> frames;
+    for (Op* op : posted_ops_) {
+      if (op->kind == Op::kSend && op->frame->conn.get() == c && !op->frame->finished) frames.push_back(op->frame);
+    }
+    for (auto& f : frames) {
+      if (!f->failed) {
+        f->failed = true;
+        f->error = "fabric: connection closed: " + reason;
+      }
+      finish(f);
+    }
   }
   // A cancelled receive completes with FI_ECANCELED; one the provider cannot cancel stays
   // posted (into memory its Op keeps alive) until the endpoint closes.
@@ -505,6 +523,7 @@ class FabricTransport final : public LinkTableTransport {
           break;
         }
         if (direct) f->conn->sent_direct();
+        posted_ops_.insert(op);
         did = true;
         ++f->outstanding;
         ++inflight_sends_;
@@ -519,6 +538,8 @@ class FabricTransport final : public LinkTableTransport {
   }
 
   void finish(const std::shared_ptr<FrameInFlight>& f) {
+    if (f->finished) return;
+    f->finished = true;
     f->conn->dequeued(f->frame.size());
     if (!f->failed) f->conn->sent(f->frame.size());
     if (f->done) f->done(f->failed ? SendStatus{false, f->error} : SendStatus{});
@@ -527,7 +548,7 @@ class FabricTransport final : public LinkTableTransport {
 
   void complete(Op* op, bool ok, const std::string& error, fi_addr_t src, size_t len) {
     if (op->kind == Op::kDirectRecv) {
-      direct_ops_.erase(op);
+      posted_ops_.erase(op);
       auto conn = std::move(op->conn);
       delete op;
       conn->on_direct_payload(ok, len, error);
@@ -553,13 +574,14 @@ class FabricTransport final : public LinkTableTransport {
     auto f = op->frame;
     if (op->buffer >= 0) free_staging_.push_back(op->buffer);
     --inflight_sends_;
+    posted_ops_.erase(op);
     delete op;
     if (!ok && !f->failed) {
       f->failed = true;
       f->error = "fabric: send failed: " + error;
       f->conn->fail("send failed: " + error, false);
     }
-    if (--f->outstanding == 0 && f->posted == f->total()) finish(f);
+    if (--f->outstanding == 0 && (f->posted == f->total() || f->failed)) finish(f);
   }
 
   void progress_loop() {
@@ -794,7 +816,7 @@ class FabricTransport final : public LinkTableTransport {
   size_t chunk_ = kChunkBytes;
   bool need_local_mr_ = false;
   uint64_t direct_from_ = 0;     // what we offer; set before any bootstrap
-  std::set<Op*> direct_ops_;     // posted tagged receives; progress thread (then teardown)
+  std::set<Op*> posted_ops_;  // sends and tagged receives the provider holds; progress thread (then teardown)
   // Messages from an address inserted by a bootstrap whose connection has not started
   // yet (the other side may start first); handed to the connection when it does.
   struct Early {
@@ -948,6 +970,7 @@ void FabricConnection::fail(const std::string& reason, bool rejected) {
   closed_ = true;
   counters_.open = false;
   if (direct_op_ != nullptr) t_.cancel(direct_op_);
+  t_.abandon_sends(this, reason);
   held_.clear();
   held_bytes_ = 0;
   if (rejected) t_.links().rejected(session_.peer_id(), address_, reason);
