@@ -413,7 +413,6 @@ class FabricTransport final : public LinkTableTransport {
 
  public:
   // --- direct payloads (progress thread) ---------------------------------------------------
-  uint64_t direct_from() const { return direct_from_; }
   // Posts a tagged receive of exactly len bytes at dst, which c owns; nullptr and the
   // error if the provider refuses it.
   Op* post_direct_recv(const std::shared_ptr<FabricConnection>& c, uint8_t* dst, size_t len, uint64_t tag,
