@@ -167,6 +167,39 @@ TEST_CASE("transports: every send's callback runs when the receiver goes away mi
   }
 }
 
+// A receiver that closes the link on a bad frame must not leave the sender holding the
+// frame's payload (on fabric shm, a direct payload nobody posted a receive for).
+TEST_CASE("transports: a sender lets go of a payload its receiver refused, and the link comes back") {
+  for (const auto& kind : available_transports()) {
+    CAPTURE(kind);
+    Pair p(kind, options_for("a"), options_for("b"));
+    REQUIRE(p.b.wait_connected("a"));
+    REQUIRE(p.a.wait_connected("b"));
+    auto payload = std::make_shared<std::vector<float>>(262144, 2.0f);  // 1 MiB
+    std::weak_ptr<std::vector<float>> watch = payload;
+    OutFrame bad = update_frame({1.0f}, 1);
+    bad.head.replace(0, 4, "JUNK");  // wrong magic: the stream cannot be trusted past it
+    bad.sealed = true;
+    bad.payload = reinterpret_cast<const uint8_t*>(payload->data());
+    bad.payload_size = payload->size() * sizeof(float);
+    bad.payload_owner = std::move(payload);
+    p.b.t->send("a", std::move(bad), nullptr);
+    REQUIRE(p.a.wait_event(LinkEvent::Kind::kRejected));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (!watch.expired() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    CHECK(watch.expired());
+    // b redials; a large update then gets through.
+    REQUIRE(p.b.wait_event(LinkEvent::Kind::kUp, 5.0, 2));
+    const std::vector<float> big(262144, 3.0f);
+    p.b.t->send("a", update_frame(big, 2), nullptr);
+    REQUIRE(p.a.wait_frames(1));
+    CHECK(p.a.got[0].second.envelope.update().update_id() == 2);
+    CHECK(p.a.got[0].second.payload.size() == big.size() * sizeof(float));
+  }
+}
+
 TEST_CASE("transports: send to an unknown peer fails at once, naming it") {
   for (const auto& kind : available_transports()) {
     CAPTURE(kind);

@@ -7,6 +7,8 @@
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
 
+#include <sys/mman.h>
+
 #include <asio.hpp>
 #include <atomic>
 #include <cmath>
@@ -43,6 +45,10 @@ constexpr uint32_t kMaxNameBytes = 4096;
 constexpr uint64_t kDirectPayloadBytes = 32 * 1024;
 // Untagged messages held while a direct payload is on its way (they belong after it).
 constexpr size_t kMaxHeldBytes = 16u << 20;
+// How long a closed link's stream keeps taking (and discarding) direct payloads that
+// were on their way: the sender hears of the close through the bootstrap socket and
+// then posts no more; what it had posted completes only once received.
+constexpr auto kDiscardFor = std::chrono::seconds(10);
 // Messages kept from a peer whose bootstrap is not finished: only handshake frames.
 constexpr size_t kMaxEarlyBytes = 64 * 1024;
 
@@ -130,14 +136,44 @@ struct FrameInFlight {
   size_t total() const { return frame.size(); }
 };
 
+// Anonymous memory mapped without reserving swap: pages exist once written.
+class ScratchSpace {
+ public:
+  ScratchSpace() = default;
+  explicit ScratchSpace(size_t bytes) : size_(bytes) {
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) throw std::runtime_error("mmap of " + std::to_string(bytes) + " bytes: " + std::strerror(errno));
+    data_ = static_cast<uint8_t*>(p);
+  }
+  ScratchSpace(ScratchSpace&& o) noexcept : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  ScratchSpace& operator=(ScratchSpace&& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(size_, o.size_);
+    return *this;
+  }
+  ~ScratchSpace() {
+    if (data_ != nullptr) munmap(data_, size_);
+  }
+  uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
 // Every posted operation carries one of these; fi_context must come first (FI_CONTEXT).
 struct Op {
   fi_context ctx;
-  enum Kind { kRecv, kSend, kDirectRecv } kind;
+  enum Kind { kRecv, kSend, kDirectRecv, kDiscard } kind;
   int buffer = -1;  // receive or staging buffer index
   std::shared_ptr<FrameInFlight> frame;
   std::shared_ptr<FabricConnection> conn;  // kDirectRecv: owns the memory received into
   size_t bytes = 0;
+  uint32_t stream = 0;      // kDiscard: the closed link's stream
+  Clock::time_point until;  // kDiscard: when to stop
+  bool cancelled = false;   // kDiscard: a cancel was asked for
+  ScratchSpace scratch;     // kDiscard: where discarded payloads land
 };
 
 class FabricTransport final : public LinkTableTransport {
@@ -451,6 +487,25 @@ class FabricTransport final : public LinkTableTransport {
       finish(f);
     }
   }
+  // Takes and drops whatever direct payloads a closed link's stream still receives, for
+  // kDiscardFor: each completes its sender's send, which frees the sender's memory and
+  // the provider's unexpected-message entry here. The scratch space is as large as any
+  // payload may be, because shm (libfabric 1.17) never returns from a receive smaller
+  // than its message; it is reserved address space, and only what arrives is touched.
+  void discard_stream(uint32_t stream) {
+    auto* op = new Op{};
+    op->kind = Op::kDiscard;
+    op->stream = stream;
+    op->until = Clock::now() + kDiscardFor;
+    try {
+      op->scratch = ScratchSpace(options_.limits.max_payload_bytes);
+    } catch (const std::exception& e) {
+      links_.dropped("", "fabric", std::string("discard: ") + e.what());
+      delete op;
+      return;
+    }
+    if (post_discard(op)) posted_ops_.insert(op);
+  }
   // A cancelled receive completes with FI_ECANCELED; one the provider cannot cancel stays
   // posted (into memory its Op keeps alive) until the endpoint closes.
   void cancel(Op* op) {
@@ -545,7 +600,32 @@ class FabricTransport final : public LinkTableTransport {
     f->done = nullptr;
   }
 
+  // Posts op's zero-byte receive matching any tag of its stream; false (op deleted) if
+  // refused.
+  bool post_discard(Op* op) {
+    ssize_t ret;
+    do {
+      ret = fi_trecv(ep_, op->scratch.data(), op->scratch.size(), nullptr, FI_ADDR_UNSPEC, direct_tag(op->stream, 0), 0xffffffffu,
+                     &op->ctx);
+      if (ret == -FI_EAGAIN) fi_cq_read(cq_, nullptr, 0);  // drive progress
+    } while (ret == -FI_EAGAIN);
+    if (ret == 0) return true;
+    delete op;
+    return false;
+  }
+
   void complete(Op* op, bool ok, const std::string& error, fi_addr_t src, size_t len) {
+    if (op->kind == Op::kDiscard) {
+      // A payload taken (reported truncated) or the time is up (cancelled).
+      if (!op->cancelled && !stop_ && Clock::now() < op->until) {
+        op->ctx = fi_context{};
+        if (post_discard(op)) return;
+      } else {
+        delete op;
+      }
+      posted_ops_.erase(op);
+      return;
+    }
     if (op->kind == Op::kDirectRecv) {
       posted_ops_.erase(op);
       auto conn = std::move(op->conn);
@@ -616,6 +696,12 @@ class FabricTransport final : public LinkTableTransport {
       if (now - last_tick > std::chrono::milliseconds(50)) {
         last_tick = now;
         for (auto& [addr, c] : std::map<fi_addr_t, std::shared_ptr<FabricConnection>>(by_addr_)) c->tick(now);
+        for (Op* op : posted_ops_) {
+          if (op->kind == Op::kDiscard && !op->cancelled && now >= op->until) {
+            op->cancelled = true;
+            cancel(op);
+          }
+        }
       }
       // Spin while there is work, then back off to short sleeps so an idle peer costs
       // little CPU on a shared machine.
@@ -969,6 +1055,7 @@ void FabricConnection::fail(const std::string& reason, bool rejected) {
   closed_ = true;
   counters_.open = false;
   if (direct_op_ != nullptr) t_.cancel(direct_op_);
+  if (direct_from_ > 0) t_.discard_stream(my_stream_);
   t_.abandon_sends(this, reason);
   held_.clear();
   held_bytes_ = 0;
