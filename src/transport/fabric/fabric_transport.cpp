@@ -79,7 +79,7 @@ class FabricConnection final : public Connection, public std::enable_shared_from
   void close_now(const std::string& reason);  // progress thread
   LinkStats stats() const override;
   void on_bytes(const uint8_t* data, size_t n);  // an untagged message; progress thread
-  void on_direct_payload(bool ok, size_t n, const std::string& error);  // progress thread
+  void on_direct_payload(bool ok, fi_addr_t src, size_t n, const std::string& error);  // progress thread
   void fail(const std::string& reason, bool rejected);  // progress thread
   void tick(Clock::time_point now);  // progress thread
   void sent(size_t bytes) {
@@ -630,7 +630,7 @@ class FabricTransport final : public LinkTableTransport {
       posted_ops_.erase(op);
       auto conn = std::move(op->conn);
       delete op;
-      conn->on_direct_payload(ok, len, error);
+      conn->on_direct_payload(ok, src, len, error);
       return;
     }
     if (op->kind == Op::kRecv) {
@@ -1029,10 +1029,12 @@ void FabricConnection::receive_direct() {
   direct_bytes_ = rest;
 }
 
-void FabricConnection::on_direct_payload(bool ok, size_t n, const std::string& error) {
+void FabricConnection::on_direct_payload(bool ok, fi_addr_t src, size_t n, const std::string& error) {
   direct_op_ = nullptr;
   if (closed_) return;
   if (!ok) return fail("direct payload: " + error, true);
+  // The receive took any sender's message with this tag; only the admitted peer's counts.
+  if (src != addr_) return fail("bad_frame: a direct payload from an endpoint other than the peer's", true);
   if (n != direct_bytes_) {
     return fail("bad_frame: direct payload of " + std::to_string(n) + " bytes, the header said " + std::to_string(direct_bytes_), true);
   }
