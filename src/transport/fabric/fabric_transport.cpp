@@ -102,6 +102,8 @@ class FabricConnection final : public Connection, public std::enable_shared_from
 
  private:
   void decode(const uint8_t* data, size_t n);
+  void on_frame(InFrame&& f);      // a decoded frame, to the session
+  bool decoded(FrameError error);  // false (and the link closed) on an error
   void receive_direct();
 
   FabricTransport& t_;
@@ -169,7 +171,6 @@ struct Op {
   int buffer = -1;  // receive or staging buffer index
   std::shared_ptr<FrameInFlight> frame;
   std::shared_ptr<FabricConnection> conn;  // kDirectRecv: owns the memory received into
-  size_t bytes = 0;
   uint32_t stream = 0;      // kDiscard: the closed link's stream
   Clock::time_point until;  // kDiscard: when to stop
   bool cancelled = false;   // kDiscard: a cancel was asked for
@@ -439,12 +440,17 @@ class FabricTransport final : public LinkTableTransport {
     b.op = Op{};
     b.op.kind = Op::kRecv;
     b.op.buffer = i;
-    int ret;
-    do {
-      ret = static_cast<int>(fi_recv(ep_, b.data.data(), b.data.size(), b.mr ? fi_mr_desc(b.mr) : nullptr, FI_ADDR_UNSPEC, &b.op.ctx));
-      if (ret == -FI_EAGAIN) fi_cq_read(cq_, nullptr, 0);  // drive progress
-    } while (ret == -FI_EAGAIN);
+    const int ret = post_when_taken(
+        [&] { return fi_recv(ep_, b.data.data(), b.data.size(), b.mr ? fi_mr_desc(b.mr) : nullptr, FI_ADDR_UNSPEC, &b.op.ctx); });
     HEARSAY_CHECK(ret == 0, fi_error("fi_recv", ret));
+  }
+
+  // Posts a receive, driving progress while the provider's queue is full; 0 or the error.
+  template <class Post>
+  int post_when_taken(Post post) {
+    ssize_t ret;
+    while ((ret = post()) == -FI_EAGAIN) fi_cq_read(cq_, nullptr, 0);
+    return static_cast<int>(ret);
   }
 
  public:
@@ -456,15 +462,10 @@ class FabricTransport final : public LinkTableTransport {
     auto* op = new Op{};
     op->kind = Op::kDirectRecv;
     op->conn = c;
-    op->bytes = len;
-    ssize_t ret;
-    do {
-      ret = fi_trecv(ep_, dst, len, nullptr, FI_ADDR_UNSPEC, tag, 0, &op->ctx);
-      if (ret == -FI_EAGAIN) fi_cq_read(cq_, nullptr, 0);  // drive progress
-    } while (ret == -FI_EAGAIN);
+    const int ret = post_when_taken([&] { return fi_trecv(ep_, dst, len, nullptr, FI_ADDR_UNSPEC, tag, 0, &op->ctx); });
     if (ret != 0) {
       delete op;
-      *error = fi_error("fi_trecv", static_cast<int>(ret));
+      *error = fi_error("fi_trecv", ret);
       return nullptr;
     }
     posted_ops_.insert(op);
@@ -549,7 +550,6 @@ class FabricTransport final : public LinkTableTransport {
         auto* op = new Op{};
         op->kind = Op::kSend;
         op->frame = f;
-        op->bytes = len;
         void* desc = nullptr;
         if (need_local_mr_) {
           if (free_staging_.empty()) {
@@ -600,15 +600,13 @@ class FabricTransport final : public LinkTableTransport {
     f->done = nullptr;
   }
 
-  // Posts op's zero-byte receive matching any tag of its stream; false (op deleted) if
-  // refused.
+  // Posts op's receive into its scratch space, matching any tag of its stream; false (op
+  // deleted) if refused.
   bool post_discard(Op* op) {
-    ssize_t ret;
-    do {
-      ret = fi_trecv(ep_, op->scratch.data(), op->scratch.size(), nullptr, FI_ADDR_UNSPEC, direct_tag(op->stream, 0), 0xffffffffu,
-                     &op->ctx);
-      if (ret == -FI_EAGAIN) fi_cq_read(cq_, nullptr, 0);  // drive progress
-    } while (ret == -FI_EAGAIN);
+    const int ret = post_when_taken([&] {
+      return fi_trecv(ep_, op->scratch.data(), op->scratch.size(), nullptr, FI_ADDR_UNSPEC, direct_tag(op->stream, 0), 0xffffffffu,
+                      &op->ctx);
+    });
     if (ret == 0) return true;
     delete op;
     return false;
@@ -1006,14 +1004,20 @@ void FabricConnection::on_bytes(const uint8_t* data, size_t n) {
   decode(data, n);
 }
 
+void FabricConnection::on_frame(InFrame&& f) {
+  ++counters_.frames_received;
+  if (!closed_) session_.on_frame(std::move(f));
+}
+
+bool FabricConnection::decoded(FrameError err) {
+  if (err == FrameError::kNone) return true;
+  fail(std::string(frame_error_name(err)) + ": " + decoder_.detail(), true);
+  return false;
+}
+
 void FabricConnection::decode(const uint8_t* data, size_t n) {
   counters_.bytes_received += n;
-  const FrameError err = decoder_.feed(data, n, [&](InFrame&& f) {
-    ++counters_.frames_received;
-    if (!closed_) session_.on_frame(std::move(f));
-  });
-  if (err != FrameError::kNone) return fail(std::string(frame_error_name(err)) + ": " + decoder_.detail(), true);
-  if (!closed_) receive_direct();
+  if (decoded(decoder_.feed(data, n, [this](InFrame&& f) { on_frame(std::move(f)); })) && !closed_) receive_direct();
 }
 
 // A frame whose header just arrived and whose payload is large enough: its payload comes
@@ -1039,11 +1043,7 @@ void FabricConnection::on_direct_payload(bool ok, fi_addr_t src, size_t n, const
     return fail("bad_frame: direct payload of " + std::to_string(n) + " bytes, the header said " + std::to_string(direct_bytes_), true);
   }
   counters_.bytes_received += n;
-  const FrameError err = decoder_.commit_payload(n, [&](InFrame&& f) {
-    ++counters_.frames_received;
-    if (!closed_) session_.on_frame(std::move(f));
-  });
-  if (err != FrameError::kNone) return fail(std::string(frame_error_name(err)) + ": " + decoder_.detail(), true);
+  if (!decoded(decoder_.commit_payload(n, [this](InFrame&& f) { on_frame(std::move(f)); }))) return;
   while (!held_.empty() && direct_op_ == nullptr && !closed_) {
     const std::vector<uint8_t> m = std::move(held_.front());
     held_.pop_front();
