@@ -10,9 +10,42 @@ import statistics
 import sys
 
 
+# Fields that are numbers wherever they appear. Counts are never null; the others are null
+# where the value was not finite. A line that gives one of them another type was not
+# written by a peer (or was damaged), and is skipped rather than failing a reader later.
+COUNT_FIELDS = frozenset((
+    "t", "step", "steps", "clock", "bytes_sent", "bytes_received", "applied", "dropped", "coalesced", "rejected",
+    "buffered_bytes", "params", "shard_size", "batch_size", "total_steps", "seed", "bytes_to_target", "their_step"))
+NUMBER_FIELDS = frozenset((
+    "epoch", "loss", "lr", "samples_per_s", "test_acc", "test_loss", "eval_s", "tau_p50", "tau_p90", "tau_p99",
+    "tau_max", "weight_mean", "target_test_acc", "final_test_acc", "final_test_loss", "train_s", "time_to_target_s",
+    "write_s", "their_wall_s", "distance"))
+STRING_FIELDS = frozenset(("peer", "event"))
+
+
+def _is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def event_problem(e):
+    """Why a decoded log line cannot be an event, or None when it can."""
+    if not isinstance(e, dict):
+        return f"not a JSON object but a {type(e).__name__}"
+    if "t" not in e:
+        return "no field 't'"
+    for k, v in e.items():
+        if k in COUNT_FIELDS and not _is_number(v):
+            return f"field '{k}' is {json.dumps(v)[:40]}, not a number"
+        if k in NUMBER_FIELDS and v is not None and not _is_number(v):
+            return f"field '{k}' is {json.dumps(v)[:40]}, not a number or null"
+        if k in STRING_FIELDS and not isinstance(v, str):
+            return f"field '{k}' is {json.dumps(v)[:40]}, not a string"
+    return None
+
+
 def read_log(path, warn=True):
     """Returns (peer name, list of events). A line that is not JSON (a run killed mid-write)
-    is reported and skipped."""
+    or not an event (a field of the wrong type) is reported and skipped."""
     events = []
     with open(path, encoding="utf-8", errors="replace") as f:
         for number, line in enumerate(f, 1):
@@ -20,10 +53,17 @@ def read_log(path, warn=True):
             if not line:
                 continue
             try:
-                events.append(json.loads(line))
-            except json.JSONDecodeError as e:
+                e = json.loads(line)
+            except json.JSONDecodeError as err:
                 if warn:
-                    print(f"hearsay: {path}:{number}: skipped a line that is not JSON ({e.msg})", file=sys.stderr)
+                    print(f"hearsay: {path}:{number}: skipped a line that is not JSON ({err.msg})", file=sys.stderr)
+                continue
+            problem = event_problem(e)
+            if problem is not None:
+                if warn:
+                    print(f"hearsay: {path}:{number}: skipped a line that is not an event ({problem})", file=sys.stderr)
+                continue
+            events.append(e)
     peer = next((e.get("peer") for e in events if "peer" in e), os.path.splitext(os.path.basename(path))[0])
     return peer, events
 

@@ -131,6 +131,8 @@ class PeerView:
                 e = json.loads(line)
             except json.JSONDecodeError:
                 continue
+            if hearsay_logs.event_problem(e) is not None:
+                continue  # the summary's reading of the log reports it
             kind = e.get("event")
             if kind == "step":
                 self.state = "training"

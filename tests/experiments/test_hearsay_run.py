@@ -181,6 +181,30 @@ class HearsayPlot(unittest.TestCase):
             self.assertIn('<img src="accuracy.png"', page)
             self.assertIn("82.32%", page)  # the recorded run's final accuracy, from its summary
 
+    def test_lines_with_mistyped_fields_are_skipped_with_a_warning_naming_file_and_line(self):
+        with tempfile.TemporaryDirectory(prefix="hearsay-plot-test-") as run:
+            for peer in ("a", "b"):
+                with open(os.path.join(RECORDED, f"{peer}.jsonl")) as f:
+                    lines = f.read().splitlines()
+                if peer == "a":
+                    lines[5:5] = [
+                        '{"t":1.5,"peer":"a","event":"eval","step":40,"test_acc":"abc","test_loss":0.5}',
+                        '{"t":1.6,"peer":"a","event":"step","step":"forty","loss":0.5}',
+                        '{"t":"late","peer":"a","event":"gossip","step":41}',
+                        '[1, 2, 3]',
+                        '{"t":1.7,"peer":"a","event":"eval","step":4',
+                    ]
+                with open(os.path.join(run, f"{peer}.jsonl"), "w") as f:
+                    f.write("\n".join(lines) + "\n")
+            out = os.path.join(run, "report")
+            r = subprocess.run([PLOT, run, "--out", out], capture_output=True, text=True, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            log = os.path.join(run, "a.jsonl")
+            for number, field in ((6, "test_acc"), (7, "step"), (8, "'t'"), (9, "list"), (10, "not JSON")):
+                self.assertRegex(r.stderr, f"{log}:{number}: skipped .*{field}")
+            self.assertNotIn("Traceback", r.stderr)
+            self.assertTrue(os.path.exists(os.path.join(out, "index.html")))
+
     def test_a_directory_without_logs_is_an_error_naming_it(self):
         with tempfile.TemporaryDirectory() as empty:
             r = subprocess.run([PLOT, empty], capture_output=True, text=True, timeout=60)
