@@ -10,6 +10,7 @@
 #include <cstring>
 #include <mutex>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -56,13 +57,27 @@ OutFrame frame_of(const std::shared_ptr<std::vector<uint8_t>>& payload) {
 }
 
 // A connected pair: b sends to a; a may echo back.
+//
+// Everything the transports' threads touch (the receivers, the send callbacks) lives here,
+// not on a function's stack, and is declared before the transports, so it outlives their
+// threads: a send callback that ran after stream() had returned once decremented a dead
+// stack slot, by then part of pingpong's condition-variable wait, and hearsay-bench died
+// with SIGSEGV in pthread_cond_clockwait.
 struct Pair {
-  std::unique_ptr<Transport> a, b;
   std::mutex mu;
   std::condition_variable cv;
+  size_t in_flight = 0;  // sends not yet completed; GUARDED_BY(mu)
   std::atomic<uint64_t> a_bytes{0}, a_frames{0}, b_frames{0};
   std::atomic<bool> echo{false};
-  std::shared_ptr<std::vector<uint8_t>> echo_payload;
+  std::shared_ptr<std::vector<uint8_t>> echo_payload;  // GUARDED_BY(mu)
+  std::unique_ptr<Transport> a, b;
+
+  // Wakes a waiter on cv; taking the mutex first means a waiter between testing its
+  // predicate and sleeping cannot miss it.
+  void wake() {
+    { std::lock_guard<std::mutex> lock(mu); }
+    cv.notify_all();
+  }
 
   explicit Pair(const std::string& kind) {
     a = create_transport(kind, options_for("a"));
@@ -70,12 +85,19 @@ struct Pair {
     a->set_receiver([this](const std::string&, InFrame&& f) {
       a_bytes += f.payload.size();
       ++a_frames;
-      if (echo) a->send("b", frame_of(echo_payload), nullptr);
-      cv.notify_all();
+      if (echo) {
+        std::shared_ptr<std::vector<uint8_t>> payload;
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          payload = echo_payload;
+        }
+        a->send("b", frame_of(payload), nullptr);
+      }
+      wake();
     });
     b->set_receiver([this](const std::string&, InFrame&&) {
       ++b_frames;
-      cv.notify_all();
+      wake();
     });
     b->connect("a", a->listen("127.0.0.1:0"));
     const auto deadline = Clock::now() + std::chrono::seconds(10);
@@ -84,6 +106,7 @@ struct Pair {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   }
+  // close() fails what is still queued, so every send callback has run when it returns.
   ~Pair() {
     b->close();
     a->close();
@@ -94,7 +117,6 @@ struct Pair {
 double stream(Pair& p, size_t size, double seconds) {
   auto payload = std::make_shared<std::vector<uint8_t>>(size, 7);
   const size_t window = std::max<size_t>(2, std::min<size_t>(256, (32u << 20) / size));
-  size_t in_flight = 0;  // GUARDED_BY(p.mu)
   p.echo = false;
   const uint64_t start_bytes = p.a_bytes;
   const auto t0 = Clock::now();
@@ -105,14 +127,15 @@ double stream(Pair& p, size_t size, double seconds) {
       // Sleep, not spin, while the window is full: on two cores a spinning sender steals
       // the CPU the transports need.
       std::unique_lock<std::mutex> lock(p.mu);
-      p.cv.wait_until(lock, end, [&] { return in_flight < window; });
-      if (in_flight >= window) break;
-      ++in_flight;
+      p.cv.wait_until(lock, end, [&] { return p.in_flight < window; });
+      if (p.in_flight >= window) break;
+      ++p.in_flight;
     }
-    p.b->send("a", frame_of(payload), [&](const SendStatus&) {
-      std::lock_guard<std::mutex> lock(p.mu);
-      --in_flight;
-      p.cv.notify_all();
+    Pair* pair = &p;  // the callback may run on a transport thread after this returns
+    p.b->send("a", frame_of(payload), [pair](const SendStatus&) {
+      std::lock_guard<std::mutex> lock(pair->mu);
+      --pair->in_flight;
+      pair->cv.notify_all();
     });
     ++sent;
   }
@@ -121,14 +144,20 @@ double stream(Pair& p, size_t size, double seconds) {
   std::unique_lock<std::mutex> lock(p.mu);
   p.cv.wait_for(lock, std::chrono::seconds(30), [&] { return p.a_bytes >= want; });
   const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
-  p.cv.wait_for(lock, std::chrono::seconds(30), [&] { return in_flight == 0; });
+  if (!p.cv.wait_for(lock, std::chrono::seconds(30), [&] { return p.in_flight == 0; })) {
+    throw std::runtime_error("transport bench: " + std::to_string(p.in_flight) + " sends of " + size_name(size) +
+                     " still incomplete 30 s after the stream ended");
+  }
   return static_cast<double>(p.a_bytes - start_bytes) / elapsed;
 }
 
 // Round trips of `size` bytes each way; returns seconds per round trip (median of rounds).
 double pingpong(Pair& p, size_t size, int iters) {
   auto payload = std::make_shared<std::vector<uint8_t>>(size, 3);
-  p.echo_payload = payload;
+  {
+    std::lock_guard<std::mutex> lock(p.mu);
+    p.echo_payload = payload;
+  }
   p.echo = true;
   std::vector<double> times;
   for (int i = 0; i < iters; ++i) {
