@@ -1,5 +1,7 @@
 // hearsay-peer: one site's peer process. Exit status: 0 done, 2 bad input (config, data,
 // arguments), 1 anything else.
+#include <sys/resource.h>
+
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -97,7 +99,17 @@ int usage_error(const std::string& why) {
 
 }  // namespace
 
+// Every neighbour costs a descriptor or two, and so does each connection a stranger opens
+// until the tcp transport's caps close it: take what the hard limit allows.
+static void raise_descriptor_limit() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur >= r.rlim_max) return;
+  r.rlim_cur = r.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &r);
+}
+
 int main(int argc, char** argv) {
+  raise_descriptor_limit();
   std::string config_path, log_path, peer_name;
   std::vector<std::string> overrides;
   bool quiet = false, list_peers = false, print_config = false, plan = false;
