@@ -42,6 +42,17 @@ struct TransportOptions {
   double reconnect_initial_s = 0.05;  // back-off doubles from here, with jitter...
   double reconnect_max_s = 2.0;       // ...up to here
   std::string fabric_provider = "tcp;ofi_rxm";
+  // tcp: TLS 1.3 on every connection, keyed by a pre-shared key derived from the secret
+  // and cluster_id (docs/WIRE.md, "Trust"); admission then runs inside it. false: plain
+  // TCP, for networks the operator trusts. Every peer of a cluster must agree.
+  bool tls = true;
+  // tcp with TLS: per-site certificates instead of the pre-shared key; PEM files, all
+  // three or none. The peer's certificate must verify against the CA, and the name it
+  // claims in admission must be the certificate's CN or a DNS SAN.
+  std::string tls_cert_file, tls_key_file, tls_ca_file;
+  // tcp: accepted connections not yet admitted, at most; more are closed at once and
+  // counted as rejected ("admission: too many unadmitted connections").
+  int max_unadmitted = 64;
 };
 
 struct SendStatus {

@@ -2,8 +2,14 @@
 // reconnects, bad frames.
 #include <doctest/doctest.h>
 
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <asio.hpp>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "hearsay/error.h"
@@ -292,7 +298,9 @@ std::string raw_exchange(const std::string& address, const std::string& bytes) {
 }  // namespace
 
 TEST_CASE("admission (tcp): garbage before Hello and an old protocol version close the connection") {
-  Node a(create_transport("tcp", options_for("a")));
+  auto o = options_for("a");
+  o.tls = false;  // the frames themselves, in clear (with TLS, garbage fails its handshake)
+  Node a(create_transport("tcp", o));
   const std::string addr = a.t->listen("127.0.0.1:0");
   raw_exchange(addr, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
   wire::Envelope hello;
@@ -376,4 +384,244 @@ TEST_CASE("session: an admitted neighbour silent past the liveness timeout is dr
   CHECK(a_rejected.empty());
   a.tick(now + std::chrono::seconds(2));
   CHECK(a_rejected.find("liveness: silent") != std::string::npos);
+}
+
+// TLS (tcp) and the bounds on what strangers may hold.
+namespace {
+
+using asio::ip::tcp;
+
+tcp::endpoint endpoint_of(const std::string& address) {
+  const auto colon = address.rfind(':');
+  return {asio::ip::make_address(address.substr(0, colon)), static_cast<unsigned short>(std::stoi(address.substr(colon + 1)))};
+}
+
+// A TCP relay between a dialler and `target` that keeps a copy of every byte it passes.
+class Tap {
+ public:
+  explicit Tap(const std::string& target) : target_(endpoint_of(target)), acceptor_(io_, endpoint_of("127.0.0.1:0")) {
+    accepting_ = std::thread([this] {
+      for (;;) {
+        auto in = std::make_shared<tcp::socket>(io_);
+        auto out = std::make_shared<tcp::socket>(io_);
+        asio::error_code ec;
+        acceptor_.accept(*in, ec);
+        if (ec) return;
+        out->connect(target_, ec);
+        if (ec) continue;
+        std::lock_guard<std::mutex> lock(mu_);
+        sockets_.push_back(in);
+        sockets_.push_back(out);
+        pumps_.emplace_back([this, in, out] { pump(*in, *out); });
+        pumps_.emplace_back([this, in, out] { pump(*out, *in); });
+      }
+    });
+  }
+  ~Tap() {
+    ::shutdown(acceptor_.native_handle(), SHUT_RDWR);  // wakes the blocked accept
+    accepting_.join();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto& s : sockets_) ::shutdown(s->native_handle(), SHUT_RDWR);
+    }
+    for (auto& t : pumps_) t.join();
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(acceptor_.local_endpoint().port()); }
+  std::string seen() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return seen_;
+  }
+
+ private:
+  void pump(tcp::socket& from, tcp::socket& to) {
+    char buf[65536];
+    asio::error_code ec;
+    for (;;) {
+      const size_t n = from.read_some(asio::buffer(buf), ec);
+      if (ec) break;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        seen_.append(buf, n);
+      }
+      asio::write(to, asio::buffer(buf, n), ec);
+      if (ec) break;
+    }
+    ::shutdown(to.native_handle(), SHUT_WR);
+  }
+
+  asio::io_context io_;
+  tcp::endpoint target_;
+  tcp::acceptor acceptor_;
+  std::thread accepting_;
+  std::mutex mu_;
+  std::vector<std::shared_ptr<tcp::socket>> sockets_;  // GUARDED_BY(mu_)
+  std::vector<std::thread> pumps_;                      // GUARDED_BY(mu_) while accepting_ runs
+  std::string seen_;                                    // GUARDED_BY(mu_)
+};
+
+TransportOptions with_tls(TransportOptions o, bool tls) {
+  o.tls = tls;
+  return o;
+}
+
+long rss_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  long pages = 0, resident = 0;
+  statm >> pages >> resident;
+  return resident * sysconf(_SC_PAGESIZE);
+}
+
+size_t reasons_with(Node& n, const std::string& text) {
+  std::lock_guard<std::mutex> lock(n.mu);
+  size_t c = 0;
+  for (const auto& e : n.events) c += e.reason.find(text) != std::string::npos;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("tls (tcp): a wrong secret fails the TLS handshake; counted as rejected, nothing delivered") {
+  Pair p("tcp", options_for("a"), options_for("b", "guess"));
+  REQUIRE(p.a.wait_event(LinkEvent::Kind::kRejected));
+  REQUIRE(p.b.wait_event(LinkEvent::Kind::kRejected));
+  p.b.t->send("a", update_frame({1.0f}, 1), nullptr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK_FALSE(p.a.t->link_stats("b").connected);
+  CHECK_FALSE(p.b.t->link_stats("a").connected);
+  CHECK(p.a.got.empty());
+  CHECK(p.a.t->counters().rejected["admission"] >= 1);
+  CHECK(p.a.t->counters().connections_admitted == 0);
+  std::lock_guard<std::mutex> lock(p.a.mu);
+  // Refused in the TLS handshake, before any Hello: the listener never saw a name.
+  CHECK(p.a.events.front().reason.find("TLS") != std::string::npos);
+  CHECK(p.a.events.front().peer_id.empty());
+}
+
+TEST_CASE("tls (tcp): the payload is not on the wire in clear; without TLS it is") {
+  // Bytes of a pattern no TLS record would hold by chance, as finite floats.
+  const std::string marker = "PLAINTEXT-MARKER-OF-HEARSAY-TEST";
+  std::vector<float> values(4096);
+  for (size_t i = 0; i < values.size() * sizeof(float); ++i) {
+    reinterpret_cast<char*>(values.data())[i] = marker[i % marker.size()];
+  }
+  for (const bool tls : {true, false}) {
+    CAPTURE(tls);
+    Node a(create_transport("tcp", with_tls(options_for("a"), tls)));
+    Tap tap(a.t->listen("127.0.0.1:0"));
+    Node b(create_transport("tcp", with_tls(options_for("b"), tls)));
+    b.t->connect("a", tap.address());
+    REQUIRE(b.wait_connected("a"));
+    b.t->send("a", update_frame(values, 5), nullptr);
+    REQUIRE(a.wait_frames(1));
+    CHECK(a.got[0].second.payload.size() == values.size() * sizeof(float));
+    CHECK(std::memcmp(a.got[0].second.payload.data(), values.data(), values.size() * sizeof(float)) == 0);
+    const std::string wire = tap.seen();
+    CHECK(wire.size() > values.size() * sizeof(float));
+    CHECK((wire.find(marker) != std::string::npos) == !tls);
+    CHECK((wire.find("site-b") != std::string::npos) == !tls);  // in b's Hello
+  }
+}
+
+TEST_CASE("tls (tcp): on and off both round-trip; a peer with TLS and one without fail fast, saying why") {
+  for (const bool tls : {true, false}) {
+    CAPTURE(tls);
+    Pair p("tcp", with_tls(options_for("a"), tls), with_tls(options_for("b"), tls));
+    REQUIRE(p.b.wait_connected("a"));
+    const std::vector<float> big(786433, 0.25f);
+    p.b.t->send("a", update_frame(big, 9), nullptr);
+    p.a.t->send("b", update_frame({1.0f, 2.0f}, 10), nullptr);
+    REQUIRE(p.a.wait_frames(1));
+    REQUIRE(p.b.wait_frames(1));
+    CHECK(p.a.got[0].second.payload.size() == big.size() * sizeof(float));
+    CHECK(p.b.got[0].second.envelope.update().update_id() == 10);
+  }
+  for (const bool listener_tls : {true, false}) {
+    CAPTURE(listener_tls);
+    const auto t0 = std::chrono::steady_clock::now();
+    Pair p("tcp", with_tls(options_for("a"), listener_tls), with_tls(options_for("b"), !listener_tls));
+    REQUIRE(p.a.wait_event(LinkEvent::Kind::kRejected, 1.5));  // well before the 2 s handshake timeout
+    REQUIRE(p.b.wait_event(LinkEvent::Kind::kRejected, 1.5));
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(1500));
+    // The side without TLS recognises a TLS handshake; the side with it says the peer does
+    // not speak TLS (or closed the connection).
+    Node& plain = listener_tls ? p.b : p.a;
+    Node& tls = listener_tls ? p.a : p.b;
+    CHECK(reasons_with(plain, "cluster.tls") >= 1);
+    CHECK(reasons_with(tls, "TLS") >= 1);
+    CHECK(p.a.got.empty());
+    CHECK(p.a.t->counters().connections_admitted == 0);
+  }
+}
+
+TEST_CASE("tcp: unadmitted connections are capped, small and timed out; an honest peer still gets in") {
+  auto oa = options_for("a");
+  oa.handshake_timeout_s = 1.0;
+  Node a(create_transport("tcp", oa));
+  const std::string addr = a.t->listen("127.0.0.1:0");
+  const long rss0 = rss_bytes();
+  asio::io_context io;
+  std::vector<std::unique_ptr<tcp::socket>> idle;  // connect, then say nothing
+  for (int i = 0; i < 200; ++i) {
+    idle.push_back(std::make_unique<tcp::socket>(io));
+    idle.back()->connect(endpoint_of(addr));
+  }
+  REQUIRE(a.wait([&] { return a.events.size() >= 200 - 64; }, 5.0));
+  const long held = rss_bytes() - rss0;
+  const auto counters = a.t->counters();
+  CHECK(counters.rejected.at("admission") == 200 - 64);
+  CHECK(reasons_with(a, "too many unadmitted connections") == 200 - 64);
+  // 64 connections in their TLS handshake, each with small buffers (a 4 KiB read buffer,
+  // Asio's and OpenSSL's TLS buffers): a few MiB, where a 256 KiB buffer each was 50 MiB.
+  MESSAGE("RSS held by 64 unadmitted connections: " << held / 1024 << " KiB");
+  CHECK(held < 12L * 1024 * 1024);
+  // They time out (they sent nothing at all), and an honest peer then gets in.
+  Node b(create_transport("tcp", options_for("b")));
+  b.t->connect("a", addr);
+  REQUIRE(b.wait_connected("a", 6.0));
+  CHECK(reasons_with(a, "within the handshake timeout") == 64);
+  b.t->send("a", update_frame({7.0f}, 1), nullptr);
+  CHECK(a.wait_frames(1));
+}
+
+TEST_CASE("tcp: the acceptor and the dialler survive running out of descriptors") {
+  Node a(create_transport("tcp", options_for("a")));
+  const std::string addr = a.t->listen("127.0.0.1:0");
+  Node b(create_transport("tcp", options_for("b")));
+  rlimit old{};
+  REQUIRE(getrlimit(RLIMIT_NOFILE, &old) == 0);
+  size_t open_now = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) open_now += !e.path().empty();
+  asio::io_context io;
+  tcp::socket warm(io);  // the client side's own epoll descriptor, taken now
+  rlimit low = old;
+  low.rlim_cur = std::min<rlim_t>(old.rlim_cur, open_now + 32);
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &low) == 0);
+  std::vector<int> fill;
+  std::vector<std::unique_ptr<tcp::socket>> clients;
+  for (int fd; (fd = ::open("/dev/null", O_RDONLY)) >= 0;) fill.push_back(fd);
+  // Free one descriptor at a time for a client: once the client has it and is connected,
+  // the acceptor finds a connection waiting and no descriptor to take it with.
+  for (int tries = 0; clients.size() < 3 && !fill.empty() && tries < 30; ++tries) {
+    ::close(fill.back());
+    fill.pop_back();
+    auto s = std::make_unique<tcp::socket>(io);
+    asio::error_code ec;
+    s->open(tcp::v4(), ec);
+    if (!ec) s->connect(endpoint_of(addr), ec);
+    if (!ec) clients.push_back(std::move(s));
+  }
+  b.t->connect("a", addr);  // b's dials fail too, for want of a socket
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  const bool exhausted = a.t->counters().rejected.count("accept") == 1;
+  for (const int fd : fill) ::close(fd);
+  clients.clear();
+  REQUIRE(setrlimit(RLIMIT_NOFILE, &old) == 0);
+  CHECK(exhausted);
+  CHECK(reasons_with(a, "accept: ") == 1);  // said once, however often it retried
+  CHECK_FALSE(b.t->link_stats("a").connected);
+  // Descriptors are back: the acceptor takes connections again, the dialler gets through.
+  REQUIRE(b.wait_connected("a", 5.0));
+  REQUIRE(a.wait_connected("b", 5.0));
+  b.t->send("a", update_frame({3.0f}, 4), nullptr);
+  CHECK(a.wait_frames(1));
 }

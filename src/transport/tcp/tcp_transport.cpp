@@ -2,7 +2,9 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <asio.hpp>
+#include <asio/ssl.hpp>
 #include <atomic>
 #include <deque>
 #include <random>
@@ -14,6 +16,7 @@
 #include "../link_table.h"
 #include "../session.h"
 #include "hearsay/error.h"
+#include "tls.h"
 
 namespace hearsay {
 namespace {
@@ -22,6 +25,14 @@ using asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 constexpr size_t kDirectReadBytes = 64 * 1024;
 constexpr size_t kLowWaterBytes = 256 * 1024;
+// A connection reads into a small buffer until its peer is admitted, a large one after.
+constexpr size_t kUnadmittedReadBytes = 4 * 1024;
+constexpr size_t kReadBytes = 256 * 1024;
+// What TLS may hold between the socket and the reader (Asio's input buffer, its BIO
+// pair, OpenSSL's record buffer), so the low-water mark never waits for bytes that
+// already left the socket.
+constexpr size_t kTlsBufferedBytes = 64 * 1024;
+using TlsStream = asio::ssl::stream<tcp::socket>;
 
 class TcpTransport;
 
@@ -34,16 +45,33 @@ class TcpConnection final : public Connection, public std::enable_shared_from_th
   LinkStats stats() const override;
   void tick(Clock::time_point now);
   const std::string& dial_peer() const { return dial_peer_; }
+  // An accepted connection counted against max_unadmitted. GUARDED_BY(t_.mu_)
+  bool holds_slot = false;
 
  private:
+  void begin();
   void read();
+  // The socket under TLS, or the plain one.
+  tcp::socket& socket() { return tls_ ? tls_->next_layer() : sock_; }
+  template <class Buffers, class Handler>
+  void read_some(const Buffers& b, Handler&& h) {
+    if (tls_) return tls_->async_read_some(b, asio::bind_executor(strand_, std::forward<Handler>(h)));
+    sock_.async_read_some(b, asio::bind_executor(strand_, std::forward<Handler>(h)));
+  }
+  template <class Buffers, class Handler>
+  void write_all(const Buffers& b, Handler&& h) {
+    if (tls_) return asio::async_write(*tls_, b, asio::bind_executor(strand_, std::forward<Handler>(h)));
+    asio::async_write(sock_, b, asio::bind_executor(strand_, std::forward<Handler>(h)));
+  }
   void set_low_water(int bytes);
   void queue(OutFrame frame, SendCallback done);
   void write_next();
   void fail(const std::string& reason, bool rejected);
 
   TcpTransport& t_;
-  tcp::socket sock_;
+  TlsNote tls_note_;              // declared before tls_: outlives its SSL object
+  tcp::socket sock_;              // plain TCP; moved into tls_ when TLS is on
+  std::unique_ptr<TlsStream> tls_;
   asio::strand<asio::any_io_executor> strand_;
   asio::steady_timer handshake_timer_;
   std::string address_;
@@ -68,6 +96,11 @@ class TcpTransport final : public LinkTableTransport {
       : LinkTableTransport("tcp"), options_(o), work_(asio::make_work_guard(io_)), heartbeat_(io_), rng_(std::random_device{}()) {
     if (options_.secret.empty()) throw InputError("tcp transport: the cluster secret is empty");
     if (options_.peer_id.empty()) throw InputError("tcp transport: peer id is empty");
+    if (options_.tls) {
+      tls_ = std::make_unique<TlsContext>(options_);
+    } else if (!options_.tls_cert_file.empty() || !options_.tls_key_file.empty() || !options_.tls_ca_file.empty()) {
+      throw InputError("tcp transport: TLS certificate files given but tls is off");
+    }
     for (int i = 0; i < std::max(1, options_.io_threads); ++i) threads_.emplace_back([this] { io_.run(); });
     schedule_heartbeat();
   }
@@ -77,9 +110,10 @@ class TcpTransport final : public LinkTableTransport {
 
   std::string listen(const std::string& address) override {
     std::string reachable;
-    auto acceptor = open_acceptor(io_, address, "tcp", &reachable);
+    auto a = std::make_unique<Acceptor>(Acceptor{std::move(*open_acceptor(io_, address, "tcp", &reachable)), asio::steady_timer(io_),
+                                                 reachable, 0});
     std::lock_guard<std::mutex> lock(mu_);
-    acceptors_.push_back(std::move(acceptor));
+    acceptors_.push_back(std::move(a));
     accept(acceptors_.back().get());
     return reachable;
   }
@@ -107,7 +141,10 @@ class TcpTransport final : public LinkTableTransport {
     }
     asio::post(io_, [this] {
       asio::error_code ec;
-      for (auto& a : acceptors_) a->close(ec);
+      for (auto& a : acceptors_) {
+        a->socket.close(ec);
+        a->retry.cancel();
+      }
       for (auto& d : dialers_) d->timer.cancel();
       heartbeat_.cancel();
     });
@@ -133,9 +170,11 @@ class TcpTransport final : public LinkTableTransport {
   // --- used by TcpConnection ---------------------------------------------------------
   const TransportOptions& options() const { return options_; }
   asio::io_context& io() { return io_; }
+  TlsContext* tls() { return tls_.get(); }
 
   void connection_admitted(const std::shared_ptr<TcpConnection>& c, const std::string& peer) {
     std::lock_guard<std::mutex> lock(mu_);
+    release_slot(*c);
     for (auto& d : dialers_) {
       if (d->peer_id == peer && c->dial_peer() == peer) d->attempt = 0;
     }
@@ -146,6 +185,7 @@ class TcpTransport final : public LinkTableTransport {
     {
       std::lock_guard<std::mutex> lock(mu_);
       live_.erase(c);
+      release_slot(*c);
       if (closing_) return;
       for (auto& d : dialers_) {
         if (!c->dial_peer().empty() && d->peer_id == c->dial_peer()) redial = d;
@@ -162,14 +202,44 @@ class TcpTransport final : public LinkTableTransport {
     asio::steady_timer timer;
   };
 
-  void accept(tcp::acceptor* acceptor) {
-    acceptor->async_accept([this, acceptor](asio::error_code ec, tcp::socket sock) {
-      if (ec) return;  // closed
+  struct Acceptor {
+    tcp::acceptor socket;
+    asio::steady_timer retry;
+    std::string address;
+    double delay_s;  // back-off after a failed accept; 0 while accepting works
+  };
+
+  void accept(Acceptor* a) {
+    a->socket.async_accept([this, a](asio::error_code ec, tcp::socket sock) {
+      if (ec == asio::error::operation_aborted || !a->socket.is_open()) return;  // closed
+      if (ec) return accept_failed(a, ec);
+      a->delay_s = 0;
       asio::error_code ignored;
       const auto remote = sock.remote_endpoint(ignored);
       start_connection(std::move(sock), join_host_port(remote.address().to_string(), remote.port()), "");
-      accept(acceptor);
+      accept(a);
     });
+  }
+
+  // Out of descriptors (EMFILE, ENFILE) or memory: the pending connection stays in the
+  // backlog, so try again later, not at once (that would spin) and not never (the
+  // acceptor would be dead for good). Reported once per episode.
+  void accept_failed(Acceptor* a, const asio::error_code& ec) {
+    if (a->delay_s == 0) {
+      links().rejected("", a->address, "accept: " + ec.message() + "; retrying every 0.1 s to 1 s until it works again");
+    }
+    a->delay_s = a->delay_s == 0 ? 0.1 : std::min(1.0, 2 * a->delay_s);
+    a->retry.expires_after(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(a->delay_s)));
+    a->retry.async_wait([this, a](asio::error_code ec2) {
+      if (!ec2 && a->socket.is_open()) accept(a);
+    });
+  }
+
+  // GUARDED_BY(mu_)
+  void release_slot(TcpConnection& c) {
+    if (!c.holds_slot) return;
+    c.holds_slot = false;
+    --unadmitted_;
   }
 
   void dial(const std::shared_ptr<Dialer>& d) {
@@ -193,11 +263,32 @@ class TcpTransport final : public LinkTableTransport {
     });
   }
 
+  // An accepted connection takes one of max_unadmitted slots until it is admitted or
+  // closed; with none free it is closed at once, so a flood of idle connections costs a
+  // bounded number of descriptors and buffers.
   void start_connection(tcp::socket sock, const std::string& address, const std::string& dial_peer) {
+    const bool accepted = dial_peer.empty();
+    const int cap = std::max(1, options_.max_unadmitted);
+    if (accepted) {
+      bool full = false;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (closing_) return;
+        full = unadmitted_ >= cap;
+        if (!full) ++unadmitted_;
+      }
+      if (full) {
+        asio::error_code ec;
+        sock.close(ec);
+        links().rejected("", address, "admission: too many unadmitted connections (" + std::to_string(cap) + "); closed at once");
+        return;
+      }
+    }
     auto c = std::make_shared<TcpConnection>(*this, std::move(sock), address, dial_peer);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (closing_) return;
+      c->holds_slot = accepted;
+      if (closing_) return release_slot(*c);
       live_.insert(c);
     }
     c->start();
@@ -220,13 +311,15 @@ class TcpTransport final : public LinkTableTransport {
   }
 
   TransportOptions options_;
+  std::unique_ptr<TlsContext> tls_;  // null: plain TCP
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> work_;
   asio::steady_timer heartbeat_;
   std::vector<std::thread> threads_;
   std::mutex mu_;
   bool closing_ = false;                                       // GUARDED_BY(mu_)
-  std::vector<std::unique_ptr<tcp::acceptor>> acceptors_;      // GUARDED_BY(mu_)
+  std::vector<std::unique_ptr<Acceptor>> acceptors_;           // GUARDED_BY(mu_)
+  int unadmitted_ = 0;                                         // GUARDED_BY(mu_)
   std::vector<std::shared_ptr<Dialer>> dialers_;               // GUARDED_BY(mu_)
   std::set<std::shared_ptr<TcpConnection>> live_;              // GUARDED_BY(mu_)
   std::mt19937_64 rng_;                                        // GUARDED_BY(mu_)
@@ -243,6 +336,16 @@ TcpConnection::TcpConnection(TcpTransport& t, tcp::socket sock, std::string addr
                      if (!dial_peer_.empty() && peer != dial_peer_) {
                        return fail("admission: dialled peer '" + dial_peer_ + "' but it is '" + peer + "'", true);
                      }
+                     // With certificates, the name proven by the secret must also be the
+                     // one the CA vouched for.
+                     if (tls_ && t_.tls()->uses_certificates()) {
+                       const auto names = TlsContext::peer_names(tls_->native_handle());
+                       if (std::find(names.begin(), names.end(), peer) == names.end()) {
+                         std::string all;
+                         for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
+                         return fail("admission: peer '" + peer + "' is not named in its TLS certificate (" + all + ")", true);
+                       }
+                     }
                      handshake_timer_.cancel();
                      counters_.admitted = true;
                      decoder_.set_limits(t_.options().limits);
@@ -252,22 +355,39 @@ TcpConnection::TcpConnection(TcpTransport& t, tcp::socket sock, std::string addr
                    [this](InFrame&& f) { t_.links().deliver(session_.peer_id(), std::move(f)); },
                    [this](const std::string& reason) { t_.links().dropped(session_.peer_id(), address_, reason); },
                }),
-      rbuf_(256 * 1024) {}
+      rbuf_(kUnadmittedReadBytes) {
+  if (t.tls() != nullptr) {
+    tls_ = std::make_unique<TlsStream>(std::move(sock_), t.tls()->context());
+    TlsContext::attach(tls_->native_handle(), &tls_note_);
+  }
+}
 
 void TcpConnection::start() {
   asio::error_code ec;
-  sock_.set_option(tcp::no_delay(true), ec);
-  sock_.set_option(asio::socket_base::keep_alive(true), ec);
+  socket().set_option(tcp::no_delay(true), ec);
+  socket().set_option(asio::socket_base::keep_alive(true), ec);
   auto self = shared_from_this();
   asio::dispatch(strand_, [this, self] {
     handshake_timer_.expires_after(std::chrono::duration_cast<Clock::duration>(
         std::chrono::duration<double>(t_.options().handshake_timeout_s)));
+    // The timeout covers the TLS handshake too, and a connection that sends nothing.
     handshake_timer_.async_wait([this, self](asio::error_code ec2) {
       if (!ec2 && !session_.admitted()) fail("admission: no valid Hello within the handshake timeout", true);
     });
-    session_.start();
-    read();
+    if (!tls_) return begin();
+    const auto role = dial_peer_.empty() ? asio::ssl::stream_base::server : asio::ssl::stream_base::client;
+    tls_->async_handshake(role, asio::bind_executor(strand_, [this, self](asio::error_code ec2) {
+      if (closed_) return;
+      if (ec2) return fail(TlsContext::failure(tls_->native_handle(), ec2), true);
+      begin();
+    }));
   });
+}
+
+// On the strand, once the bytes are private (TLS) or at once (plain): admission.
+void TcpConnection::begin() {
+  session_.start();
+  read();
 }
 
 // Inside a large payload the socket need not wake this reader for every segment: the
@@ -276,18 +396,40 @@ void TcpConnection::start() {
 // Between frames it is back to 1 byte, so small messages are never held.
 void TcpConnection::set_low_water(int bytes) {
   if (bytes == low_water_) return;
-  if (::setsockopt(sock_.native_handle(), SOL_SOCKET, SO_RCVLOWAT, &bytes, sizeof bytes) == 0) low_water_ = bytes;
+  if (::setsockopt(socket().native_handle(), SOL_SOCKET, SO_RCVLOWAT, &bytes, sizeof bytes) == 0) low_water_ = bytes;
+}
+
+// The reason a read failed: a peer that goes away mid-stream is an ordinary end (TLS
+// calls it truncation: hearsay's orderly end is Bye, not close_notify). Before admission
+// it is the peer refusing this side, and says what commonly causes that.
+static std::string read_failure(const asio::error_code& ec, bool admitted, bool tls) {
+  const bool closed = ec == asio::error::eof || ec == asio::ssl::error::stream_truncated || ec == asio::error::connection_reset;
+  if (closed && !admitted) {
+    return std::string("admission: the peer closed the connection before admitting this side (") +
+           (tls ? "another cluster secret or cluster id?)" : "another cluster secret? or it runs TLS: cluster.tls must be the same on every peer)");
+  }
+  if (ec == asio::error::eof || ec == asio::ssl::error::stream_truncated) return "connection closed by peer";
+  return "read: " + ec.message();
 }
 
 void TcpConnection::read() {
   auto self = shared_from_this();
-  // Inside a large payload, read straight into the frame's buffer: one copy fewer.
+  if (counters_.admitted && rbuf_.size() < kReadBytes) {
+    rbuf_ = std::vector<uint8_t>(kReadBytes);
+    // OpenSSL may keep its record buffers from now on (they are freed while idle until
+    // admission, so unadmitted connections stay small).
+    if (tls_) SSL_clear_mode(tls_->native_handle(), SSL_MODE_RELEASE_BUFFERS);
+  }
+  // Inside a large payload, read straight into the frame's buffer: one copy fewer (through
+  // TLS too: OpenSSL decrypts into it).
   const auto [direct, room] = decoder_.payload_space(kDirectReadBytes);
-  set_low_water(direct != nullptr ? static_cast<int>(std::min<size_t>(room, kLowWaterBytes)) : 1);
+  size_t low_water = direct != nullptr ? std::min<size_t>(room, kLowWaterBytes) : 1;
+  if (tls_) low_water = low_water > 2 * kTlsBufferedBytes ? low_water - kTlsBufferedBytes : 1;
+  set_low_water(static_cast<int>(low_water));
   if (direct != nullptr) {
-    sock_.async_read_some(asio::buffer(direct, room), asio::bind_executor(strand_, [this, self](asio::error_code ec, size_t n) {
+    read_some(asio::buffer(direct, room), [this, self](asio::error_code ec, size_t n) {
       if (closed_) return;
-      if (ec) return fail(ec == asio::error::eof ? "connection closed by peer" : "read: " + ec.message(), false);
+      if (ec) return fail(read_failure(ec, session_.admitted(), tls_ != nullptr), !session_.admitted());
       counters_.bytes_received += n;
       const FrameError err = decoder_.commit_payload(n, [&](InFrame&& f) {
         ++counters_.frames_received;
@@ -295,20 +437,25 @@ void TcpConnection::read() {
       });
       if (err != FrameError::kNone) return fail(std::string(frame_error_name(err)) + ": " + decoder_.detail(), true);
       if (!closed_) read();
-    }));
+    });
     return;
   }
-  sock_.async_read_some(asio::buffer(rbuf_), asio::bind_executor(strand_, [this, self](asio::error_code ec, size_t n) {
+  read_some(asio::buffer(rbuf_), [this, self](asio::error_code ec, size_t n) {
     if (closed_) return;
-    if (ec) return fail(ec == asio::error::eof ? "connection closed by peer" : "read: " + ec.message(), false);
+    if (ec) return fail(read_failure(ec, session_.admitted(), tls_ != nullptr), !session_.admitted());
+    const bool first = counters_.bytes_received == 0;
     counters_.bytes_received += n;
     const FrameError err = decoder_.feed(rbuf_.data(), n, [&](InFrame&& f) {
       ++counters_.frames_received;
       if (!closed_) session_.on_frame(std::move(f));
     });
+    // A TLS record (alert 0x15 or handshake 0x16, version 3.x) where a frame should start.
+    if (err == FrameError::kBadMagic && first && !tls_ && n >= 2 && (rbuf_[0] == 0x15 || rbuf_[0] == 0x16) && rbuf_[1] == 0x03) {
+      return fail("admission: the peer speaks TLS and this side does not (cluster.tls must be the same on every peer)", true);
+    }
     if (err != FrameError::kNone) return fail(std::string(frame_error_name(err)) + ": " + decoder_.detail(), true);
     if (!closed_) read();
-  }));
+  });
 }
 
 void TcpConnection::send(OutFrame frame, SendCallback done) {
@@ -343,7 +490,7 @@ void TcpConnection::write_next() {
   const Pending& p = queue_.front();
   const std::array<asio::const_buffer, 2> bufs{asio::buffer(p.frame.head), asio::buffer(p.frame.payload, p.frame.payload_size)};
   auto self = shared_from_this();
-  asio::async_write(sock_, bufs, asio::bind_executor(strand_, [this, self](asio::error_code ec, size_t n) {
+  write_all(bufs, [this, self](asio::error_code ec, size_t n) {
     if (queue_.empty()) return;
     Pending p = std::move(queue_.front());
     queue_.pop_front();
@@ -357,7 +504,7 @@ void TcpConnection::write_next() {
     ++counters_.frames_sent;
     if (p.done) p.done({});
     write_next();
-  }));
+  });
 }
 
 void TcpConnection::close(const std::string& reason) {
@@ -377,8 +524,8 @@ void TcpConnection::fail(const std::string& reason, bool rejected) {
   counters_.open = false;
   asio::error_code ec;
   handshake_timer_.cancel();
-  sock_.shutdown(tcp::socket::shutdown_both, ec);
-  sock_.close(ec);
+  socket().shutdown(tcp::socket::shutdown_both, ec);
+  socket().close(ec);
   for (auto& p : queue_) {
     if (p.done) p.done({false, "tcp: connection to " + address_ + " closed: " + reason});
   }
