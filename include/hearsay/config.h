@@ -61,7 +61,9 @@ std::vector<int> site_indices(const config::ClusterConfig& cluster);
 LinkModel link_between(const config::ClusterConfig& cluster, int from, int to);
 bool emulates_links(const config::ClusterConfig& cluster);
 // Reads the cluster secret from cluster.secret_file or cluster.secret_env; throws
-// InputError naming the file or variable when it is missing or empty.
+// InputError naming the file or variable when it is missing, empty or shorter than
+// kMinSecretBytes.
+inline constexpr size_t kMinSecretBytes = 16;
 std::string load_cluster_secret(const config::ClusterConfig& cluster);
 
 }  // namespace hearsay

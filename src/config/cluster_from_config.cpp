@@ -100,6 +100,13 @@ std::string load_cluster_secret(const config::ClusterConfig& c) {
   } else {
     throw InputError("cluster: no secret: set cluster.secret_file or cluster.secret_env (never on the command line)");
   }
+  // A short secret can be guessed offline from one recorded admission.
+  if (secret.size() < kMinSecretBytes) {
+    const std::string where = !c.secret_file().empty() ? "cluster.secret_file '" + c.secret_file() + "'"
+                                                        : "cluster.secret_env: environment variable " + c.secret_env();
+    throw InputError(where + ": the secret has " + std::to_string(secret.size()) + " bytes; it must have at least " +
+                     std::to_string(kMinSecretBytes) + " (e.g. openssl rand -hex 32)");
+  }
   return secret;
 }
 

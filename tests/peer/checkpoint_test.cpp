@@ -94,12 +94,13 @@ TEST_CASE("checkpoint: a peer killed with SIGKILL and restarted resumes from its
     log { every_steps: 10 }
     checkpoint { dir: ")" + dir.file("ckpt") + R"(" every_steps: 40 }
     cluster {
-      secret_env: "HOME"
+      secret_env: "HEARSAY_TEST_CHECKPOINT_SECRET"
       peers { name: "a" address: "127.0.0.1:17393" slowdown: 300 }
       peers { name: "b" address: "127.0.0.1:17394" slowdown: 300 }
       gossip { algorithm: "adpsgd" topology: "complete" }
     }
   )");
+  setenv("HEARSAY_TEST_CHECKPOINT_SECRET", "checkpoint-test-secret", 1);  // the peers inherit it
   const std::string bin = std::string(HEARSAY_BIN_DIR) + "/hearsay-peer";
   auto args = [&](const std::string& name) {
     return std::vector<std::string>{bin, "--config", dir.file("c.textproto"), "--peer", name, "--quiet", "--log", dir.file(name + ".jsonl")};
