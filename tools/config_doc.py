@@ -10,8 +10,12 @@ HEADER = """# Configs
 
 Configs are protobuf text format (`.textproto`); the schema is
 [`proto/hearsay/config.proto`](../proto/hearsay/config.proto). Unknown fields, mistyped
-values and out-of-range numbers are errors that name the file, line and column; a program
-given a bad config exits with status 2.
+values and out-of-range numbers are errors that name the file, line and column
+(`FILE:LINE:COLUMN: field: problem`, or `FILE: field: problem` for a field the file leaves
+at its default); a program given a bad config exits with status 2. A config path that is a
+directory or cannot be read is refused (`config PATH: is a directory`). `train.epochs` is
+at most 1e6 and `train.max_steps` at most 1e15, so the step count always fits. The
+cluster secret (`secret_file` or `secret_env`) must have at least 16 bytes.
 
 Any field can be changed from the command line without editing the file:
 `hearsay-peer --config FILE --set 'train { epochs: 1 }' --set 'device: "cuda:0"'`.

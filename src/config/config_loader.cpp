@@ -1,16 +1,20 @@
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <deque>
 #include <set>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <sstream>
 
+#include "hearsay/codec.h"
 #include "hearsay/config.h"
 #include "hearsay/error.h"
 
@@ -30,8 +34,11 @@ class CollectFirstError : public pb::io::ErrorCollector {
   std::string first_;
 };
 
-// Finds where a field was written, so semantic errors point at the line too. Sources are
-// searched last first: an override (--set) wins over the file it was merged into.
+// The one place every config check gets its "FILE:LINE:COLUMN: field" prefix from: finds
+// where a field was written, by its dotted path with indices for repeated fields
+// ("cluster.site_links[1].link.latency_ms"). Sources are searched last first: an override
+// (--set) wins over the file it was merged into. A field no source wrote (a default, or a
+// combination of fields) is placed in the file alone: "FILE: field".
 class Locator {
  public:
   struct Source {
@@ -40,25 +47,34 @@ class Locator {
   };
   explicit Locator(std::vector<Source> sources) : sources_(std::move(sources)) {}
 
-  // path: "train.batch_size"; index for repeated fields.
-  std::string at(const std::string& path, int index = -1) const {
-    std::vector<std::string> names;
-    std::stringstream parts(path);
-    for (std::string part; std::getline(parts, part, '.');) names.push_back(part);
+  std::string at(const std::string& path) const {
+    // "a.b[2].c" -> (a, -1), (b, 2), (c, -1)
+    std::vector<std::pair<std::string, int>> parts;
+    std::stringstream in(path);
+    for (std::string part; std::getline(in, part, '.');) {
+      int index = -1;
+      const auto open = part.find('[');
+      if (open != std::string::npos) {
+        index = std::atoi(part.c_str() + open + 1);
+        part.resize(open);
+      }
+      parts.emplace_back(part, index);
+    }
     for (auto it = sources_.rbegin(); it != sources_.rend(); ++it) {
       const pb::Descriptor* desc = config::Config::descriptor();
       const pb::TextFormat::ParseInfoTree* tree = it->tree;
-      for (size_t i = 0; i < names.size() && desc != nullptr && tree != nullptr; ++i) {
-        const pb::FieldDescriptor* field = desc->FindFieldByName(names[i]);
+      for (size_t i = 0; i < parts.size() && desc != nullptr && tree != nullptr; ++i) {
+        const pb::FieldDescriptor* field = desc->FindFieldByName(parts[i].first);
         if (field == nullptr) break;
-        if (i + 1 == names.size()) {
-          const auto loc = tree->GetLocation(field, field->is_repeated() ? std::max(index, 0) : -1);
+        const int index = field->is_repeated() ? std::max(parts[i].second, 0) : -1;
+        if (i + 1 == parts.size()) {
+          const auto loc = tree->GetLocation(field, index);
           if (loc.line >= 0) {
             return it->name + ":" + std::to_string(loc.line + 1) + ":" + std::to_string(loc.column + 1) + ": " + path;
           }
           break;
         }
-        tree = tree->GetTreeForNested(field, -1);
+        tree = tree->GetTreeForNested(field, index);
         desc = field->message_type();
       }
     }
@@ -69,10 +85,21 @@ class Locator {
   std::vector<Source> sources_;
 };
 
+constexpr double kMaxEpochs = 1e6;
+constexpr size_t kMaxConfigBytes = 16u << 20;
+constexpr int64_t kMaxSteps = 1'000'000'000'000'000;
+
+// A double as an error shows it: 1e+300, 0.5, inf.
+std::string number(double v) {
+  std::ostringstream out;
+  out << v;
+  return out.str();
+}
+
 void validate(const config::Config& c, const Locator& at) {
+  // path: a dotted field path; index: for a repeated last field.
   auto fail = [&](const std::string& path, const std::string& why, int index = -1) {
-    const std::string suffix = index >= 0 ? "[" + std::to_string(index) + "]" : "";
-    throw InputError(at.at(path, index) + suffix + ": " + why);
+    throw InputError(at.at(index >= 0 ? path + "[" + std::to_string(index) + "]" : path) + ": " + why);
   };
   if (c.threads() < 1 || c.threads() > 256) fail("threads", "must be in [1, 256], got " + std::to_string(c.threads()));
   if (c.device().empty()) fail("device", "must name a device: 'cpu' or 'cuda:N'");
@@ -120,8 +147,10 @@ void validate(const config::Config& c, const Locator& at) {
   const auto& t = c.train();
   if (t.batch_size() < 1 || t.batch_size() > 65536) fail("train.batch_size", "must be in [1, 65536], got " + std::to_string(t.batch_size()));
   if (t.eval_batch_size() < 1 || t.eval_batch_size() > 65536) fail("train.eval_batch_size", "must be in [1, 65536]");
-  if (!(t.epochs() >= 0) || !std::isfinite(t.epochs())) fail("train.epochs", "must be >= 0");
-  if (t.max_steps() < 0) fail("train.max_steps", "must be >= 0");
+  // Bounded so that epochs x shard / batch stays a step count: 1e300 epochs once overflowed
+  // it and trained nothing.
+  if (!(t.epochs() >= 0 && t.epochs() <= kMaxEpochs)) fail("train.epochs", "must be in [0, 1e6], got " + number(t.epochs()));
+  if (t.max_steps() < 0 || t.max_steps() > kMaxSteps) fail("train.max_steps", "must be in [0, 1e15], got " + std::to_string(t.max_steps()));
   if (t.epochs() == 0 && t.max_steps() == 0) fail("train.epochs", "is 0 and max_steps is 0: training would never start or never stop");
   if (!(t.target_test_acc() >= 0 && t.target_test_acc() <= 1)) fail("train.target_test_acc", "must be in [0, 1]");
   if (t.eval_every_steps() < 0) fail("train.eval_every_steps", "must be >= 0");
@@ -132,13 +161,14 @@ void validate(const config::Config& c, const Locator& at) {
     std::set<std::string> names, addresses;
     for (int i = 0; i < cl.peers_size(); ++i) {
       const auto& p = cl.peers(i);
-      if (p.name().empty()) fail("cluster.peers", "every peer needs a name", i);
-      if (!names.insert(p.name()).second) fail("cluster.peers", "name '" + p.name() + "' appears twice", i);
-      if (p.address().empty() && cl.transport() != "inproc") fail("cluster.peers", "peer '" + p.name() + "' needs an address (host:port)", i);
+      const std::string at_i = "cluster.peers[" + std::to_string(i) + "]";
+      if (p.name().empty()) fail(at_i, "every peer needs a name");
+      if (!names.insert(p.name()).second) fail(at_i + ".name", "name '" + p.name() + "' appears twice");
+      if (p.address().empty() && cl.transport() != "inproc") fail(at_i, "peer '" + p.name() + "' needs an address (host:port)");
       if (!p.address().empty() && !addresses.insert(p.address()).second) {
-        fail("cluster.peers", "address '" + p.address() + "' is used by two peers", i);
+        fail(at_i + ".address", "address '" + p.address() + "' is used by two peers");
       }
-      if (!(p.slowdown() >= 1) || !std::isfinite(p.slowdown())) fail("cluster.peers", "slowdown must be >= 1", i);
+      if (!(p.slowdown() >= 1) || !std::isfinite(p.slowdown())) fail(at_i + ".slowdown", "must be >= 1, got " + number(p.slowdown()));
     }
     const auto& g = cl.gossip();
     const auto algorithms = gossip_algorithms();
@@ -152,7 +182,52 @@ void validate(const config::Config& c, const Locator& at) {
     if (g.gossip_every() < 1) fail("cluster.gossip.gossip_every", "must be >= 1");
     if (g.local_steps() < 1) fail("cluster.gossip.local_steps", "must be >= 1");
     if (g.tau_max() < 0) fail("cluster.gossip.tau_max", "must be >= 0");
+    // Each field the gossip engine, mixer, topology and codecs check again at run time is
+    // checked here first, so the error points at the field, not at the gossip block.
+    if (!(g.alpha() >= 0) || !std::isfinite(g.alpha())) fail("cluster.gossip.alpha", "must be a finite number >= 0");
+    if (!(g.lambda() >= 0) || !std::isfinite(g.lambda())) fail("cluster.gossip.lambda", "must be a finite number >= 0");
+    if (g.average_every() < 0) fail("cluster.gossip.average_every", "must be >= 0");
+    if (!(g.outer_lr() > 0) || !std::isfinite(g.outer_lr())) fail("cluster.gossip.outer_lr", "must be a positive number");
+    if (!(g.outer_momentum() >= 0 && g.outer_momentum() < 1)) fail("cluster.gossip.outer_momentum", "must be in [0, 1)");
+    if (g.cross_every() < 1) fail("cluster.gossip.cross_every", "must be >= 1");
+    if (!(g.bandwidth_floor() > 0 && g.bandwidth_floor() <= 1)) fail("cluster.gossip.bandwidth_floor", "must be in (0, 1]");
+    if (!(g.sync_timeout_s() > 0) || !std::isfinite(g.sync_timeout_s())) fail("cluster.gossip.sync_timeout_s", "must be a positive number");
+    if (!(g.consensus_step() > 0 && g.consensus_step() <= 1)) fail("cluster.gossip.consensus_step", "must be in (0, 1]");
+    const auto& k = g.codec();
+    const auto codecs = codec_names();
+    if (std::find(codecs.begin(), codecs.end(), k.name()) == codecs.end()) {
+      fail("cluster.gossip.codec.name", "unknown '" + k.name() + "'; use none, fp16, bf16, int8, qsgd, topk, randomk, sign or powersgd");
+    }
+    if (!(k.density() > 0 && k.density() <= 1)) fail("cluster.gossip.codec.density", "must be in (0, 1], got " + number(k.density()));
+    if (k.levels() < 1 || k.levels() > 32767) fail("cluster.gossip.codec.levels", "must be in [1, 32767], got " + std::to_string(k.levels()));
+    if (k.block() < 8 || k.block() > (1 << 20)) fail("cluster.gossip.codec.block", "must be in [8, 1048576], got " + std::to_string(k.block()));
+    if (k.value_bits() != 16 && k.value_bits() != 32) fail("cluster.gossip.codec.value_bits", "must be 16 or 32, got " + std::to_string(k.value_bits()));
+    if (k.rank() < 1 || k.rank() > 256) fail("cluster.gossip.codec.rank", "must be in [1, 256], got " + std::to_string(k.rank()));
+    const std::set<std::string> feedback{"auto", "on", "off"};
+    if (feedback.count(k.error_feedback()) == 0) fail("cluster.gossip.codec.error_feedback", "must be auto, on or off, got '" + k.error_feedback() + "'");
+    const std::set<std::string> model_codecs{"none", "fp16", "bf16", "int8"};
+    if (model_codecs.count(k.model_codec()) == 0) {
+      fail("cluster.gossip.codec.model_codec", "unknown '" + k.model_codec() + "'; use none, fp16, bf16 or int8 (whole models are not sparsified)");
+    }
+    if (!(k.step_fraction() > 0) || !std::isfinite(k.step_fraction())) fail("cluster.gossip.codec.step_fraction", "must be a positive number");
+    if (!(k.max_density() > 0 && k.max_density() <= 1)) fail("cluster.gossip.codec.max_density", "must be in (0, 1]");
+    if (!(k.min_density() > 0 && k.min_density() <= k.max_density())) fail("cluster.gossip.codec.min_density", "must be in (0, max_density]");
+    if (!(cl.connect_timeout_s() > 0) || !std::isfinite(cl.connect_timeout_s())) fail("cluster.connect_timeout_s", "must be a positive number");
+
     auto check_link = [&](const config::LinkConfig& l, const std::string& path) {
+      const auto finite_at_least_0 = [&](double v, const std::string& field, const std::string& why) {
+        if (!(v >= 0) || !std::isfinite(v)) fail(path + "." + field, why + ", got " + number(v));
+      };
+      finite_at_least_0(l.latency_ms(), "latency_ms", "must be a finite number >= 0");
+      finite_at_least_0(l.jitter_ms(), "jitter_ms", "must be a finite number >= 0");
+      finite_at_least_0(l.bandwidth_mbps(), "bandwidth_mbps", "must be a finite number >= 0 (0: unlimited)");
+      if (!(l.loss() >= 0 && l.loss() < 1)) fail(path + ".loss", "must be in [0, 1), got " + number(l.loss()));
+      for (int j = 0; j < l.outages_size(); ++j) {
+        const auto& o = l.outages(j);
+        if (!(o.start_s() >= 0 && o.end_s() > o.start_s()) || !std::isfinite(o.end_s())) {
+          fail(path + ".outages[" + std::to_string(j) + "]", "must be [start_s, end_s) with 0 <= start_s < end_s");
+        }
+      }
       try {
         check_link_model(link_model(l), path);
       } catch (const InputError& e) {
@@ -164,10 +239,10 @@ void validate(const config::Config& c, const Locator& at) {
     for (const auto& p : cl.peers()) sites.insert(p.site());
     for (int i = 0; i < cl.site_links_size(); ++i) {
       const auto& sl = cl.site_links(i);
-      for (const std::string& site : {sl.site_a(), sl.site_b()}) {
-        if (sites.count(site) == 0) fail("cluster.site_links", "site '" + site + "' has no peer in cluster.peers", i);
-      }
-      check_link(sl.link(), "cluster.site_links");
+      const std::string at_i = "cluster.site_links[" + std::to_string(i) + "]";
+      if (sites.count(sl.site_a()) == 0) fail(at_i + ".site_a", "site '" + sl.site_a() + "' has no peer in cluster.peers");
+      if (sites.count(sl.site_b()) == 0) fail(at_i + ".site_b", "site '" + sl.site_b() + "' has no peer in cluster.peers");
+      check_link(sl.link(), at_i + ".link");
     }
     try {
       check_gossip_spec(gossip_spec(cl), std::max(2, cl.peers_size()));
@@ -221,12 +296,29 @@ config::Config parse_config(const std::string& text, const std::string& source,
 }
 
 config::Config load_config_file(const std::string& path, const std::vector<std::string>& overrides) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open config: " + std::strerror(errno));
-  std::stringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw InputError(path + ": read error");
-  return parse_config(text.str(), path, overrides);
+  // Read with the system calls, so that every failure has its reason: an ifstream opens a
+  // directory and reads it as an empty config, which then trains with every default.
+  const std::string where = "config " + path;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw InputError(where + ": cannot open: " + std::strerror(errno));
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw InputError(where + ": cannot stat: " + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) throw InputError(where + ": is a directory");
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    const ssize_t got = ::read(fd, buf, sizeof(buf));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw InputError(where + ": cannot read: " + std::strerror(errno));
+    if (got == 0) break;
+    if (text.size() + static_cast<size_t>(got) > kMaxConfigBytes) throw InputError(where + ": larger than 16 MiB; not a config");
+    text.append(buf, static_cast<size_t>(got));
+  }
+  return parse_config(text, path, overrides);
 }
 
 }  // namespace hearsay

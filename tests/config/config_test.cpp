@@ -1,9 +1,11 @@
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "hearsay/config.h"
 #include "hearsay/error.h"
+#include "test_util.h"
 
 using namespace hearsay;
 
@@ -38,6 +40,83 @@ TEST_CASE("config: out-of-range values name the field and its line") {
   CHECK_THROWS_WITH_AS(parse_config("optim { momentum: 1.5 }", "f"), doctest::Contains("optim.momentum"), InputError);
   CHECK_THROWS_WITH_AS(parse_config("data { num_shards: 2 shard: 2 }", "g"), doctest::Contains("data.shard"), InputError);
   CHECK_THROWS_WITH_AS(parse_config("data { format: LIBSVM }", "h"), doctest::Contains("train_path"), InputError);
+}
+
+TEST_CASE("config: checks of nested and repeated fields give the line and column of the field itself") {
+  // Once "cluster.gossip: choco: consensus_step ..." at the gossip block, or the first
+  // site link for any site link's error; now the field that is wrong.
+  const std::string cluster = "cluster {\n"                                            // 1
+                              "  peers { name: \"a\" site: \"x\" address: \"h:1\" }\n"  // 2
+                              "  peers { name: \"b\" site: \"y\" address: \"h:2\"\n"    // 3
+                              "          slowdown: 0.5 }\n";                              // 4
+  CHECK_THROWS_WITH_AS(parse_config(cluster + "}\n", "p.textproto"),
+                       doctest::Contains("p.textproto:4:11: cluster.peers[1].slowdown: must be >= 1"), InputError);
+  const std::string two = "cluster {\n"
+                          "  peers { name: \"a\" site: \"x\" address: \"h:1\" }\n"
+                          "  peers { name: \"b\" site: \"y\" address: \"h:2\" }\n";
+  CHECK_THROWS_WITH_AS(parse_config(two + "  gossip {\n    algorithm: \"choco\"\n    consensus_step: 2\n  }\n}\n", "q.textproto"),
+                       doctest::Contains("q.textproto:6:5: cluster.gossip.consensus_step: must be in (0, 1]"), InputError);
+  CHECK_THROWS_WITH_AS(parse_config(two + "  gossip { codec {\n    name: \"topk\"\n      density: 0 } }\n}\n", "r.textproto"),
+                       doctest::Contains("r.textproto:6:7: cluster.gossip.codec.density: must be in (0, 1]"), InputError);
+  CHECK_THROWS_WITH_AS(parse_config(two +
+                                        "  site_links { site_a: \"x\" site_b: \"y\" link { latency_ms: 5 } }\n"
+                                        "  site_links { site_a: \"y\" site_b: \"x\"\n"
+                                        "    link { latency_ms: -5 } }\n}\n",
+                                    "s.textproto"),
+                       doctest::Contains("s.textproto:6:12: cluster.site_links[1].link.latency_ms: must be a finite number >= 0"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(parse_config(two + "  site_links { site_a: \"x\" site_b: \"mars\" }\n}\n", "t.textproto"),
+                       doctest::Contains("t.textproto:4:28: cluster.site_links[0].site_b: site 'mars' has no peer"), InputError);
+  CHECK_THROWS_WITH_AS(parse_config("optim { momentum: 0 nesterov: true }\n", "u.textproto"),
+                       doctest::Contains("u.textproto:1:21: optim.nesterov"), InputError);
+  // A field the file leaves at its default has no line: the error names the file alone.
+  CHECK_THROWS_WITH_AS(parse_config("optim { schedule: STEP }\n", "w.textproto"),
+                       doctest::Contains("w.textproto: optim.step_size: must be >= 1"), InputError);
+  CHECK_THROWS_WITH_AS(parse_config("train {\n  epochs: 0\n}\n", "v.textproto"),
+                       doctest::Contains("v.textproto:2:3: train.epochs"), InputError);
+}
+
+TEST_CASE("config: so many epochs or steps that the step count would overflow are refused at load, with the place") {
+  // 1e300 epochs once overflowed the step count: the run trained nothing, reported 0.00% and exited 0.
+  CHECK_THROWS_WITH_AS(parse_config("model { hidden: [8] }\ntrain { epochs: 1e300 }\n", "e.textproto"),
+                       doctest::Contains("e.textproto:2:9: train.epochs: must be in [0, 1e6], got 1e+300"), InputError);
+  CHECK_THROWS_WITH_AS(parse_config("train { epochs: inf }", "f.textproto"), doctest::Contains("f.textproto:1:9: train.epochs"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(parse_config("train { max_steps: 9223372036854775807 }", "g.textproto"),
+                       doctest::Contains("g.textproto:1:9: train.max_steps: must be in [0, 1e15]"), InputError);
+  CHECK_THROWS_WITH_AS(parse_config("", "base", {"train { epochs: 2e6 }"}), doctest::Contains("--set #1:1:9: train.epochs"),
+                       InputError);
+  CHECK_NOTHROW(parse_config("train { epochs: 1e6 max_steps: 1000 }", "h.textproto"));
+}
+
+TEST_CASE("config: a directory given as the config file is refused, not read as an empty config") {
+  test::TempDir dir;
+  CHECK_THROWS_WITH_AS(load_config_file(dir.path()), doctest::Contains(("config " + dir.path() + ": is a directory").c_str()),
+                       InputError);
+  CHECK_THROWS_WITH_AS(load_config_file(dir.file("none.textproto")),
+                       doctest::Contains(("config " + dir.file("none.textproto") + ": cannot open: No such file").c_str()), InputError);
+  test::write_file(dir.file("ok.textproto"), "name: \"from-file\"\n");
+  CHECK(load_config_file(dir.file("ok.textproto")).name() == "from-file");
+}
+
+TEST_CASE("config: a cluster secret shorter than 16 bytes is refused, naming where it came from") {
+  test::TempDir dir;
+  config::ClusterConfig c;
+  c.set_secret_file(dir.file("secret"));
+  test::write_file(dir.file("secret"), "x\n");
+  CHECK_THROWS_WITH_AS(load_cluster_secret(c), doctest::Contains(("cluster.secret_file '" + dir.file("secret") + "'").c_str()), InputError);
+  CHECK_THROWS_WITH_AS(load_cluster_secret(c), doctest::Contains("1 bytes; it must have at least 16"), InputError);
+  test::write_file(dir.file("secret"), "0123456789abcdef\n");  // 16 bytes; the newline is not part of it
+  CHECK(load_cluster_secret(c) == "0123456789abcdef");
+
+  config::ClusterConfig e;
+  e.set_secret_env("HEARSAY_TEST_SHORT_SECRET");
+  setenv("HEARSAY_TEST_SHORT_SECRET", "fifteen-bytes..", 1);
+  CHECK_THROWS_WITH_AS(load_cluster_secret(e), doctest::Contains("cluster.secret_env: environment variable HEARSAY_TEST_SHORT_SECRET"),
+                       InputError);
+  setenv("HEARSAY_TEST_SHORT_SECRET", "sixteen-bytes...", 1);
+  CHECK(load_cluster_secret(e) == "sixteen-bytes...");
+  unsetenv("HEARSAY_TEST_SHORT_SECRET");
 }
 
 TEST_CASE("config: a missing file is an input error naming it") {

@@ -92,7 +92,7 @@ TEST_CASE("cli: a short run writes its log and prints the final accuracy") {
 
 TEST_CASE("cli: two peer processes of a cluster config find each other over tcp and train") {
   TempDir dir;
-  write_file(dir.file("secret"), "a shared secret\n");
+  write_file(dir.file("secret"), "a shared secret of the cli test\n");
   const std::string config = R"(
     data { format: SYNTHETIC synthetic_dim: 8 num_classes: 3 }
     model { hidden: [8] }
@@ -144,13 +144,13 @@ TEST_CASE("cli: an unknown codec or one out of range exits 2 before the peer lis
   const std::string base = "--quiet --config " + two_peer_cluster(dir, "HOME") + " --peer a";
   const Run zip = run_peer(base + " --set 'cluster { gossip { codec { name: \"zip\" } } }'");
   CHECK(zip.status == 2);
-  CHECK(zip.output.find("cluster.gossip: codec 'zip': unknown") != std::string::npos);
+  CHECK(zip.output.find("--set #1:1:28: cluster.gossip.codec.name: unknown 'zip'") != std::string::npos);
   const Run dense = run_peer(base + " --set 'cluster { gossip { codec { name: \"topk\" density: 2 } } }'");
   CHECK(dense.status == 2);
-  CHECK(dense.output.find("density must be in (0, 1]") != std::string::npos);
+  CHECK(dense.output.find("--set #1:1:41: cluster.gossip.codec.density: must be in (0, 1]") != std::string::npos);
   const Run model = run_peer(base + " --set 'cluster { gossip { codec { model_codec: \"topk\" } } }'");
   CHECK(model.status == 2);
-  CHECK(model.output.find("model_codec 'topk'") != std::string::npos);
+  CHECK(model.output.find("--set #1:1:28: cluster.gossip.codec.model_codec: unknown 'topk'") != std::string::npos);
 }
 
 TEST_CASE("cli: every ready config and launch example is valid in every run it sweeps") {
