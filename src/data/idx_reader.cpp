@@ -176,6 +176,15 @@ TrainTest load_mnist_dir(const std::string& dir, const std::string& name) {
   const std::string test_labels = pick("t10k-labels-idx1-ubyte");
   tt.train = load_idx(train_images, train_labels);
   tt.test = load_idx(test_images, test_labels);
+  // The model is shaped by the training images; test images of another shape would be
+  // read as rows of the wrong layout (or past their end).
+  if (tt.test.height != tt.train.height || tt.test.width != tt.train.width || tt.test.channels != tt.train.channels) {
+    auto shape = [](const Dataset& d) {
+      return std::to_string(d.height) + "x" + std::to_string(d.width) + (d.channels > 1 ? "x" + std::to_string(d.channels) : "");
+    };
+    throw InputError(test_images + ": images are " + shape(tt.test) + " but the training images of " + train_images +
+                     " are " + shape(tt.train) + "; both must have one shape");
+  }
   tt.train.name = name + "/train";
   tt.test.name = name + "/test";
   return tt;

@@ -88,6 +88,20 @@ TEST_CASE("idx: dimensions out of range, mismatched counts and bad labels are re
   CHECK_THROWS_WITH_AS(load_idx(dir.file("img2"), dir.file("lab3")), doctest::Contains("trailing data"), InputError);
 }
 
+TEST_CASE("idx: test images of another shape than the training images are refused, naming both files and shapes") {
+  // 28x28 training images and 14x56 test images have as many pixels each: a CNN once took them.
+  test::TempDir dir;
+  write_gz(dir.file("train-images-idx3-ubyte.gz"), idx_images(2, 28, 28, 2 * 28 * 28));
+  write_gz(dir.file("train-labels-idx1-ubyte.gz"), idx_labels(2, std::string("\x01\x02", 2)));
+  write_gz(dir.file("t10k-images-idx3-ubyte.gz"), idx_images(1, 14, 56, 14 * 56));
+  write_gz(dir.file("t10k-labels-idx1-ubyte.gz"), idx_labels(1, std::string("\x03", 1)));
+  const std::string expect = dir.file("t10k-images-idx3-ubyte.gz") + ": images are 14x56 but the training images of " +
+                             dir.file("train-images-idx3-ubyte.gz") + " are 28x28";
+  CHECK_THROWS_WITH_AS(load_mnist_dir(dir.path(), "shapes"), doctest::Contains(expect.c_str()), InputError);
+  write_gz(dir.file("t10k-images-idx3-ubyte.gz"), idx_images(1, 28, 28, 28 * 28));
+  CHECK(load_mnist_dir(dir.path(), "shapes").test.height == 28);
+}
+
 TEST_CASE("idx: corrupt gzip data and missing files are input errors naming the file") {
   test::TempDir dir;
   std::string gz;
