@@ -44,6 +44,15 @@ struct StopRequested : std::runtime_error {
   StopRequested() : std::runtime_error("stop requested") {}
 };
 
+// Checks on what neighbours send (src/peer/update_guard.h, docs/ALGORITHMS.md).
+struct UpdateGuardSpec {
+  // An asynchronous update's L2 norm may be at most this many times the receiver's model
+  // norm (models, deltas) or own recent gradient norm (gradients). 0: no norm check.
+  double max_norm_ratio = 10;
+  int strikes = 3;            // refusals in a row that quarantine a neighbour (0: never)
+  double quarantine_s = 30;   // how long a quarantine lasts before the neighbour is readmitted
+};
+
 struct GossipSpec {
   std::string algorithm = "adpsgd";
   TopologySpec topology;
@@ -59,6 +68,7 @@ struct GossipSpec {
   CodecSpec codec;                    // gradients and model deltas (asynchronous algorithms)
   std::string model_codec = "none";   // whole models: none, fp16, bf16, int8
   AdaptiveSpec adaptive;              // per-link choice of codec (replaces codec.name)
+  UpdateGuardSpec guard;
 };
 
 // Throws InputError naming the problem.
@@ -68,6 +78,7 @@ bool is_synchronous(const std::string& algorithm);
 
 class Algorithm;
 class Inbox;
+class UpdateGuard;
 class Outbox;
 
 class GossipEngine {
@@ -93,6 +104,10 @@ class GossipEngine {
   // The round's targets among the neighbours that are connected now: a target that is
   // down is replaced by a connected neighbour, so its share goes to the live ones.
   std::vector<int> live_targets(int64_t round);
+  // Names of the neighbours whose updates this step took in (for a divergence message).
+  std::vector<std::string> mixed_this_step() const;
+  // Neighbours quarantined now (their updates fail the checks; docs/ALGORITHMS.md).
+  std::vector<std::string> quarantined() const;
   // Writes a "gossip" event (traffic, staleness, mixing) to the log.
   void log_stats(int64_t step);
   // Stops waiting in synchronous algorithms (shutdown).
@@ -138,9 +153,15 @@ class GossipEngine {
   // g <- g + a * y into the gradient buffer, on the device.
   void axpy_grads(double a, const std::vector<float>& y);
   void note_model_distance(const std::string& peer, const std::vector<float>& y);
+  // This peer's own gradient (host copy), the reference for neighbours' gradient norms.
+  void note_own_gradient(const std::vector<float>& g);
 
  private:
   void on_frame(const std::string& from, InFrame&& frame);
+  // A neighbour's update failed a check: count it, say so, maybe quarantine the sender.
+  void refuse(int from, const std::string& why);
+  // The asynchronous arrivals that pass the norm check (the finite check ran on decode).
+  std::vector<Message> screen(std::vector<Message> arrivals);
   // device_dst += a * y, y on the host (uploaded through scratch_).
   void axpy_host(double a, const std::vector<float>& y, float* device_dst);
   void put_on_wire(int to, Message&& m, std::function<void(const SendStatus&)> done);
@@ -181,7 +202,10 @@ class GossipEngine {
   std::vector<std::unique_ptr<LinkCodecs>> link_codecs_;
   std::atomic<double> step_s_{0};  // smoothed wall time of a step (adaptive compression)
   double last_step_at_ = 0;        // step-loop thread only
-  std::atomic<uint64_t> rejected_{0};  // updates whose payload failed to decode
+  std::atomic<uint64_t> rejected_{0};  // updates refused: failed to decode, non-finite, implausible
+  std::unique_ptr<UpdateGuard> guard_;
+  std::atomic<double> own_grad_norm_{0};  // smoothed; 0 until the first gradient
+  std::vector<std::string> mixed_this_step_;  // step-loop thread only
 };
 
 }  // namespace hearsay

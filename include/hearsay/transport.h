@@ -23,7 +23,8 @@
 
 namespace hearsay {
 
-inline constexpr uint32_t kProtocolVersion = 1;
+// The admission protocol's version (docs/WIRE.md); 2: proofs over the whole transcript.
+inline constexpr uint32_t kProtocolVersion = 2;
 
 struct TransportOptions {
   std::string peer_id;
@@ -32,6 +33,8 @@ struct TransportOptions {
   // The cluster secret itself (loaded by the caller from a file or an environment
   // variable, never from the command line). Must not be empty.
   std::string secret;
+  // The names that may be admitted (the cluster's peers). Empty: any name but our own.
+  std::vector<std::string> cluster_peers;
   WireLimits limits;
   int io_threads = 1;
   double handshake_timeout_s = 5.0;
@@ -74,6 +77,8 @@ struct LinkStats {
 struct TransportCounters {
   std::map<std::string, uint64_t> rejected;
   uint64_t connections_admitted = 0;
+  // Admitted connections that took over a name from an older live connection.
+  uint64_t connections_replaced = 0;
 };
 
 struct LinkEvent {

@@ -57,6 +57,9 @@ GossipSpec gossip_spec(const config::ClusterConfig& c) {
   s.adaptive.step_fraction = codec.step_fraction();
   s.adaptive.min_density = codec.min_density();
   s.adaptive.max_density = codec.max_density();
+  s.guard.max_norm_ratio = g.guard().max_norm_ratio();
+  s.guard.strikes = g.guard().strikes();
+  s.guard.quarantine_s = g.guard().quarantine_s();
   return s;
 }
 

@@ -72,6 +72,7 @@ ClusterResult run_cluster(const ClusterSpec& spec) {
     o.peer_id = ids[i];
     o.cluster_id = "cluster-" + spec.base.name();
     o.secret = "in-process-cluster";
+    o.cluster_peers = ids;
     o.heartbeat_interval_s = 0.5;
     auto t = create_transport(spec.transport, o);
     std::map<std::string, LinkModel> per_peer;

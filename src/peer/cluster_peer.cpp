@@ -57,6 +57,7 @@ TrainResult run_cluster_peer(const config::Config& base, const std::string& name
   o.site = cl.peers(me).site();
   o.cluster_id = cl.id();
   o.secret = load_cluster_secret(cl);
+  for (const auto& p : cl.peers()) o.cluster_peers.push_back(p.name());
   std::unique_ptr<Transport> transport = create_transport(cl.transport(), o);
   if (emulates_links(cl) && !cl.ideal()) {
     std::map<std::string, LinkModel> per_peer;

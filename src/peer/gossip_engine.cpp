@@ -6,6 +6,7 @@
 #include "hearsay/checkpoint.h"
 #include "hearsay/error.h"
 #include "mailboxes.h"
+#include "update_guard.h"
 
 namespace hearsay {
 
@@ -31,6 +32,9 @@ void check_gossip_spec(const GossipSpec& s, int peers) {
   }
   if (s.segment_elements < 1024) throw InputError("segment_elements must be >= 1024");
   if (!(s.consensus_step > 0 && s.consensus_step <= 1)) throw InputError("choco: consensus_step must be in (0, 1]");
+  if (!(s.guard.max_norm_ratio >= 0) || s.guard.strikes < 0 || !(s.guard.quarantine_s >= 0)) {
+    throw InputError("guard: max_norm_ratio and quarantine_s must be >= 0 and strikes >= 0");
+  }
   check_codec_spec(s.codec);
   if (s.model_codec != "none" && s.model_codec != "fp16" && s.model_codec != "bf16" && s.model_codec != "int8") {
     throw InputError("codec.model_codec '" + s.model_codec + "': use none, fp16, bf16 or int8 (whole models are not sparsified)");
@@ -45,7 +49,8 @@ GossipEngine::GossipEngine(const GossipSpec& spec, std::vector<std::string> peer
                            Model& model, Sgd& sgd, Clock& clock, EventLog& log, uint64_t seed)
     : spec_(spec), peers_(std::move(peers)), me_(me), transport_(transport), model_(model), sgd_(sgd), clock_(clock),
       log_(log), mixer_(spec.mixer), topology_(make_topology(spec.topology, static_cast<int>(peers_.size()))),
-      rng_(seed, 500 + me), inbox_(std::make_unique<Inbox>(mixer_)) {
+      rng_(seed, 500 + me), inbox_(std::make_unique<Inbox>(mixer_)),
+      guard_(std::make_unique<UpdateGuard>(spec.guard, peers_.size())) {
   check_gossip_spec(spec_, static_cast<int>(peers_.size()));
   link_bps_.assign(peers_.size(), 0.0);
   for (size_t i = 0; i < peers_.size(); ++i) {
@@ -189,15 +194,70 @@ void GossipEngine::on_frame(const std::string& from, InFrame&& frame) {
                  idx < 0 ? "not a member of this cluster" : "its tensor does not match this model");
     return;
   }
+  // A quarantined neighbour's updates are not even decoded.
+  if (!guard_->admits(idx, clock_.now())) {
+    ++rejected_;
+    return;
+  }
   // Lamport: our clock is at least every clock we have heard.
   uint64_t c = logical_clock_.load();
   while (u.clock() > c && !logical_clock_.compare_exchange_weak(c, u.clock())) {
   }
   const std::string err = inbox_->add_segment(idx, u, frame.payload.data(), frame.payload.size());
-  if (!err.empty()) {
-    ++rejected_;
-    std::fprintf(stderr, "hearsay: peer %s: dropped an update from '%s': %s\n", peers_[me_].c_str(), from.c_str(), err.c_str());
+  if (!err.empty()) refuse(idx, err);
+}
+
+void GossipEngine::refuse(int from, const std::string& why) {
+  ++rejected_;
+  std::fprintf(stderr, "hearsay: peer %s: refused an update from '%s': %s\n", peers_[me_].c_str(), peers_[from].c_str(),
+               why.c_str());
+  if (guard_->refuse(from, clock_.now(), why)) {
+    std::fprintf(stderr, "hearsay: peer %s: neighbour '%s' quarantined for %g s after %d refused updates in a row (last: %s)\n",
+                 peers_[me_].c_str(), peers_[from].c_str(), spec_.guard.quarantine_s, spec_.guard.strikes, why.c_str());
   }
+}
+
+std::vector<GossipEngine::Message> GossipEngine::screen(std::vector<Message> arrivals) {
+  std::vector<Message> out;
+  double model_norm = -1;  // measured once, and only when something arrived
+  for (auto& m : arrivals) {
+    if (!guard_->admits(m.from, clock_.now())) {
+      ++rejected_;
+      continue;
+    }
+    double sq = 0;
+    for (float v : m.data) sq += static_cast<double>(v) * v;
+    if (model_norm < 0 && m.kind != wire::GRADIENT) {
+      double x2 = 0;
+      for (float v : params_host()) x2 += static_cast<double>(v) * v;
+      model_norm = std::sqrt(x2);
+    }
+    const std::string why = check_update_norm(spec_.guard, m.kind, std::sqrt(sq), m.coalesced + 1, model_norm,
+                                              own_grad_norm_.load());
+    if (!why.empty()) {
+      refuse(m.from, why);
+      continue;
+    }
+    guard_->pass(m.from);
+    mixed_this_step_.push_back(peers_[m.from]);
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+void GossipEngine::note_own_gradient(const std::vector<float>& g) {
+  double sq = 0;
+  for (float v : g) sq += static_cast<double>(v) * v;
+  const double n = std::sqrt(sq), old = own_grad_norm_.load();
+  own_grad_norm_ = old <= 0 ? n : 0.9 * old + 0.1 * n;
+}
+
+std::vector<std::string> GossipEngine::mixed_this_step() const { return mixed_this_step_; }
+
+std::vector<std::string> GossipEngine::quarantined() const {
+  std::vector<std::string> out;
+  for (int i : guard_->quarantined()) out.push_back(peers_[i]);
+  return out;
 }
 
 namespace {
@@ -260,6 +320,7 @@ BatchStats GossipEngine::step(const float* x, const int32_t* labels, int batch, 
   serve_join_requests();
   ++logical_clock_;
   compute_s_ = 0;
+  mixed_this_step_.clear();
   const BatchStats s = algorithm_->step(*this, x, labels, batch, lr, steps_);
   ++steps_;
   samples_seen_ += static_cast<uint64_t>(batch);
@@ -286,12 +347,17 @@ void GossipEngine::send(int to, wire::PayloadKind kind, const std::vector<float>
   outboxes_[to]->offer(std::move(m));
 }
 
-std::vector<GossipEngine::Message> GossipEngine::take_async() { return inbox_->take_async(); }
+std::vector<GossipEngine::Message> GossipEngine::take_async() { return screen(inbox_->take_async()); }
 
 GossipEngine::Message GossipEngine::wait_sync(int from, uint64_t round, uint32_t phase) {
-  auto m = inbox_->wait_sync(from, round, phase, spec_.sync_timeout_s, stopped_);
+  std::string refused;
+  auto m = inbox_->wait_sync(from, round, phase, spec_.sync_timeout_s, stopped_, &refused);
   if (!m) {
     if (stopped_) throw StopRequested();
+    if (!refused.empty()) {
+      throw InputError("peer " + peers_[me_] + ": " + spec_.algorithm + " refused peer " + peers_[from] + "'s update for round " +
+                       std::to_string(round) + " (" + refused + "); a synchronous algorithm cannot go on without it");
+    }
     throw InputError("peer " + peers_[me_] + ": " + spec_.algorithm + " waited " + std::to_string(spec_.sync_timeout_s) +
                      " s for peer " + peers_[from] + " (round " + std::to_string(round) +
                      "); synchronous algorithms do not tolerate a missing peer");
@@ -432,6 +498,20 @@ void GossipEngine::log_stats(int64_t step) {
       .add("weight_mean", m.weight_mean)
       .add("buffered_bytes", static_cast<int64_t>(buffered_bytes()))
       .add_raw("links", links.str());
+  {
+    JsonObject refused;
+    for (const auto& [why, n] : guard_->refused()) refused.add(why, static_cast<int64_t>(n));
+    e.add_raw("refused", refused.str());
+    std::string q = "[";
+    for (const auto& name : quarantined()) q += (q.size() > 1 ? ",\"" : "\"") + json_escape(name) + "\"";
+    e.add_raw("quarantined", q + "]");
+  }
+  for (const auto& ev : guard_->take_events()) {
+    auto qe = log_.event("quarantine");
+    qe.add("step", step).add("neighbour", peers_[ev.peer]).add("state", ev.quarantined ? "on" : "off").add("reason", ev.reason);
+    if (ev.quarantined) qe.add("for_s", spec_.guard.quarantine_s);
+    log_.write(qe);
+  }
   if (!distances_.empty()) {
     JsonObject d;
     for (const auto& [peer, dist] : distances_) d.add(peer, dist);

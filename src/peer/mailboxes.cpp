@@ -1,7 +1,11 @@
 #include "mailboxes.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <set>
+
+#include "update_guard.h"
 
 namespace hearsay {
 
@@ -156,21 +160,49 @@ std::string Inbox::add_segment(int from, const wire::Update& u, const uint8_t* p
   const size_t n = u.segment_length();
   const size_t old = p.m.data.size();
   p.m.data.resize(old + n);
-  const std::string err = decode_accumulate(u.codec(), payload, bytes, 1.0f, p.m.data.data() + old, n);
+  std::string err = decode_accumulate(u.codec(), payload, bytes, 1.0f, p.m.data.data() + old, n);
+  // Checked as it is decoded (the values are still in cache): nothing non-finite is mixed.
+  if (err.empty()) {
+    if (const std::string where = find_non_finite(p.m.data.data() + old, n); !where.empty()) {
+      err = "non-finite: " + where + " of segment " + std::to_string(u.segment_index());
+    } else if (!std::isfinite(p.m.push_sum_weight) || p.m.push_sum_weight < 0) {
+      err = "non-finite: push-sum weight " + std::to_string(p.m.push_sum_weight);
+    }
+  }
   if (!err.empty()) {
+    if (p.m.synchronous) {
+      for (auto r = refused_sync_.begin(); r != refused_sync_.end();) r = std::get<0>(r->first) == from ? refused_sync_.erase(r) : std::next(r);
+      refused_sync_[{from, p.m.round, p.m.phase}] = err;
+      cv_.notify_all();
+    }
     partial_.erase(it);
     return err;
   }
   if (++p.have == p.count) {
     auto m = std::move(p.m);
     partial_.erase(it);
-    complete(std::move(m));
+    return complete(std::move(m));
   }
   return {};
 }
 
-void Inbox::complete(GossipEngine::Message&& m) {
+std::string Inbox::complete(GossipEngine::Message&& m) {
   if (m.synchronous) {
+    // Bounded: a sender is never more than a round or two ahead of the slowest wait, so
+    // messages for more rounds than kSyncRounds, or more than kSyncMessages in all, are a
+    // flood (or a sender far off course) and are refused rather than kept forever.
+    std::set<uint64_t> rounds{m.round};
+    size_t held = 0;
+    for (const auto& [k, v] : sync_) {
+      if (std::get<0>(k) != m.from || std::get<1>(k) == m.round && std::get<2>(k) == m.phase) continue;
+      rounds.insert(std::get<1>(k));
+      ++held;
+    }
+    if (rounds.size() > kSyncRounds || held >= kSyncMessages) {
+      return "synchronous: already holding " + std::to_string(held) + " messages over " + std::to_string(rounds.size() - 1) +
+             " rounds from this peer (at most " + std::to_string(kSyncMessages) + " over " + std::to_string(kSyncRounds) +
+             "); refused round " + std::to_string(m.round) + " phase " + std::to_string(m.phase);
+    }
     sync_[{m.from, m.round, m.phase}] = std::move(m);
   } else {
     const auto key = std::make_pair(m.from, static_cast<int>(m.kind));
@@ -194,12 +226,16 @@ std::vector<GossipEngine::Message> Inbox::take_async() {
 }
 
 std::optional<GossipEngine::Message> Inbox::wait_sync(int from, uint64_t round, uint32_t phase, double timeout_s,
-                                                      const std::atomic<bool>& stop) {
+                                                      const std::atomic<bool>& stop, std::string* refused) {
   std::unique_lock<std::mutex> lock(mu_);
   const auto key = std::make_tuple(from, round, phase);
-  cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return stop || sync_.count(key) != 0; });
+  cv_.wait_for(lock, std::chrono::duration<double>(timeout_s),
+               [&] { return stop || sync_.count(key) != 0 || refused_sync_.count(key) != 0; });
   auto it = sync_.find(key);
-  if (it == sync_.end()) return std::nullopt;
+  if (it == sync_.end()) {
+    if (const auto r = refused_sync_.find(key); r != refused_sync_.end() && refused != nullptr) *refused = r->second;
+    return std::nullopt;
+  }
   auto m = std::move(it->second);
   sync_.erase(it);
   return m;

@@ -6,8 +6,10 @@
 // bounded whatever the link's speed and the step loop never blocks on it. Synchronous
 // messages are never folded; the algorithms bound them.
 //
-// Inbox: reassembles segments, then keeps one pending asynchronous message per (sender,
-// kind), folding newer ones in, and synchronous messages by (sender, round, phase).
+// Inbox: reassembles segments (at most 8 unfinished messages per sender), then keeps one
+// pending asynchronous message per (sender, kind), folding newer ones in, and synchronous
+// messages by (sender, round, phase): at most kSyncMessages per sender, over at most
+// kSyncRounds rounds; more are refused.
 #pragma once
 
 #include <condition_variable>
@@ -54,12 +56,17 @@ class Inbox {
   std::string add_segment(int from, const wire::Update& u, const uint8_t* payload, size_t bytes);
   std::vector<GossipEngine::Message> take_async();
   // Waits until the message is there, `stop` is set or the timeout passes.
+  // When the message was refused (non-finite values), returns at once with the reason in
+  // `refused`.
   std::optional<GossipEngine::Message> wait_sync(int from, uint64_t round, uint32_t phase, double timeout_s,
-                                                 const std::atomic<bool>& stop);
+                                                 const std::atomic<bool>& stop, std::string* refused = nullptr);
   void wake();
   // Senders whose synchronous (round, phase) message is waiting; takes those messages.
   std::vector<int> take_senders_of(uint64_t round, uint32_t phase);
   size_t buffered_bytes() const;
+
+  static constexpr size_t kSyncRounds = 4;     // distinct rounds held per sender
+  static constexpr size_t kSyncMessages = 64;  // synchronous messages held per sender
 
  private:
   struct Partial {
@@ -67,7 +74,8 @@ class Inbox {
     uint32_t have = 0, count = 0;
     uint64_t lo = 0;
   };
-  void complete(GossipEngine::Message&& m);  // with mu_ held
+  // With mu_ held. Returns why a message was refused, or empty.
+  std::string complete(GossipEngine::Message&& m);
 
   Mixer& mixer_;
   mutable std::mutex mu_;
@@ -75,6 +83,8 @@ class Inbox {
   std::map<std::pair<int, uint64_t>, Partial> partial_;                    // GUARDED_BY(mu_)
   std::map<std::pair<int, int>, GossipEngine::Message> async_;            // GUARDED_BY(mu_)
   std::map<std::tuple<int, uint64_t, uint32_t>, GossipEngine::Message> sync_;  // GUARDED_BY(mu_)
+  // The last synchronous message refused per sender, with why (wait_sync reports it).
+  std::map<std::tuple<int, uint64_t, uint32_t>, std::string> refused_sync_;   // GUARDED_BY(mu_), one per sender
 };
 
 }  // namespace hearsay

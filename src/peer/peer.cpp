@@ -157,9 +157,19 @@ TrainResult Peer::run() {
 
     const double loss = s.loss();
     if (!std::isfinite(loss)) {
-      log_.write(log_.event("diverged").add("step", step).add("lr", static_cast<double>(lr)));
-      throw InputError("training diverged at step " + std::to_string(step) + " (loss is not finite); lower optim.lr (now " +
-                       std::to_string(cfg_.optim().lr()) + ")");
+      log_.write(log_.event("diverged").add("step", step).add("lr", static_cast<double>(lr)).add("after_neighbours", engine_ && !engine_->mixed_this_step().empty()));
+      // Say whether the step followed neighbours' updates: a hostile or broken neighbour
+      // must not be blamed on this peer's learning rate.
+      std::string mixed;
+      if (engine_) {
+        for (const auto& n : engine_->mixed_this_step()) mixed += (mixed.empty() ? "" : ", ") + n;
+      }
+      throw InputError("training diverged at step " + std::to_string(step) + " (loss is not finite) " +
+                       (mixed.empty() ? "with no neighbour's update mixed in this step; lower optim.lr (now " +
+                                            std::to_string(cfg_.optim().lr()) + ")"
+                                      : "after mixing updates from " + mixed +
+                                            " in this step; check those peers (their learning rate, their logs) "
+                                            "or tighten cluster.gossip.guard"));
     }
     result.losses.push_back(loss);
     result.steps = step + 1;

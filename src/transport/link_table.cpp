@@ -30,10 +30,22 @@ void LinkTable::count(const std::string& reason) {
 }
 
 void LinkTable::admitted(const std::string& peer, const std::shared_ptr<Connection>& c, const std::string& address) {
+  // One live connection per peer: a newer one has proved itself (admission), so it takes
+  // the name and the older one goes (a peer that restarted before its old link timed out).
+  std::vector<std::shared_ptr<Connection>> replaced;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& l : links_) {
+      if (l.first == peer) replaced.push_back(l.second);
+    }
     links_.emplace_back(peer, c);
     ++counters_.connections_admitted;
+    counters_.connections_replaced += replaced.size();
+  }
+  for (const auto& old : replaced) {
+    std::fprintf(stderr, "hearsay: %s: peer %s admitted again from %s; its older connection is closed\n", name_.c_str(),
+                 peer.c_str(), address.c_str());
+    old->close("replaced by a newer admitted connection from " + address);
   }
   if (listener_) listener_({LinkEvent::Kind::kUp, peer, address, ""});
 }

@@ -5,6 +5,8 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
+#include <algorithm>
+
 #include "hearsay/error.h"
 
 namespace hearsay {
@@ -19,11 +21,14 @@ constexpr size_t kNonceBytes = 32;
 
 }  // namespace
 
-std::string admission_proof(const std::string& secret, const std::string& cluster, const std::string& peer_id,
-                            const std::string& nonce) {
-  // Length-prefixed fields, so no two different tuples sign the same bytes.
-  std::string msg = "hearsay-hello-v1";
-  for (const std::string* f : {&cluster, &peer_id, &nonce}) {
+std::string admission_proof(const std::string& secret, const AdmissionTranscript& t, Role prover) {
+  // Length-prefixed fields, so no two different transcripts sign the same bytes. Both
+  // nonces make a proof good for this connection only (no replay); both names and the
+  // prover's role make it good for this direction only (no reflection, no relay).
+  const std::string version = std::to_string(kProtocolVersion);
+  const std::string role = prover == Role::kDialler ? "dialler" : "listener";
+  std::string msg = "hearsay-admission-v2";
+  for (const std::string* f : {&version, &t.cluster, &t.dialler, &t.listener, &t.dialler_nonce, &t.listener_nonce, &role}) {
     const uint32_t n = static_cast<uint32_t>(f->size());
     msg.append(reinterpret_cast<const char*>(&n), 4);
     msg += *f;
@@ -42,8 +47,8 @@ std::string random_nonce() {
   return n;
 }
 
-Session::Session(const TransportOptions& options, std::string remote_address, Hooks hooks)
-    : options_(options), remote_address_(std::move(remote_address)), hooks_(std::move(hooks)),
+Session::Session(const TransportOptions& options, std::string remote_address, std::string dial_peer, Hooks hooks)
+    : options_(options), remote_address_(std::move(remote_address)), dial_peer_(std::move(dial_peer)), hooks_(std::move(hooks)),
       started_(std::chrono::steady_clock::now()), last_heartbeat_(started_), last_heard_(started_) {}
 
 void Session::reject(const std::string& reason) {
@@ -63,32 +68,58 @@ void Session::start() {
   hooks_.send(make_frame(e));
 }
 
+std::string Session::refuse_name(const std::string& name) const {
+  if (name.empty()) return "admission: Hello without a peer id";
+  if (name == options_.peer_id) return "admission: a connection claims this peer's own name '" + name + "'";
+  if (!dial_peer_.empty() && name != dial_peer_) {
+    return "admission: dialled peer '" + dial_peer_ + "' but it says it is '" + name + "'";
+  }
+  const auto& members = options_.cluster_peers;
+  if (!members.empty() && std::find(members.begin(), members.end(), name) == members.end()) {
+    return "admission: '" + name + "' is not a peer of cluster '" + options_.cluster_id + "'";
+  }
+  return {};
+}
+
+AdmissionTranscript Session::transcript() const {
+  AdmissionTranscript t;
+  t.cluster = options_.cluster_id;
+  const bool dialled = role() == Role::kDialler;
+  t.dialler = dialled ? options_.peer_id : remote_id_;
+  t.listener = dialled ? remote_id_ : options_.peer_id;
+  t.dialler_nonce = dialled ? nonce_ : remote_nonce_;
+  t.listener_nonce = dialled ? remote_nonce_ : nonce_;
+  return t;
+}
+
+// Phase 1 carries each side's name and fresh nonce; a side proves itself (phase 2) only
+// once it holds both nonces, and only over the whole transcript with its own role.
 void Session::on_hello(const wire::Hello& h) {
   if (h.has_nonce()) {  // phase 1
     if (!remote_nonce_.empty()) return reject("admission: second phase-1 Hello");
     if (h.protocol_version() != kProtocolVersion) {
       return reject("admission: protocol version " + std::to_string(h.protocol_version()) +
-                           " unsupported (this peer speaks " + std::to_string(kProtocolVersion) + ")");
+                    " unsupported (this peer speaks " + std::to_string(kProtocolVersion) + ")");
     }
-    if (h.cluster_id() != options_.cluster_id) {
-      return reject("admission: wrong cluster '" + h.cluster_id() + "'");
-    }
-    if (h.peer_id().empty()) return reject("admission: Hello without a peer id");
+    if (h.cluster_id() != options_.cluster_id) return reject("admission: wrong cluster '" + h.cluster_id() + "'");
+    if (const std::string why = refuse_name(h.peer_id()); !why.empty()) return reject(why);
     if (h.nonce().size() != kNonceBytes) return reject("admission: nonce of the wrong size");
+    // Our own nonce handed back is a mirror, never a second party.
+    if (h.nonce() == nonce_) return reject("admission: the other side sent this side's own nonce");
     remote_id_ = h.peer_id();
     remote_nonce_ = h.nonce();
     wire::Envelope e;
     auto* reply = e.mutable_hello();
     reply->set_peer_id(options_.peer_id);
-    reply->set_proof(admission_proof(options_.secret, options_.cluster_id, options_.peer_id, remote_nonce_));
-    sent_proof_ = true;
+    reply->set_proof(admission_proof(options_.secret, transcript(), role()));
     hooks_.send(make_frame(e));
     return;
   }
   if (h.has_proof()) {  // phase 2
     if (remote_nonce_.empty()) return reject("admission: proof before Hello");
     if (admitted_) return reject("admission: second proof");
-    const std::string want = admission_proof(options_.secret, options_.cluster_id, remote_id_, nonce_);
+    const Role theirs = role() == Role::kDialler ? Role::kListener : Role::kDialler;
+    const std::string want = admission_proof(options_.secret, transcript(), theirs);
     if (h.proof().size() != want.size() || CRYPTO_memcmp(h.proof().data(), want.data(), want.size()) != 0) {
       return reject("admission: wrong proof (cluster secret differs)");
     }

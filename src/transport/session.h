@@ -12,9 +12,18 @@
 
 namespace hearsay {
 
-// HMAC-SHA256(secret, "hearsay-hello-v1" | cluster | peer_id | nonce).
-std::string admission_proof(const std::string& secret, const std::string& cluster, const std::string& peer_id,
-                            const std::string& nonce);
+// What one side of a connection proves it knows the secret over: everything that makes
+// this connection this connection (docs/WIRE.md, "Admission").
+struct AdmissionTranscript {
+  std::string cluster;
+  std::string dialler, listener;               // peer names
+  std::string dialler_nonce, listener_nonce;   // 32 fresh random bytes each
+};
+enum class Role { kDialler, kListener };
+
+// HMAC-SHA256(secret, "hearsay-admission-v2" | version | cluster | dialler | listener |
+// dialler nonce | listener nonce | prover's role), fields length-prefixed.
+std::string admission_proof(const std::string& secret, const AdmissionTranscript& t, Role prover);
 std::string random_nonce();
 
 class Session {
@@ -27,7 +36,9 @@ class Session {
     std::function<void(const std::string& reason)> drop;  // a bad frame the stream survives
   };
 
-  Session(const TransportOptions& options, std::string remote_address, Hooks hooks);
+  // `dial_peer`: the peer this side dialled, or empty when it accepted the connection.
+  // It decides the roles in the proofs, and a dialled peer must answer with that name.
+  Session(const TransportOptions& options, std::string remote_address, std::string dial_peer, Hooks hooks);
 
   // Sends our phase-1 Hello.
   void start();
@@ -48,14 +59,18 @@ class Session {
  private:
   void on_hello(const wire::Hello& h);
   void reject(const std::string& reason);
+  // Why a phase-1 Hello names a peer this side must not admit; empty when it may.
+  std::string refuse_name(const std::string& name) const;
+  AdmissionTranscript transcript() const;
+  Role role() const { return dial_peer_.empty() ? Role::kListener : Role::kDialler; }
 
   const TransportOptions& options_;
   std::string remote_address_;
+  std::string dial_peer_;
   Hooks hooks_;
   std::string nonce_;          // ours, for the other side to sign
   std::string remote_id_;
   std::string remote_nonce_;
-  bool sent_proof_ = false;
   bool admitted_ = false;
   bool rejected_ = false;
   double rtt_s_ = -1;

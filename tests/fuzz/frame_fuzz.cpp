@@ -21,7 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   limits.max_payload_bytes = 1 << 16;
   hearsay::FrameDecoder decoder(limits);
   bool closed = false;
-  hearsay::Session session(options, "fuzz-peer",
+  hearsay::Session session(options, "fuzz-peer", "",
                            hearsay::Session::Hooks{[](hearsay::OutFrame) {}, [&](const std::string&) { closed = true; },
                                                    [](const std::string&) {}, [](hearsay::InFrame&&) {},
                                                    [](const std::string&) {}});

@@ -1,6 +1,10 @@
 // The bounded queues between the step loop and the network.
 #include <doctest/doctest.h>
 
+#include <chrono>
+#include <cmath>
+#include <limits>
+
 #include "hearsay/codec.h"
 
 #include "../../src/peer/mailboxes.h"
@@ -18,6 +22,11 @@ Message msg(wire::PayloadKind kind, std::vector<float> data, uint64_t clock, dou
   m.push_sum_weight = w;
   m.total = m.data.size();
   return m;
+}
+
+// One uncompressed (codec 0) segment of these floats.
+std::string add_floats(Inbox& inbox, int from, const wire::Update& u, const std::vector<float>& v) {
+  return inbox.add_segment(from, u, reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(float));
 }
 
 }  // namespace
@@ -147,4 +156,69 @@ TEST_CASE("inbox: compressed segments are decoded into the message; a payload th
   CHECK(in.add_segment(0, u, payload.data(), payload.size()).find("codec topk") == 0);
   CHECK(in.take_async().empty());
   CHECK(in.buffered_bytes() == 0);
+}
+
+TEST_CASE("inbox: a segment with a NaN or an infinity is refused as it is decoded, and a synchronous wait hears why") {
+  Mixer mixer({});
+  Inbox in(mixer);
+  wire::Update u;
+  u.set_kind(wire::MODEL);
+  u.set_tensor_length(4);
+  u.set_update_id(1);
+  u.set_segment_length(4);
+  const float inf = std::numeric_limits<float>::infinity();
+  CHECK(add_floats(in, 0, u, {1, 2, std::nanf(""), 4}).find("non-finite: element 2 is NaN") == 0);
+  u.set_update_id(2);
+  CHECK(add_floats(in, 0, u, {1, -inf, 3, 4}).find("non-finite: element 1 is infinite") == 0);
+  CHECK(in.take_async().empty());
+  u.set_update_id(3);
+  u.set_push_sum_weight(std::nan(""));
+  CHECK(add_floats(in, 0, u, {1, 2, 3, 4}).find("non-finite: push-sum weight") == 0);
+  // Synchronous: the waiter does not sit out its timeout for a message that was refused.
+  u.set_update_id(4);
+  u.set_push_sum_weight(0);
+  u.set_synchronous(true);
+  u.set_round(7);
+  CHECK_FALSE(add_floats(in, 1, u, {inf, 0, 0, 0}).empty());
+  std::atomic<bool> stop{false};
+  std::string why;
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_FALSE(in.wait_sync(1, 7, 0, 30.0, stop, &why).has_value());
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+  CHECK(why.find("non-finite") == 0);
+}
+
+TEST_CASE("inbox: synchronous messages for future rounds are held within a window per sender; a flood is refused") {
+  Mixer mixer({});
+  Inbox in(mixer);
+  wire::Update u;
+  u.set_kind(wire::GRADIENT);
+  u.set_tensor_length(1024);
+  u.set_segment_length(1024);
+  u.set_synchronous(true);
+  const std::vector<float> v(1024, 1.0f);
+  size_t refused = 0;
+  for (uint64_t r = 0; r < 2500; ++r) {  // one sender, a new round each message
+    u.set_update_id(r + 1);
+    u.set_round(100 + r);
+    refused += !add_floats(in, 0, u, v).empty();
+  }
+  CHECK(refused == 2500 - Inbox::kSyncRounds);
+  CHECK(in.buffered_bytes() == Inbox::kSyncRounds * 1024 * sizeof(float));
+  // Many phases of one round: bounded too.
+  for (uint32_t p = 0; p < 200; ++p) {
+    u.set_update_id(10000 + p);
+    u.set_round(100);
+    u.set_phase(p + 1);
+    add_floats(in, 2, u, v);
+  }
+  CHECK(in.buffered_bytes() <= (Inbox::kSyncRounds + Inbox::kSyncMessages) * 1024 * sizeof(float));
+  // Another sender is not affected, and held messages are still delivered.
+  u.set_update_id(99999);
+  u.set_round(100);
+  u.set_phase(0);
+  CHECK(add_floats(in, 1, u, v).empty());
+  std::atomic<bool> stop{false};
+  CHECK(in.wait_sync(1, 100, 0, 1.0, stop).has_value());
+  CHECK(in.wait_sync(0, 100, 0, 1.0, stop).has_value());
 }

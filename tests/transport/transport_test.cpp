@@ -358,10 +358,10 @@ TEST_CASE("session: an admitted neighbour silent past the liveness timeout is dr
   auto ob = options_for("b");
   std::vector<OutFrame> to_b, to_a;
   std::string a_rejected;
-  Session a(oa, "b-address", Session::Hooks{[&](OutFrame f) { to_b.push_back(std::move(f)); },
+  Session a(oa, "b-address", "b", Session::Hooks{[&](OutFrame f) { to_b.push_back(std::move(f)); },
                                            [&](const std::string& r) { a_rejected = r; }, [](const std::string&) {},
                                            [](InFrame&&) {}, [](const std::string&) {}});
-  Session b(ob, "a-address", Session::Hooks{[&](OutFrame f) { to_a.push_back(std::move(f)); },
+  Session b(ob, "a-address", "", Session::Hooks{[&](OutFrame f) { to_a.push_back(std::move(f)); },
                                            [](const std::string&) {}, [](const std::string&) {}, [](InFrame&&) {},
                                            [](const std::string&) {}});
   auto pass = [](std::vector<OutFrame>& q, Session& to) {
@@ -624,4 +624,37 @@ TEST_CASE("tcp: the acceptor and the dialler survive running out of descriptors"
   REQUIRE(a.wait_connected("b", 5.0));
   b.t->send("a", update_frame({3.0f}, 4), nullptr);
   CHECK(a.wait_frames(1));
+}
+
+TEST_CASE("admission: a second proven connection under a name replaces the first; names outside the cluster are refused") {
+  for (const auto& kind : available_transports()) {
+    CAPTURE(kind);
+    auto member = [](const std::string& name) {
+      auto o = options_for(name);
+      o.cluster_peers = {"a", "b"};
+      return o;
+    };
+    Node a(create_transport(kind, member("a")));
+    const std::string addr = a.t->listen(test::local_address(kind));
+    Node b(create_transport(kind, member("b")));
+    b.t->connect("a", addr);
+    REQUIRE(b.wait_connected("a"));
+    // A restarted b (or anyone holding the secret) proves itself: it takes the name.
+    Node b_again(create_transport(kind, member("b")));
+    b_again.t->connect("a", addr);
+    REQUIRE(b_again.wait_connected("a"));
+    REQUIRE(b.wait_event(LinkEvent::Kind::kDown));
+    CHECK(a.t->counters().connections_replaced == 1);
+    b_again.t->send("a", update_frame({7.0f}, 1), nullptr);
+    REQUIRE(a.wait_frames(1));
+    // A name the cluster does not list: refused before anything is signed or delivered.
+    Node mallory(create_transport(kind, options_for("mallory")));
+    mallory.t->connect("a", addr);
+    REQUIRE(a.wait_event(LinkEvent::Kind::kRejected));
+    std::lock_guard<std::mutex> lock(a.mu);
+    bool named = false;
+    for (const auto& e : a.events) named |= e.reason.find("'mallory' is not a peer of cluster") != std::string::npos;
+    CHECK(named);
+    CHECK(a.got.size() == 1);
+  }
 }

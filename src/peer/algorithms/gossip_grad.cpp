@@ -30,6 +30,7 @@ class GossipGrad final : public Algorithm {
     if (step % static_cast<uint64_t>(e.spec().gossip_every) == 0) {
       std::vector<float> g(e.model().num_params());
       e.model().backend().download(g.data(), e.model().grads(), sizeof(float) * g.size());
+      e.note_own_gradient(g);
       for (int t : targets) e.send(t, wire::GRADIENT, g);
     }
     for (const auto& m : gradients) {

@@ -928,7 +928,7 @@ FabricConnection::FabricConnection(FabricTransport& t, fi_addr_t addr, std::shar
                                    uint32_t their_stream)
     : t_(t), addr_(addr), bootstrap_(std::move(bootstrap)), address_(std::move(address)), dial_peer_(std::move(dial_peer)),
       direct_from_(direct_from), my_stream_(my_stream), their_stream_(their_stream), decoder_(kHandshakeLimits),
-      session_(t.options(), address_,
+      session_(t.options(), address_, dial_peer_,
                Session::Hooks{
                    [this](OutFrame f) {
                      ++counters_.queue_depth;
@@ -940,9 +940,6 @@ FabricConnection::FabricConnection(FabricTransport& t, fi_addr_t addr, std::shar
                    },
                    [this](const std::string& reason) { fail(reason, true); },
                    [this](const std::string& peer) {
-                     if (!dial_peer_.empty() && peer != dial_peer_) {
-                       return fail("admission: dialled peer '" + dial_peer_ + "' but it is '" + peer + "'", true);
-                     }
                      counters_.admitted = true;
                      t_.connection_admitted(peer);
                      decoder_.set_limits(t_.options().limits);

@@ -182,14 +182,11 @@ InprocConnection::InprocConnection(InprocTransport& t, std::shared_ptr<Mailbox> 
                                    std::string dial_peer)
     : t_(t), home_(std::move(home)), address_(std::move(address)), dial_peer_(std::move(dial_peer)),
       decoder_(kHandshakeLimits),
-      session_(t.options(), address_,
+      session_(t.options(), address_, dial_peer_,
                Session::Hooks{
                    [this](OutFrame f) { transmit(f); },
                    [this](const std::string& reason) { fail(reason, true); },
                    [this](const std::string& peer) {
-                     if (!dial_peer_.empty() && peer != dial_peer_) {
-                       return fail("admission: dialled peer '" + dial_peer_ + "' but it is '" + peer + "'", true);
-                     }
                      counters_.admitted = true;
                      t_.reset_backoff(peer);
                      decoder_.set_limits(t_.options().limits);

@@ -1,0 +1,93 @@
+#include "update_guard.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace hearsay {
+
+std::string find_non_finite(const float* x, size_t n) {
+  // One branch-free pass (the common case: everything finite), then the place.
+  float acc = 0;
+  for (size_t i = 0; i < n; ++i) acc += x[i] * 0.0f;  // NaN or inf anywhere makes acc NaN
+  if (acc == 0.0f) return {};
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(x[i])) return "element " + std::to_string(i) + " is " + (std::isnan(x[i]) ? "NaN" : "infinite");
+  }
+  return {};
+}
+
+std::string check_update_norm(const UpdateGuardSpec& spec, wire::PayloadKind kind, double norm, uint64_t parts,
+                              double model_norm, double grad_norm) {
+  if (spec.max_norm_ratio <= 0) return {};
+  // A model, a model delta or push-sum mass is measured against the receiver's model (at
+  // least 1, so a model that starts at zero does not refuse everything); a gradient
+  // against the receiver's own recent gradient, times the number of gradients summed in it.
+  double reference, bound;
+  const char* against;
+  if (kind == wire::GRADIENT) {
+    if (grad_norm <= 0) return {};  // no gradient of our own yet: nothing to compare with
+    reference = grad_norm;
+    bound = spec.max_norm_ratio * static_cast<double>(parts) * grad_norm;
+    against = "this peer's gradient";
+  } else {
+    reference = std::max(model_norm, 1.0);
+    bound = spec.max_norm_ratio * static_cast<double>(parts) * reference;
+    against = "this peer's model";
+  }
+  if (norm <= bound) return {};
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "norm: %.3g is %.3g times %s (%.3g); the bound is %g times", norm, norm / reference, against,
+                reference, spec.max_norm_ratio * static_cast<double>(parts));
+  return buf;
+}
+
+bool UpdateGuard::admits(int peer, double now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  PeerState& p = peers_.at(static_cast<size_t>(peer));
+  if (p.until < 0) return true;
+  if (now < p.until) return false;
+  p.until = -1;
+  p.failures = 0;
+  events_.push_back({peer, false, "cool-down over", now});
+  return true;
+}
+
+bool UpdateGuard::refuse(int peer, double now, const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++refused_[reason.substr(0, reason.find(':'))];
+  PeerState& p = peers_.at(static_cast<size_t>(peer));
+  if (p.until >= 0 || spec_.strikes <= 0) return false;
+  if (++p.failures < spec_.strikes) return false;
+  p.until = now + spec_.quarantine_s;
+  events_.push_back({peer, true, reason, p.until});
+  return true;
+}
+
+void UpdateGuard::pass(int peer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  peers_.at(static_cast<size_t>(peer)).failures = 0;
+}
+
+std::vector<UpdateGuard::Event> UpdateGuard::take_events() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Event> out;
+  out.swap(events_);
+  return out;
+}
+
+std::vector<int> UpdateGuard::quarantined() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<int> out;
+  for (size_t i = 0; i < peers_.size(); ++i) {
+    if (peers_[i].until >= 0) out.push_back(static_cast<int>(i));
+  }
+  return out;
+}
+
+std::map<std::string, uint64_t> UpdateGuard::refused() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return refused_;
+}
+
+}  // namespace hearsay

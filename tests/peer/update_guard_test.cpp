@@ -1,0 +1,61 @@
+// The checks a peer makes before it mixes a neighbour's update, and the quarantine.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "../../src/peer/update_guard.h"
+
+using namespace hearsay;
+
+TEST_CASE("guard: the first non-finite value is found and placed; finite data passes") {
+  std::vector<float> x(1000, 1.5f);
+  CHECK(find_non_finite(x.data(), x.size()).empty());
+  x[999] = std::numeric_limits<float>::infinity();
+  CHECK(find_non_finite(x.data(), x.size()) == "element 999 is infinite");
+  x[17] = std::nanf("");
+  CHECK(find_non_finite(x.data(), x.size()) == "element 17 is NaN");
+  // Huge but finite values are the norm check's business, not this one's.
+  x.assign(8, 3e38f);
+  CHECK(find_non_finite(x.data(), x.size()).empty());
+}
+
+TEST_CASE("guard: an update's norm is bounded relative to the receiver's model or gradient") {
+  UpdateGuardSpec s;  // ratio 10
+  CHECK(check_update_norm(s, wire::MODEL, 90, 1, 10, 0).empty());
+  CHECK(check_update_norm(s, wire::MODEL, 110, 1, 10, 0).find("norm: 110 is 11 times this peer's model") == 0);
+  CHECK(check_update_norm(s, wire::MODEL, 9, 1, 0, 0).empty());  // a model at zero: compared with 1
+  CHECK_FALSE(check_update_norm(s, wire::MODEL_DELTA, 11, 1, 0, 0).empty());
+  // Gradients against our own; a sum of 3 coalesced gradients may be 3 times larger.
+  CHECK(check_update_norm(s, wire::GRADIENT, 25, 1, 100, 2).find("this peer's gradient") != std::string::npos);
+  CHECK(check_update_norm(s, wire::GRADIENT, 25, 3, 100, 2).empty());
+  CHECK(check_update_norm(s, wire::GRADIENT, 1e9, 1, 100, 0).empty());  // no gradient of ours yet
+  s.max_norm_ratio = 0;  // off by choice
+  CHECK(check_update_norm(s, wire::MODEL, 1e30, 1, 1, 1).empty());
+}
+
+TEST_CASE("guard: strikes in a row quarantine a neighbour until the cool-down; a good update resets the count") {
+  UpdateGuardSpec s;
+  s.strikes = 3;
+  s.quarantine_s = 10;
+  UpdateGuard g(s, 3);
+  CHECK_FALSE(g.refuse(1, 0.0, "norm: too big"));
+  CHECK_FALSE(g.refuse(1, 0.1, "norm: too big"));
+  g.pass(1);  // an honest update in between: the run starts again
+  CHECK_FALSE(g.refuse(1, 0.2, "norm: too big"));
+  CHECK_FALSE(g.refuse(1, 0.3, "non-finite: element 0 is NaN"));
+  CHECK(g.refuse(1, 0.4, "norm: too big"));
+  CHECK_FALSE(g.admits(1, 5.0));
+  CHECK(g.admits(0, 5.0));
+  CHECK(g.admits(2, 5.0));
+  CHECK(g.quarantined() == std::vector<int>{1});
+  CHECK(g.admits(1, 10.5));
+  CHECK(g.quarantined().empty());
+  const auto events = g.take_events();
+  REQUIRE(events.size() == 2);
+  CHECK(events[0].quarantined);
+  CHECK(events[0].reason == "norm: too big");
+  CHECK_FALSE(events[1].quarantined);
+  CHECK(g.refused().at("norm") == 4);
+  CHECK(g.refused().at("non-finite") == 1);
+}

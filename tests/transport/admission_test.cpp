@@ -1,0 +1,179 @@
+// The admission handshake against the attacks docs/WIRE.md says it resists: reflection,
+// relay, replay, impersonation. Sessions are driven by hand (the attacker sees and forges
+// every frame), so each attack is exact and needs no sockets.
+#include <doctest/doctest.h>
+
+#include <map>
+
+#include "hearsay/transport.h"
+#include "../../src/transport/session.h"
+#include "transport_harness.h"
+
+using namespace hearsay;
+using test::options_for;
+
+namespace {
+
+// One side of a connection as the attacker sees it: the Session, the frames it sent
+// (decoded), whether it admitted and why it refused.
+struct End {
+  TransportOptions options;  // the Session keeps a reference
+  std::vector<wire::Envelope> out;
+  std::string admitted_as, refused;
+  std::unique_ptr<Session> s;
+
+  End(const TransportOptions& o, const std::string& dial_peer) : options(o) {
+    s = std::make_unique<Session>(
+        options, "attacker", dial_peer,
+        Session::Hooks{[this](OutFrame f) {
+                         FrameDecoder d;
+                         const std::string bytes = flatten(f);
+                         d.feed(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
+                                [&](InFrame&& in) { out.push_back(in.envelope); });
+                       },
+                       [this](const std::string& r) { refused = r; }, [this](const std::string& p) { admitted_as = p; },
+                       [](InFrame&&) {}, [](const std::string&) {}});
+    s->start();
+  }
+  // The first Hello it sent with a nonce (phase 1) or a proof (phase 2).
+  std::string nonce() const {
+    for (const auto& e : out) {
+      if (e.hello().has_nonce()) return e.hello().nonce();
+    }
+    return {};
+  }
+  std::string proof() const {
+    for (const auto& e : out) {
+      if (e.hello().has_proof()) return e.hello().proof();
+    }
+    return {};
+  }
+  void receive(const wire::Envelope& e) {
+    const std::string bytes = flatten(make_frame(e));
+    FrameDecoder d;
+    d.feed(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), [&](InFrame&& f) { s->on_frame(std::move(f)); });
+  }
+  void hello(const std::string& name, const std::string& nonce, const std::string& cluster = "test-cluster") {
+    wire::Envelope e;
+    auto* h = e.mutable_hello();
+    h->set_peer_id(name);
+    h->set_cluster_id(cluster);
+    h->set_protocol_version(kProtocolVersion);
+    h->set_nonce(nonce);
+    receive(e);
+  }
+  void proof(const std::string& name, const std::string& p) {
+    wire::Envelope e;
+    e.mutable_hello()->set_peer_id(name);
+    e.mutable_hello()->set_proof(p);
+    receive(e);
+  }
+};
+
+TransportOptions member(const std::string& name) {
+  auto o = options_for(name);
+  o.cluster_peers = {"a", "b", "c"};
+  return o;
+}
+
+const std::string kAttackerNonce(32, 'z');
+
+}  // namespace
+
+TEST_CASE("admission: honest dialler and listener admit each other") {
+  End a(member("a"), ""), b(member("b"), "a");  // b dials a
+  for (int i = 0; i < 2; ++i) {
+    for (auto& e : b.out) a.receive(e);
+    b.out.clear();
+    for (auto& e : a.out) b.receive(e);
+    a.out.clear();
+  }
+  CHECK(a.admitted_as == "b");
+  CHECK(b.admitted_as == "a");
+}
+
+TEST_CASE("admission: a peer's own proof reflected back to it is refused (under its name or another)") {
+  for (const std::string claimed : {"a", "b"}) {
+    CAPTURE(claimed);
+    // The attacker opens two connections to a and plays a's nonce from the first into the
+    // second, so a signs something about its own nonce; then hands that back on the first.
+    End first(member("a"), ""), second(member("a"), "");
+    first.hello(claimed, kAttackerNonce);
+    second.hello(claimed, first.nonce());
+    for (const std::string& reflected : {second.proof(), first.proof()}) {
+      if (!first.refused.empty()) break;
+      first.proof(claimed, reflected);
+    }
+    CHECK(first.admitted_as.empty());
+    CHECK_FALSE(first.refused.empty());
+    if (claimed == "a") CHECK(first.refused.find("own name") != std::string::npos);
+    if (claimed == "b") CHECK(first.refused.find("wrong proof") != std::string::npos);
+  }
+}
+
+TEST_CASE("admission: a proof relayed from the real peer is refused") {
+  // The attacker claims to be b towards a, and has the real b (a listener, as every peer
+  // is to those it does not dial) sign a's nonce, claiming to be a towards b.
+  End a(member("a"), "");
+  End b(member("b"), "");
+  a.hello("b", kAttackerNonce);
+  b.hello("a", a.nonce());
+  REQUIRE_FALSE(b.proof().empty());
+  a.proof("b", b.proof());
+  CHECK(a.admitted_as.empty());
+  CHECK(a.refused.find("wrong proof") != std::string::npos);
+  // Nor does relaying the nonces the other way round help: b dials (as the honest peer
+  // does), the attacker stands where a should be and forwards to the real a.
+  End a2(member("a"), "");
+  End b_dialling(member("b"), "c");  // b dialled c's address, which the attacker holds
+  a2.hello("b", b_dialling.nonce());
+  b_dialling.hello("c", a2.nonce());
+  a2.proof("b", b_dialling.proof());
+  CHECK(a2.admitted_as.empty());
+}
+
+TEST_CASE("admission: a recorded handshake replayed on a new connection is refused") {
+  End a(member("a"), ""), b(member("b"), "a");
+  for (auto& e : b.out) a.receive(e);
+  for (auto& e : a.out) b.receive(e);
+  const std::string b_nonce = b.nonce(), b_proof = b.proof();
+  REQUIRE_FALSE(b_proof.empty());
+  a.proof("b", b_proof);
+  REQUIRE(a.admitted_as == "b");
+  // Everything b sent, replayed byte for byte to a fresh connection of a.
+  End again(member("a"), "");
+  again.hello("b", b_nonce);
+  again.proof("b", b_proof);
+  CHECK(again.admitted_as.empty());
+  CHECK(again.refused.find("wrong proof") != std::string::npos);
+}
+
+TEST_CASE("admission: names outside the cluster, a dialled peer under another name and a mirrored nonce are refused") {
+  End a(member("a"), "");
+  a.hello("mallory", kAttackerNonce);
+  CHECK(a.refused.find("'mallory' is not a peer of cluster 'test-cluster'") != std::string::npos);
+  CHECK(a.proof().empty());  // refused before it signed anything
+
+  End dialler(member("b"), "a");
+  dialler.hello("c", kAttackerNonce);
+  CHECK(dialler.refused.find("dialled peer 'a' but it says it is 'c'") != std::string::npos);
+
+  End mirror(member("a"), "");
+  mirror.hello("b", mirror.nonce());
+  CHECK(mirror.refused.find("own nonce") != std::string::npos);
+  CHECK(mirror.proof().empty());
+}
+
+TEST_CASE("admission: the proof binds every field of the transcript and the prover's role") {
+  AdmissionTranscript t{"c", "dialler", "listener", std::string(32, '1'), std::string(32, '2')};
+  const std::string base = admission_proof("secret-of-16-bytes", t, Role::kDialler);
+  CHECK(base != admission_proof("secret-of-16-bytes", t, Role::kListener));
+  CHECK(base != admission_proof("secret-of-16-byteS", t, Role::kDialler));
+  std::vector<AdmissionTranscript> changed(5, t);
+  changed[0].cluster = "d";
+  std::swap(changed[1].dialler, changed[1].listener);
+  changed[2].dialler_nonce[31] = '3';
+  changed[3].listener_nonce[0] = '3';
+  std::swap(changed[4].dialler_nonce, changed[4].listener_nonce);
+  for (const auto& c : changed) CHECK(admission_proof("secret-of-16-bytes", c, Role::kDialler) != base);
+}
