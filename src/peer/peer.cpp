@@ -78,7 +78,13 @@ TrainResult Peer::run() {
   // In a cluster every peer takes the same number of steps (synchronous algorithms meet
   // every round), sized by the mean shard.
   const int64_t shard = engine_ ? data_.train.size / cfg_.data().num_shards() : sampler_->shard_size();
-  int64_t total_steps = static_cast<int64_t>(std::ceil(t.epochs() * static_cast<double>(shard) / batch));
+  const double epoch_steps = std::ceil(t.epochs() * static_cast<double>(shard) / batch);
+  if (!(epoch_steps >= 0 && epoch_steps < 1e15)) {
+    // The config's bounds keep this far away; a step count that does not fit would train nothing.
+    throw InputError("train.epochs: " + std::to_string(t.epochs()) + " epochs of " + std::to_string(shard) +
+                     " samples in batches of " + std::to_string(batch) + " is too many steps");
+  }
+  int64_t total_steps = static_cast<int64_t>(epoch_steps);
   if (t.max_steps() > 0) total_steps = t.epochs() > 0 ? std::min(total_steps, t.max_steps()) : t.max_steps();
   const LrSchedule schedule = lr_schedule(cfg_.optim(), total_steps);
   const int64_t log_every = cfg_.log().every_steps();
@@ -105,7 +111,9 @@ TrainResult Peer::run() {
   ProgressState state;
   int64_t last_epoch = 0;
 
+  int64_t evaluated_at = -1;  // the step of the last evaluation
   auto do_eval = [&](int64_t step) {
+    evaluated_at = step;
     const double t0 = log_.elapsed();
     const BatchStats s = evaluate();
     const double eval_s = log_.elapsed() - t0;
@@ -213,6 +221,14 @@ TrainResult Peer::run() {
       save_checkpoint(result.steps, log_.elapsed());
     }
     if (stop_) break;
+  }
+  // A peer restarted from a checkpoint at (or past) its last step takes no step: its
+  // result is still the model's real accuracy, not an empty one.
+  if (result.steps >= total_steps && evaluated_at != result.steps) {
+    state.step = result.steps;
+    state.epoch = sampler_->epochs_done();
+    do_eval(result.steps);
+    if (progress_) progress_->update(state, true);
   }
   // On a stop (SIGTERM) and at the end: nothing learnt so far is lost.
   save_checkpoint(result.steps, log_.elapsed());

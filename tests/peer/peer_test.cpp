@@ -49,6 +49,23 @@ TEST_CASE("peer: stops at max_steps and at the target accuracy") {
   CHECK(r.final_test_acc >= 0.5);
 }
 
+TEST_CASE("peer: restarted from a checkpoint at its last step, a peer evaluates the model it holds") {
+  // It once took no step, evaluated nothing and reported 0.00%.
+  test::TempDir dir;
+  const std::string ckpt = "checkpoint { dir: \"" + dir.file("ckpt") + "\" }";
+  const TrainResult first = train(ckpt);
+  REQUIRE(first.steps == 125);
+  REQUIRE(first.final_test_acc > 0.9);
+  const TrainResult again = train(ckpt, dir.file("again.jsonl"));
+  CHECK(again.steps == 125);
+  CHECK(again.losses.empty());
+  CHECK(again.final_test_acc == first.final_test_acc);
+  CHECK(again.final_test_loss == first.final_test_loss);
+  const std::string log = test::read_file(dir.file("again.jsonl"));
+  CHECK(log.find(R"("event":"resume","step":125)") != std::string::npos);
+  CHECK(log.find(R"("event":"eval","step":125)") != std::string::npos);
+}
+
 TEST_CASE("peer: the log has start, step, eval and end events with the documented fields") {
   test::TempDir dir;
   train("", dir.file("p.jsonl"));
