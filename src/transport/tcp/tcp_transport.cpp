@@ -1,6 +1,9 @@
 #include "tcp_transport.h"
 
+#include <openssl/err.h>
 #include <sys/socket.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <asio.hpp>
@@ -28,17 +31,20 @@ constexpr size_t kLowWaterBytes = 256 * 1024;
 // A connection reads into a small buffer until its peer is admitted, a large one after.
 constexpr size_t kUnadmittedReadBytes = 4 * 1024;
 constexpr size_t kReadBytes = 256 * 1024;
-// What TLS may hold between the socket and the reader (Asio's input buffer, its BIO
-// pair, OpenSSL's record buffer), so the low-water mark never waits for bytes that
-// already left the socket.
-constexpr size_t kTlsBufferedBytes = 64 * 1024;
-using TlsStream = asio::ssl::stream<tcp::socket>;
+// What OpenSSL may hold read ahead of the reader (its read buffer, kTlsReadAheadBytes
+// in tls.cpp, plus a record), so the low-water mark never waits for bytes that already
+// left the socket.
+constexpr size_t kTlsBufferedBytes = 96 * 1024;
+// Plaintext a connection encrypts or decrypts per turn on its strand before it lets its
+// other work (the other direction, timers) run.
+constexpr size_t kTlsTurnBytes = 1 << 20;
 
 class TcpTransport;
 
 class TcpConnection final : public Connection, public std::enable_shared_from_this<TcpConnection> {
  public:
   TcpConnection(TcpTransport& t, tcp::socket sock, std::string address, std::string dial_peer);
+  ~TcpConnection() override;
   void start();
   void send(OutFrame frame, SendCallback done) override;
   void close(const std::string& reason) override;
@@ -51,27 +57,32 @@ class TcpConnection final : public Connection, public std::enable_shared_from_th
  private:
   void begin();
   void read();
-  // The socket under TLS, or the plain one.
-  tcp::socket& socket() { return tls_ ? tls_->next_layer() : sock_; }
-  template <class Buffers, class Handler>
-  void read_some(const Buffers& b, Handler&& h) {
-    if (tls_) return tls_->async_read_some(b, asio::bind_executor(strand_, std::forward<Handler>(h)));
-    sock_.async_read_some(b, asio::bind_executor(strand_, std::forward<Handler>(h)));
-  }
-  template <class Buffers, class Handler>
-  void write_all(const Buffers& b, Handler&& h) {
-    if (tls_) return asio::async_write(*tls_, b, asio::bind_executor(strand_, std::forward<Handler>(h)));
-    asio::async_write(sock_, b, asio::bind_executor(strand_, std::forward<Handler>(h)));
-  }
+  // Where the next bytes go: straight into the frame's payload when inside a large one
+  // (`direct`), else the read buffer.
+  std::pair<uint8_t*, size_t> read_space(bool* direct);
+  // Hands n bytes just read to the decoder; false once the connection failed.
+  bool consume(bool direct, size_t n);
+  void write_done(const asio::error_code& ec, size_t n);
+  // TLS: OpenSSL reads and writes the (non-blocking) socket itself, records into and out
+  // of the frames' own memory; the strand waits on the socket only when OpenSSL would
+  // block, so a large payload costs no handler per record.
+  void tls_handshake();
+  void tls_read();
+  void tls_write();
+  // After an SSL call returned r: waits as OpenSSL asks, then runs `retry` on the strand.
+  // false when r is a failure, not a wait.
+  bool tls_wait(int r, void (TcpConnection::*retry)());
+  asio::error_code tls_error(int r, int saved_errno);
   void set_low_water(int bytes);
   void queue(OutFrame frame, SendCallback done);
   void write_next();
   void fail(const std::string& reason, bool rejected);
 
   TcpTransport& t_;
-  TlsNote tls_note_;              // declared before tls_: outlives its SSL object
-  tcp::socket sock_;              // plain TCP; moved into tls_ when TLS is on
-  std::unique_ptr<TlsStream> tls_;
+  TlsNote tls_note_;              // read by ssl_'s callbacks
+  tcp::socket sock_;
+  SSL* ssl_ = nullptr;            // owned; null: plain TCP
+  size_t tls_written_ = 0;        // bytes of the front frame OpenSSL has taken
   asio::strand<asio::any_io_executor> strand_;
   asio::steady_timer handshake_timer_;
   std::string address_;
@@ -328,15 +339,18 @@ class TcpTransport final : public LinkTableTransport {
 TcpConnection::TcpConnection(TcpTransport& t, tcp::socket sock, std::string address, std::string dial_peer)
     : t_(t), sock_(std::move(sock)), strand_(asio::make_strand(t.io().get_executor())), handshake_timer_(strand_),
       address_(std::move(address)), dial_peer_(std::move(dial_peer)), decoder_(kHandshakeLimits),
-      session_(t.options(), address_, dial_peer_,
+      session_(t.options(), address_,
                Session::Hooks{
                    [this](OutFrame f) { queue(std::move(f), nullptr); },
                    [this](const std::string& reason) { fail(reason, true); },
                    [this](const std::string& peer) {
+                     if (!dial_peer_.empty() && peer != dial_peer_) {
+                       return fail("admission: dialled peer '" + dial_peer_ + "' but it is '" + peer + "'", true);
+                     }
                      // With certificates, the name proven by the secret must also be the
                      // one the CA vouched for.
-                     if (tls_ && t_.tls()->uses_certificates()) {
-                       const auto names = TlsContext::peer_names(tls_->native_handle());
+                     if (ssl_ != nullptr && t_.tls()->uses_certificates()) {
+                       const auto names = TlsContext::peer_names(ssl_);
                        if (std::find(names.begin(), names.end(), peer) == names.end()) {
                          std::string all;
                          for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
@@ -354,15 +368,25 @@ TcpConnection::TcpConnection(TcpTransport& t, tcp::socket sock, std::string addr
                }),
       rbuf_(kUnadmittedReadBytes) {
   if (t.tls() != nullptr) {
-    tls_ = std::make_unique<TlsStream>(std::move(sock_), t.tls()->context());
-    TlsContext::attach(tls_->native_handle(), &tls_note_);
+    ssl_ = SSL_new(t.tls()->context().native_handle());
+    HEARSAY_CHECK(ssl_ != nullptr, "SSL_new failed");
+    TlsContext::set_socket(ssl_, static_cast<int>(sock_.native_handle()));
+    // Partial writes: SSL_write returns per record, so progress survives a full socket.
+    // Buffers released while idle until admission, so unadmitted connections stay small.
+    SSL_set_mode(ssl_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
+    TlsContext::attach(ssl_, &tls_note_);
   }
+}
+
+TcpConnection::~TcpConnection() {
+  if (ssl_ != nullptr) SSL_free(ssl_);  // the socket BIO does not own the descriptor
 }
 
 void TcpConnection::start() {
   asio::error_code ec;
-  socket().set_option(tcp::no_delay(true), ec);
-  socket().set_option(asio::socket_base::keep_alive(true), ec);
+  sock_.set_option(tcp::no_delay(true), ec);
+  sock_.set_option(asio::socket_base::keep_alive(true), ec);
+  sock_.non_blocking(true, ec);
   auto self = shared_from_this();
   asio::dispatch(strand_, [this, self] {
     handshake_timer_.expires_after(std::chrono::duration_cast<Clock::duration>(
@@ -371,14 +395,49 @@ void TcpConnection::start() {
     handshake_timer_.async_wait([this, self](asio::error_code ec2) {
       if (!ec2 && !session_.admitted()) fail("admission: no valid Hello within the handshake timeout", true);
     });
-    if (!tls_) return begin();
-    const auto role = dial_peer_.empty() ? asio::ssl::stream_base::server : asio::ssl::stream_base::client;
-    tls_->async_handshake(role, asio::bind_executor(strand_, [this, self](asio::error_code ec2) {
-      if (closed_) return;
-      if (ec2) return fail(TlsContext::failure(tls_->native_handle(), ec2), true);
-      begin();
-    }));
+    if (ssl_ == nullptr) return begin();
+    if (dial_peer_.empty()) {
+      SSL_set_accept_state(ssl_);
+    } else {
+      SSL_set_connect_state(ssl_);
+    }
+    tls_handshake();
   });
+}
+
+void TcpConnection::tls_handshake() {
+  ERR_clear_error();
+  const int r = SSL_do_handshake(ssl_);
+  const int saved_errno = errno;
+  if (r == 1) return begin();
+  if (!tls_wait(r, &TcpConnection::tls_handshake)) fail(TlsContext::failure(ssl_, tls_error(r, saved_errno)), true);
+}
+
+bool TcpConnection::tls_wait(int r, void (TcpConnection::*retry)()) {
+  const int e = SSL_get_error(ssl_, r);
+  if (e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) return false;
+  auto self = shared_from_this();
+  sock_.async_wait(e == SSL_ERROR_WANT_READ ? tcp::socket::wait_read : tcp::socket::wait_write,
+                   asio::bind_executor(strand_, [this, self, retry](asio::error_code ec) {
+                     if (closed_) return;
+                     if (ec) return fail("tls: waiting on the socket: " + ec.message(), false);
+                     (this->*retry)();
+                   }));
+  return true;
+}
+
+// An SSL call's failure as an error code: the peer's end (close_notify, or the socket
+// closing, which TLS calls truncation), a socket error, or OpenSSL's own.
+asio::error_code TcpConnection::tls_error(int r, int saved_errno) {
+  const int e = SSL_get_error(ssl_, r);
+  const unsigned long err = ERR_peek_error();
+  ERR_clear_error();
+  if (e == SSL_ERROR_ZERO_RETURN) return asio::error::eof;
+  if (e == SSL_ERROR_SYSCALL && err == 0) {
+    return saved_errno != 0 ? asio::error_code(saved_errno, asio::system_category()) : asio::ssl::error::stream_truncated;
+  }
+  if (ERR_GET_REASON(err) == SSL_R_UNEXPECTED_EOF_WHILE_READING) return asio::ssl::error::stream_truncated;
+  return asio::error_code(static_cast<int>(err), asio::error::get_ssl_category());
 }
 
 // On the strand, once the bytes are private (TLS) or at once (plain): admission.
@@ -393,7 +452,7 @@ void TcpConnection::begin() {
 // Between frames it is back to 1 byte, so small messages are never held.
 void TcpConnection::set_low_water(int bytes) {
   if (bytes == low_water_) return;
-  if (::setsockopt(socket().native_handle(), SOL_SOCKET, SO_RCVLOWAT, &bytes, sizeof bytes) == 0) low_water_ = bytes;
+  if (::setsockopt(sock_.native_handle(), SOL_SOCKET, SO_RCVLOWAT, &bytes, sizeof bytes) == 0) low_water_ = bytes;
 }
 
 // The reason a read failed: a peer that goes away mid-stream is an ordinary end (TLS
@@ -409,49 +468,75 @@ static std::string read_failure(const asio::error_code& ec, bool admitted, bool 
   return "read: " + ec.message();
 }
 
-void TcpConnection::read() {
-  auto self = shared_from_this();
+std::pair<uint8_t*, size_t> TcpConnection::read_space(bool* direct) {
   if (counters_.admitted && rbuf_.size() < kReadBytes) {
     rbuf_ = std::vector<uint8_t>(kReadBytes);
-    // OpenSSL may keep its record buffers from now on (they are freed while idle until
-    // admission, so unadmitted connections stay small).
-    if (tls_) SSL_clear_mode(tls_->native_handle(), SSL_MODE_RELEASE_BUFFERS);
+    // OpenSSL may keep its record buffers from now on.
+    if (ssl_ != nullptr) SSL_clear_mode(ssl_, SSL_MODE_RELEASE_BUFFERS);
   }
-  // Inside a large payload, read straight into the frame's buffer: one copy fewer (through
+  // Inside a large payload, read straight into the frame's buffer: one copy fewer (with
   // TLS too: OpenSSL decrypts into it).
-  const auto [direct, room] = decoder_.payload_space(kDirectReadBytes);
-  size_t low_water = direct != nullptr ? std::min<size_t>(room, kLowWaterBytes) : 1;
-  if (tls_) low_water = low_water > 2 * kTlsBufferedBytes ? low_water - kTlsBufferedBytes : 1;
+  const auto [space, room] = decoder_.payload_space(kDirectReadBytes);
+  *direct = space != nullptr;
+  size_t low_water = *direct ? std::min<size_t>(room, kLowWaterBytes) : 1;
+  if (ssl_ != nullptr) low_water = low_water > 2 * kTlsBufferedBytes ? low_water - kTlsBufferedBytes : 1;
   set_low_water(static_cast<int>(low_water));
-  if (direct != nullptr) {
-    read_some(asio::buffer(direct, room), [this, self](asio::error_code ec, size_t n) {
-      if (closed_) return;
-      if (ec) return fail(read_failure(ec, session_.admitted(), tls_ != nullptr), !session_.admitted());
-      counters_.bytes_received += n;
-      const FrameError err = decoder_.commit_payload(n, [&](InFrame&& f) {
-        ++counters_.frames_received;
-        if (!closed_) session_.on_frame(std::move(f));
-      });
-      if (err != FrameError::kNone) return fail(std::string(frame_error_name(err)) + ": " + decoder_.detail(), true);
-      if (!closed_) read();
-    });
-    return;
+  if (*direct) return {space, room};
+  return {rbuf_.data(), rbuf_.size()};
+}
+
+bool TcpConnection::consume(bool direct, size_t n) {
+  const bool first = counters_.bytes_received == 0;
+  counters_.bytes_received += n;
+  auto on_frame = [&](InFrame&& f) {
+    ++counters_.frames_received;
+    if (!closed_) session_.on_frame(std::move(f));
+  };
+  const FrameError err = direct ? decoder_.commit_payload(n, on_frame) : decoder_.feed(rbuf_.data(), n, on_frame);
+  // A TLS record (alert 0x15 or handshake 0x16, version 3.x) where a frame should start.
+  if (err == FrameError::kBadMagic && first && ssl_ == nullptr && !direct && n >= 2 && (rbuf_[0] == 0x15 || rbuf_[0] == 0x16) &&
+      rbuf_[1] == 0x03) {
+    fail("admission: the peer speaks TLS and this side does not (cluster.tls must be the same on every peer)", true);
+    return false;
   }
-  read_some(asio::buffer(rbuf_), [this, self](asio::error_code ec, size_t n) {
+  if (err != FrameError::kNone) {
+    fail(std::string(frame_error_name(err)) + ": " + decoder_.detail(), true);
+    return false;
+  }
+  return !closed_;
+}
+
+void TcpConnection::read() {
+  if (ssl_ != nullptr) return tls_read();
+  auto self = shared_from_this();
+  bool direct = false;
+  const auto [space, room] = read_space(&direct);
+  sock_.async_read_some(asio::buffer(space, room), asio::bind_executor(strand_, [this, self, direct](asio::error_code ec, size_t n) {
     if (closed_) return;
-    if (ec) return fail(read_failure(ec, session_.admitted(), tls_ != nullptr), !session_.admitted());
-    const bool first = counters_.bytes_received == 0;
-    counters_.bytes_received += n;
-    const FrameError err = decoder_.feed(rbuf_.data(), n, [&](InFrame&& f) {
-      ++counters_.frames_received;
-      if (!closed_) session_.on_frame(std::move(f));
-    });
-    // A TLS record (alert 0x15 or handshake 0x16, version 3.x) where a frame should start.
-    if (err == FrameError::kBadMagic && first && !tls_ && n >= 2 && (rbuf_[0] == 0x15 || rbuf_[0] == 0x16) && rbuf_[1] == 0x03) {
-      return fail("admission: the peer speaks TLS and this side does not (cluster.tls must be the same on every peer)", true);
+    if (ec) return fail(read_failure(ec, session_.admitted(), false), !session_.admitted());
+    if (consume(direct, n)) read();
+  }));
+}
+
+void TcpConnection::tls_read() {
+  for (size_t turn = 0; turn < kTlsTurnBytes && !closed_;) {
+    bool direct = false;
+    const auto [space, room] = read_space(&direct);
+    size_t n = 0;
+    ERR_clear_error();
+    const int r = SSL_read_ex(ssl_, space, room, &n);
+    const int saved_errno = errno;
+    if (r != 1) {
+      if (tls_wait(r, &TcpConnection::tls_read)) return;
+      return fail(read_failure(tls_error(r, saved_errno), session_.admitted(), true), !session_.admitted());
     }
-    if (err != FrameError::kNone) return fail(std::string(frame_error_name(err)) + ": " + decoder_.detail(), true);
-    if (!closed_) read();
+    if (!consume(direct, n)) return;
+    turn += n;
+  }
+  if (closed_) return;
+  auto self = shared_from_this();
+  asio::post(strand_, [this, self] {
+    if (!closed_) tls_read();
   });
 }
 
@@ -484,24 +569,57 @@ void TcpConnection::write_next() {
     return;
   }
   writing_ = true;
+  if (ssl_ != nullptr) {
+    tls_written_ = 0;
+    return tls_write();
+  }
   const Pending& p = queue_.front();
   const std::array<asio::const_buffer, 2> bufs{asio::buffer(p.frame.head), asio::buffer(p.frame.payload, p.frame.payload_size)};
   auto self = shared_from_this();
-  write_all(bufs, [this, self](asio::error_code ec, size_t n) {
-    if (queue_.empty()) return;
-    Pending p = std::move(queue_.front());
-    queue_.pop_front();
-    counters_.queue_depth -= 1;
-    counters_.queue_bytes -= p.frame.size();
-    if (ec) {
-      if (p.done) p.done({false, "tcp: write to " + address_ + ": " + ec.message()});
-      return fail("write: " + ec.message(), false);
+  asio::async_write(sock_, bufs, asio::bind_executor(strand_, [this, self](asio::error_code ec, size_t n) { write_done(ec, n); }));
+}
+
+// The head, then the payload straight from the sender's memory, a record at a time.
+void TcpConnection::tls_write() {
+  if (closed_ || queue_.empty()) return;
+  const OutFrame& f = queue_.front().frame;
+  const size_t head = f.head.size(), total = head + f.payload_size;
+  for (size_t turn = 0; tls_written_ < total;) {
+    if (turn >= kTlsTurnBytes) {
+      auto self = shared_from_this();
+      return asio::post(strand_, [this, self] { tls_write(); });
     }
-    counters_.bytes_sent += n;
-    ++counters_.frames_sent;
-    if (p.done) p.done({});
-    write_next();
-  });
+    const bool in_head = tls_written_ < head;
+    const uint8_t* from = in_head ? reinterpret_cast<const uint8_t*>(f.head.data()) + tls_written_ : f.payload + (tls_written_ - head);
+    const size_t len = in_head ? head - tls_written_ : total - tls_written_;
+    size_t n = 0;
+    ERR_clear_error();
+    const int r = SSL_write_ex(ssl_, from, len, &n);
+    const int saved_errno = errno;
+    if (r != 1) {
+      if (tls_wait(r, &TcpConnection::tls_write)) return;
+      return write_done(tls_error(r, saved_errno), 0);
+    }
+    tls_written_ += n;
+    turn += n;
+  }
+  write_done({}, total);
+}
+
+void TcpConnection::write_done(const asio::error_code& ec, size_t n) {
+  if (queue_.empty()) return;
+  Pending p = std::move(queue_.front());
+  queue_.pop_front();
+  counters_.queue_depth -= 1;
+  counters_.queue_bytes -= p.frame.size();
+  if (ec) {
+    if (p.done) p.done({false, "tcp: write to " + address_ + ": " + ec.message()});
+    return fail("write: " + ec.message(), false);
+  }
+  counters_.bytes_sent += n;
+  ++counters_.frames_sent;
+  if (p.done) p.done({});
+  write_next();
 }
 
 void TcpConnection::close(const std::string& reason) {
@@ -521,8 +639,8 @@ void TcpConnection::fail(const std::string& reason, bool rejected) {
   counters_.open = false;
   asio::error_code ec;
   handshake_timer_.cancel();
-  socket().shutdown(tcp::socket::shutdown_both, ec);
-  socket().close(ec);
+  sock_.shutdown(tcp::socket::shutdown_both, ec);
+  sock_.close(ec);
   for (auto& p : queue_) {
     if (p.done) p.done({false, "tcp: connection to " + address_ + " closed: " + reason});
   }

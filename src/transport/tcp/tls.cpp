@@ -4,7 +4,10 @@
 #include <openssl/evp.h>
 #include <openssl/kdf.h>
 #include <openssl/x509v3.h>
+#include <sys/socket.h>
 
+#include <cerrno>
+#include <cstdint>
 #include <string_view>
 
 #include "hearsay/error.h"
@@ -13,6 +16,7 @@ namespace hearsay {
 namespace {
 
 constexpr std::string_view kIdentityPrefix = "hearsay-psk-v1/";
+constexpr size_t kTlsReadAheadBytes = 64 * 1024;
 // TLS_AES_128_GCM_SHA256 first: the fastest where AES-NI is (loopback bench, BENCHMARKS.md).
 constexpr const char* kSuites = "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256";
 
@@ -40,6 +44,55 @@ std::string printable(std::string_view s) {
   std::string out;
   for (const char c : s.substr(0, 64)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
   return out;
+}
+
+// A socket BIO that never raises SIGPIPE (OpenSSL's own send()s without MSG_NOSIGNAL, and
+// a peer that goes away mid-write would kill the process). The descriptor stays the
+// caller's.
+int fd_of(BIO* b) { return static_cast<int>(reinterpret_cast<intptr_t>(BIO_get_data(b))); }
+
+int bio_write(BIO* b, const char* data, size_t len, size_t* written) {
+  BIO_clear_retry_flags(b);
+  const ssize_t n = ::send(fd_of(b), data, len, MSG_NOSIGNAL);
+  if (n >= 0) {
+    *written = static_cast<size_t>(n);
+    return 1;
+  }
+  if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) BIO_set_retry_write(b);
+  return 0;
+}
+
+int bio_read(BIO* b, char* data, size_t len, size_t* got) {
+  BIO_clear_retry_flags(b);
+  const ssize_t n = ::recv(fd_of(b), data, len, 0);
+  if (n > 0) {
+    *got = static_cast<size_t>(n);
+    return 1;
+  }
+  if (n == 0) {
+    errno = 0;  // the peer closed: OpenSSL reads that as an unexpected EOF
+    return 0;
+  }
+  if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) BIO_set_retry_read(b);
+  return 0;
+}
+
+long bio_ctrl(BIO*, int cmd, long, void*) { return cmd == BIO_CTRL_FLUSH ? 1 : 0; }
+
+int bio_create(BIO* b) {
+  BIO_set_init(b, 1);
+  return 1;
+}
+
+const BIO_METHOD* socket_method() {
+  static BIO_METHOD* m = [] {
+    BIO_METHOD* method = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "hearsay socket");
+    HEARSAY_CHECK(method != nullptr && BIO_meth_set_write_ex(method, bio_write) == 1 && BIO_meth_set_read_ex(method, bio_read) == 1 &&
+                      BIO_meth_set_ctrl(method, bio_ctrl) == 1 && BIO_meth_set_create(method, bio_create) == 1,
+                  "cannot make the socket BIO");
+    return method;
+  }();
+  return m;
 }
 
 }  // namespace
@@ -70,6 +123,9 @@ TlsContext::TlsContext(const TransportOptions& o) : ctx_(asio::ssl::context::tls
   // No tickets, no cache: every connection authenticates afresh.
   SSL_CTX_set_num_tickets(c, 0);
   SSL_CTX_set_session_cache_mode(c, SSL_SESS_CACHE_OFF);
+  // OpenSSL reads the socket itself (tcp_transport.cpp): ahead, in large reads.
+  SSL_CTX_set_read_ahead(c, 1);
+  SSL_CTX_set_default_read_buffer_len(c, kTlsReadAheadBytes);
   const int given = !o.tls_cert_file.empty() + !o.tls_key_file.empty() + !o.tls_ca_file.empty();
   if (given != 0 && given != 3) {
     throw InputError("tcp transport: TLS certificates need all three of tls_cert_file, tls_key_file and tls_ca_file");
@@ -114,6 +170,13 @@ TlsContext::~TlsContext() {
 }
 
 void TlsContext::attach(SSL* ssl, TlsNote* note) { SSL_set_ex_data(ssl, note_index(), note); }
+
+void TlsContext::set_socket(SSL* ssl, int fd) {
+  BIO* b = BIO_new(socket_method());
+  HEARSAY_CHECK(b != nullptr, "BIO_new failed");
+  BIO_set_data(b, reinterpret_cast<void*>(static_cast<intptr_t>(fd)));
+  SSL_set_bio(ssl, b, b);  // one BIO both ways; the SSL object owns it
+}
 
 // Client side: offer the cluster's key (OpenSSL takes ownership of one reference).
 int TlsContext::use_session(SSL* ssl, const EVP_MD* md, const unsigned char** id, size_t* idlen, SSL_SESSION** sess) {

@@ -42,6 +42,9 @@ class TlsContext {
   bool uses_certificates() const { return certificates_; }
   // Ties a new connection's SSL object to its note (before the handshake).
   static void attach(SSL* ssl, TlsNote* note);
+  // OpenSSL reads and writes the non-blocking socket `fd` itself (without SIGPIPE); the
+  // descriptor stays the caller's to close.
+  static void set_socket(SSL* ssl, int fd);
   // A handshake failure as a rejection reason ("admission: ...").
   static std::string failure(SSL* ssl, const asio::error_code& ec);
   // The subject CN and DNS SANs of the peer's verified certificate (certificate mode).
