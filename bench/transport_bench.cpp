@@ -1,6 +1,8 @@
 // The transport suite: streaming throughput and ping-pong for each built transport on
 // loopback, beside the machine's own tools measured in the same run (iperf3 for TCP,
-// fi_pingpong for libfabric providers).
+// fi_pingpong for libfabric providers). Rows: "tcp" is plain TCP (tls off), "tls" is the
+// tcp transport with TLS (its default), measured at 1 and 16 MiB in rounds alternating
+// with plain tcp, so their ratio comes from the same moments of the same run.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -38,8 +40,10 @@ std::string size_name(size_t s) {
   return std::to_string(s) + "B";
 }
 
-TransportOptions options_for(const std::string& peer) {
+// `row`: a transport kind, "tcp" meaning plain TCP, or "tls" (tcp with TLS).
+TransportOptions options_for(const std::string& peer, const std::string& row) {
   TransportOptions o;
+  o.tls = row == "tls";
   o.peer_id = peer;
   o.cluster_id = "bench";
   o.secret = "bench-secret";
@@ -79,9 +83,10 @@ struct Pair {
     cv.notify_all();
   }
 
-  explicit Pair(const std::string& kind) {
-    a = create_transport(kind, options_for("a"));
-    b = create_transport(kind, options_for("b"));
+  explicit Pair(const std::string& row) {
+    const std::string kind = row == "tls" ? "tcp" : row;
+    a = create_transport(kind, options_for("a", row));
+    b = create_transport(kind, options_for("b", row));
     a->set_receiver([this](const std::string&, InFrame&& f) {
       a_bytes += f.payload.size();
       ++a_frames;
@@ -226,6 +231,7 @@ int run_transport_bench(int argc, char** argv) {
   Options o;
   o.transports = available_transports();
   o.transports.erase(std::remove(o.transports.begin(), o.transports.end(), "inproc"), o.transports.end());
+  o.transports.insert(o.transports.begin() + 1, "tls");
   for (int i = 0; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -253,6 +259,25 @@ int run_transport_bench(int argc, char** argv) {
   int port = 26000 + static_cast<int>(getpid() % 2000);
   for (const auto& kind : o.transports) {
     Pair p(kind);
+    if (kind == "tls") {
+      // Paired rounds: plain tcp, then TLS, per round; the ratio is the median of the
+      // rounds' ratios.
+      Pair plain("tcp");
+      for (size_t size : {size_t{1} << 20, size_t{16} << 20}) {
+        std::vector<double> tls, tcp, ratio;
+        for (int r = 0; r < o.rounds; ++r) {
+          tcp.push_back(stream(plain, size, o.seconds) * 8 / 1e9);
+          tls.push_back(stream(p, size, o.seconds) * 8 / 1e9);
+          ratio.push_back(tls.back() / tcp.back());
+        }
+        JsonObject extra;
+        extra.add("rounds", o.rounds).add("seconds", o.seconds).add("tcp_gbps", median(tcp));
+        emit("transport", "tls/" + size_name(size), "stream_gbps", median(tls), "Gbit/s", &extra);
+        emit("transport", "tls/" + size_name(size), "fraction_of_tcp", median(ratio), "ratio");
+      }
+      emit("transport", "tls/64B", "rtt_us", pingpong(p, 64, 2000) * 1e6, "us");
+      continue;
+    }
     for (size_t size : o.sizes) {
       const std::string c = kind + "/" + size_name(size);
       std::vector<double> ours, tool;
