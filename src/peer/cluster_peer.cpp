@@ -1,5 +1,6 @@
 #include <chrono>
 #include <cstdlib>
+#include <set>
 #include <thread>
 
 #include "hearsay/error.h"
@@ -36,6 +37,22 @@ std::string resolve_peer_name(const config::Config& cfg, const std::string& requ
   throw InputError("the config lists a cluster: say which peer this is with --peer NAME (or SLURM_PROCID / RANK)");
 }
 
+// The trust model (docs/WIRE.md, "Trust"): tcp is encrypted (TLS) unless cluster.tls is
+// off; fabric shm stays on one host; fabric over a network is in clear, so it may join
+// sites only where the operator says the network between them is trusted.
+static void check_transport_trust(const config::ClusterConfig& cl) {
+  const std::string& kind = cl.transport();
+  if (kind.rfind("fabric", 0) != 0 || cl.trusted_network()) return;
+  const std::string provider = kind == "fabric" ? std::string("tcp;ofi_rxm") : kind.substr(kind.find(':') + 1);
+  if (provider == "shm") return;
+  std::set<std::string> sites;
+  for (const auto& p : cl.peers()) sites.insert(p.site());
+  if (sites.size() < 2) return;
+  throw InputError("cluster.transport '" + kind + "': fabric over a network carries frames unencrypted, and the peers are on " +
+                   std::to_string(sites.size()) + " sites; use tcp (TLS), or set cluster.trusted_network: true if the network "
+                   "between the sites is trusted");
+}
+
 TrainResult run_cluster_peer(const config::Config& base, const std::string& name, EventLog& log, Progress* progress,
                              const std::atomic<bool>* stop) {
   const auto& cl = base.cluster();
@@ -58,6 +75,8 @@ TrainResult run_cluster_peer(const config::Config& base, const std::string& name
   o.cluster_id = cl.id();
   o.secret = load_cluster_secret(cl);
   for (const auto& p : cl.peers()) o.cluster_peers.push_back(p.name());
+  o.tls = cl.tls();
+  check_transport_trust(cl);
   std::unique_ptr<Transport> transport = create_transport(cl.transport(), o);
   if (emulates_links(cl) && !cl.ideal()) {
     std::map<std::string, LinkModel> per_peer;
