@@ -3,6 +3,9 @@
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509v3.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -657,4 +660,90 @@ TEST_CASE("admission: a second proven connection under a name replaces the first
     CHECK(named);
     CHECK(a.got.size() == 1);
   }
+}
+
+namespace {
+
+// A P-256 key and a certificate for `name` (subject CN and DNS SAN), signed by `ca`
+// (self-signed when null), written as PEM to DIR/FILE.key and DIR/FILE.pem.
+struct TestCert {
+  EVP_PKEY* key = nullptr;
+  X509* cert = nullptr;
+  std::string key_file, cert_file;
+  TestCert(const std::string& dir, const std::string& file, const std::string& name, const TestCert* ca) {
+    key = EVP_EC_gen("P-256");
+    cert = X509_new();
+    X509_set_version(cert, 2);
+    ASN1_INTEGER_set(X509_get_serialNumber(cert), static_cast<long>(std::hash<std::string>{}(file) & 0x7fffffff));
+    X509_gmtime_adj(X509_getm_notBefore(cert), -3600);
+    X509_gmtime_adj(X509_getm_notAfter(cert), 3600);
+    X509_set_pubkey(cert, key);
+    X509_NAME_add_entry_by_txt(X509_get_subject_name(cert), "CN", MBSTRING_ASC,
+                               reinterpret_cast<const unsigned char*>(name.c_str()), -1, -1, 0);
+    X509_set_issuer_name(cert, ca != nullptr ? X509_get_subject_name(ca->cert) : X509_get_subject_name(cert));
+    X509V3_CTX ctx;
+    X509V3_set_ctx_nodb(&ctx);
+    X509V3_set_ctx(&ctx, ca != nullptr ? ca->cert : cert, cert, nullptr, nullptr, 0);
+    for (const auto& [nid, value] : std::vector<std::pair<int, std::string>>{
+             {NID_basic_constraints, ca != nullptr ? "CA:FALSE" : "critical,CA:TRUE"},
+             {NID_subject_alt_name, ca != nullptr ? "DNS:" + name : "DNS:ca"}}) {
+      X509_EXTENSION* e = X509V3_EXT_conf_nid(nullptr, &ctx, nid, value.c_str());
+      X509_add_ext(cert, e, -1);
+      X509_EXTENSION_free(e);
+    }
+    X509_sign(cert, ca != nullptr ? ca->key : key, EVP_sha256());
+    key_file = dir + "/" + file + ".key";
+    cert_file = dir + "/" + file + ".pem";
+    FILE* k = std::fopen(key_file.c_str(), "w");
+    PEM_write_PrivateKey(k, key, nullptr, nullptr, 0, nullptr, nullptr);
+    std::fclose(k);
+    FILE* c = std::fopen(cert_file.c_str(), "w");
+    PEM_write_X509(c, cert);
+    std::fclose(c);
+  }
+  ~TestCert() {
+    X509_free(cert);
+    EVP_PKEY_free(key);
+  }
+};
+
+TransportOptions with_cert(TransportOptions o, const TestCert& mine, const TestCert& ca) {
+  o.tls_cert_file = mine.cert_file;
+  o.tls_key_file = mine.key_file;
+  o.tls_ca_file = ca.cert_file;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("tls (tcp): per-site certificates: verified against the CA, the admitted name checked against the certificate") {
+  const std::string dir = (std::filesystem::temp_directory_path() / ("hearsay-certs-" + std::to_string(getpid()))).string();
+  std::filesystem::create_directories(dir);
+  const TestCert ca(dir, "ca", "hearsay test CA", nullptr), other_ca(dir, "other-ca", "another CA", nullptr);
+  const TestCert a_cert(dir, "a", "a", &ca), b_cert(dir, "b", "b", &ca), c_cert(dir, "c-as-x", "x", &ca),
+      stranger(dir, "stranger", "b", &other_ca);
+  {
+    Pair p("tcp", with_cert(options_for("a"), a_cert, ca), with_cert(options_for("b"), b_cert, ca));
+    REQUIRE(p.b.wait_connected("a"));
+    p.b.t->send("a", update_frame({1.5f}, 1), nullptr);
+    CHECK(p.a.wait_frames(1));
+  }
+  {
+    // c has the secret and a good certificate, but one naming x: not admitted as c.
+    Pair p("tcp", with_cert(options_for("a"), a_cert, ca), with_cert(options_for("c"), c_cert, ca));
+    REQUIRE(p.a.wait_event(LinkEvent::Kind::kRejected));
+    CHECK(reasons_with(p.a, "not named in its TLS certificate") >= 1);
+    CHECK_FALSE(p.a.t->link_stats("c").connected);
+  }
+  {
+    // A certificate from another CA fails the handshake.
+    Pair p("tcp", with_cert(options_for("a"), a_cert, ca), with_cert(options_for("b"), stranger, other_ca));
+    REQUIRE(p.a.wait_event(LinkEvent::Kind::kRejected));
+    CHECK(reasons_with(p.a, "TLS") >= 1);
+    CHECK(p.a.t->counters().connections_admitted == 0);
+  }
+  auto half = options_for("a");
+  half.tls_cert_file = a_cert.cert_file;
+  CHECK_THROWS_WITH_AS(create_transport("tcp", half), doctest::Contains("all three"), InputError);
+  std::filesystem::remove_all(dir);
 }
