@@ -339,14 +339,11 @@ class TcpTransport final : public LinkTableTransport {
 TcpConnection::TcpConnection(TcpTransport& t, tcp::socket sock, std::string address, std::string dial_peer)
     : t_(t), sock_(std::move(sock)), strand_(asio::make_strand(t.io().get_executor())), handshake_timer_(strand_),
       address_(std::move(address)), dial_peer_(std::move(dial_peer)), decoder_(kHandshakeLimits),
-      session_(t.options(), address_,
+      session_(t.options(), address_, dial_peer_,
                Session::Hooks{
                    [this](OutFrame f) { queue(std::move(f), nullptr); },
                    [this](const std::string& reason) { fail(reason, true); },
                    [this](const std::string& peer) {
-                     if (!dial_peer_.empty() && peer != dial_peer_) {
-                       return fail("admission: dialled peer '" + dial_peer_ + "' but it is '" + peer + "'", true);
-                     }
                      // With certificates, the name proven by the secret must also be the
                      // one the CA vouched for.
                      if (ssl_ != nullptr && t_.tls()->uses_certificates()) {
