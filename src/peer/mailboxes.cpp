@@ -215,6 +215,7 @@ std::string Inbox::complete(GossipEngine::Message&& m) {
     }
   }
   cv_.notify_all();
+  return {};
 }
 
 std::vector<GossipEngine::Message> Inbox::take_async() {
