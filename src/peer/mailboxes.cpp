@@ -194,7 +194,7 @@ std::string Inbox::complete(GossipEngine::Message&& m) {
     std::set<uint64_t> rounds{m.round};
     size_t held = 0;
     for (const auto& [k, v] : sync_) {
-      if (std::get<0>(k) != m.from || std::get<1>(k) == m.round && std::get<2>(k) == m.phase) continue;
+      if (std::get<0>(k) != m.from || (std::get<1>(k) == m.round && std::get<2>(k) == m.phase)) continue;
       rounds.insert(std::get<1>(k));
       ++held;
     }
