@@ -4,7 +4,10 @@
 // The honest peers must refuse those updates, quarantine the sender, keep their memory
 // bounded and train on with each other.
 #include <doctest/doctest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -33,8 +36,9 @@ struct PeerProcess {
   long peak_rss_kb = 0;
   int status = -1;
 
-  PeerProcess(const std::string& args, const std::string& out) : out_path(out) {
-    const std::string cmd = "exec env HEARSAY_SECRET=" + std::string(kSecret) + " " + HEARSAY_BIN_DIR +
+  // `shell_prefix`: commands to run first in the child's shell (e.g. "ulimit -n 256;").
+  PeerProcess(const std::string& args, const std::string& out, const std::string& shell_prefix = "") : out_path(out) {
+    const std::string cmd = shell_prefix + "exec env HEARSAY_SECRET=" + std::string(kSecret) + " " + HEARSAY_BIN_DIR +
                             "/hearsay-peer --quiet " + args + " > " + out + " 2>&1";
     pid = fork();
     if (pid == 0) {
@@ -79,19 +83,20 @@ struct PeerProcess {
 };
 
 // a, b, c: this test plays b. a listens first; b and c dial a; c dials b.
-std::string cluster_config(const TempDir& dir, int base_port) {
+std::string cluster_config(const TempDir& dir, int base_port, int epochs = 20, bool tls = true) {
   const std::string cfg = R"(
     name: "adversary"
     seed: 3
     model { kind: MLP hidden: [256, 256] }
     data { format: SYNTHETIC synthetic_train: 6000 synthetic_test: 1000 synthetic_dim: 64 num_classes: 4 }
     optim { lr: 0.05 momentum: 0.9 }
-    train { batch_size: 32 epochs: 20 }
+    train { batch_size: 32 epochs: )" + std::to_string(epochs) + R"( }
     log { every_steps: 50 }
     cluster {
       id: "adversary"
       secret_env: "HEARSAY_SECRET"
       connect_timeout_s: 10
+      tls: )" + std::string(tls ? "true" : "false") + R"(
       peers { name: "a" address: "127.0.0.1:)" + std::to_string(base_port) + R"(" }
       peers { name: "b" address: "127.0.0.1:)" + std::to_string(base_port + 1) + R"(" }
       peers { name: "c" address: "127.0.0.1:)" + std::to_string(base_port + 2) + R"(" }
@@ -125,6 +130,84 @@ OutFrame model_frame(const std::vector<float>& values, uint64_t id, bool synchro
   u->set_round(round);
   auto data = std::make_shared<std::vector<float>>(values);
   return make_frame(e, reinterpret_cast<const uint8_t*>(data->data()), data->size() * sizeof(float), data);
+}
+
+// A stranger's raw connection: it speaks the wire format by hand and forges what it likes.
+struct RawClient {
+  int fd = -1;
+  FrameDecoder decoder;
+  std::vector<wire::Envelope> got;
+  bool closed = false;
+
+  explicit RawClient(int port) {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(static_cast<uint16_t>(port));
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) closed = true;
+    timeval tv{0, 50000};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
+  ~RawClient() {
+    if (fd >= 0) ::close(fd);
+  }
+  void send(const wire::Envelope& e) {
+    const std::string bytes = flatten(make_frame(e));
+    ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  }
+  void hello(const std::string& name, const std::string& nonce) {
+    wire::Envelope e;
+    auto* h = e.mutable_hello();
+    h->set_peer_id(name);
+    h->set_cluster_id("adversary");
+    h->set_protocol_version(kProtocolVersion);
+    h->set_nonce(nonce);
+    send(e);
+  }
+  void proof(const std::string& name, const std::string& p) {
+    wire::Envelope e;
+    e.mutable_hello()->set_peer_id(name);
+    e.mutable_hello()->set_proof(p);
+    send(e);
+  }
+  // Reads until `done()` holds, the other side closes, or `seconds` pass.
+  void read_until(const std::function<bool()>& done, double seconds = 5) {
+    const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+    char buf[4096];
+    while (!done() && !closed && Clock::now() < deadline) {
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) closed = true;
+      if (n <= 0) continue;
+      decoder.feed(reinterpret_cast<const uint8_t*>(buf), static_cast<size_t>(n), [&](InFrame&& f) { got.push_back(f.envelope); });
+    }
+  }
+  std::string field(bool want_proof) const {
+    for (const auto& e : got) {
+      if (want_proof && e.hello().has_proof()) return e.hello().proof();
+      if (!want_proof && e.hello().has_nonce()) return e.hello().nonce();
+    }
+    return {};
+  }
+  std::string nonce() {
+    read_until([&] { return !field(false).empty(); });
+    return field(false);
+  }
+  std::string proof() {
+    read_until([&] { return !field(true).empty(); });
+    return field(true);
+  }
+  // Whether the other side closed the connection within `seconds`.
+  bool refused(double seconds = 5) {
+    read_until([] { return false; }, seconds);
+    return closed;
+  }
+};
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
 }
 
 // The value of "key": in the last line of `log` holding `event`, as a number.
@@ -208,4 +291,99 @@ TEST_CASE("adversary: NaN models, absurd norms and a future-round flood from an 
   MESSAGE("peak RSS: a " << a.peak_rss_kb / 1024 << " MB, c " << c.peak_rss_kb / 1024 << " MB");
   CHECK(a.peak_rss_kb < 150 * 1024);
   CHECK(c.peak_rss_kb < 150 * 1024);
+}
+
+TEST_CASE("adversary: strangers without the secret (reflection, relay, replay, a name outside the cluster, 1,000 idle "
+          "connections past the descriptor limit) are not admitted; the peer keeps training and admits an honest peer after") {
+  // TLS off, so the strangers reach the admission handshake itself (with TLS on, they fail
+  // one layer earlier, at the pre-shared key).
+  TempDir dir;
+  const int port = 17434;
+  const std::string cfg = cluster_config(dir, port, 60, /*tls=*/false);
+  // a may hold at most 48 descriptors (fewer than its cap of unadmitted connections): the
+  // flood below runs it out of them.
+  PeerProcess a("--config " + cfg + " --peer a --log " + dir.file("a.jsonl"), dir.file("a.out"), "ulimit -n 48; ");
+  PeerProcess c("--config " + cfg + " --peer c --log " + dir.file("c.jsonl"), dir.file("c.out"));
+  const auto started = Clock::now() + std::chrono::seconds(20);
+  while (test::read_file(dir.file("a.jsonl")).find(R"("state":"up","neighbour":"c")") == std::string::npos && Clock::now() < started) {
+    a.poll(0.05);
+  }
+  CAPTURE(a.output());
+  CAPTURE(c.output());
+  const std::string zeros(32, 'z'), ones(32, '1');
+
+  // Reflection: a's own name; then a's nonce of one connection played into a second one,
+  // and the proof a signs there handed back on the first.
+  RawClient own(port);
+  own.hello("a", zeros);
+  CHECK(own.refused());
+  CHECK(own.field(true).empty());
+  RawClient first(port), second(port);
+  first.hello("c", zeros);
+  const std::string a_nonce = first.nonce();
+  REQUIRE(a_nonce.size() == 32);
+  second.hello("c", a_nonce);
+  const std::string reflected = second.proof();
+  REQUIRE_FALSE(reflected.empty());
+  first.proof("c", reflected);
+  CHECK(first.refused());
+  // Replay: that proof, with the same nonce, on a new connection (a's nonce is new).
+  RawClient replay(port);
+  replay.hello("c", a_nonce);
+  replay.proof("c", reflected);
+  CHECK(replay.refused());
+  // Relay: claim c towards a, and have the real c sign a's nonce (claiming a towards c).
+  RawClient to_a(port), to_c(port + 2);
+  to_a.hello("c", ones);
+  const std::string nonce_for_c = to_a.nonce();
+  to_c.hello("a", nonce_for_c);
+  const std::string relayed = to_c.proof();
+  REQUIRE_FALSE(relayed.empty());
+  to_a.proof("c", relayed);
+  CHECK(to_a.refused());
+  // A name the cluster does not have.
+  RawClient mallory(port);
+  mallory.hello("mallory", zeros);
+  CHECK(mallory.refused());
+  CHECK(mallory.field(true).empty());
+
+  // 1,000 idle connections: more than a's descriptors; a caps the unadmitted ones, rides
+  // out EMFILE, and its memory stays bounded.
+  rlimit lim{};
+  getrlimit(RLIMIT_NOFILE, &lim);
+  lim.rlim_cur = std::max<rlim_t>(lim.rlim_cur, std::min<rlim_t>(lim.rlim_max, 4096));
+  setrlimit(RLIMIT_NOFILE, &lim);
+  {
+    std::vector<std::unique_ptr<RawClient>> idle;
+    for (int i = 0; i < 1000; ++i) idle.push_back(std::make_unique<RawClient>(port));
+    a.poll(2.0);
+  }
+  // Afterwards an honest peer (b, holding the secret) is admitted.
+  auto o = insider("b");
+  o.tls = false;
+  auto b = create_transport("tcp", o);
+  std::atomic<int> frames{0};
+  b->set_receiver([&](const std::string&, InFrame&&) { ++frames; });
+  b->listen("127.0.0.1:" + std::to_string(port + 1));
+  b->connect("a", "127.0.0.1:" + std::to_string(port));
+  const auto deadline = Clock::now() + std::chrono::seconds(15);
+  while (!b->link_stats("a").connected && Clock::now() < deadline) a.poll(0.05);
+  CHECK(b->link_stats("a").connected);
+  REQUIRE(a.poll(120));
+  REQUIRE(c.poll(120));
+  b->close();
+  const std::string out = a.output();
+  CHECK(a.status == 0);
+  CHECK(c.status == 0);
+  CHECK(frames > 0);  // b took part in the gossip once admitted
+  CHECK(out.find("claims this peer's own name 'a'") != std::string::npos);
+  CHECK(count(out, "admission: wrong proof") >= 3);  // reflection, replay, relay
+  CHECK(out.find("'mallory' is not a peer of cluster 'adversary'") != std::string::npos);
+  CHECK(out.find("Too many open files") != std::string::npos);  // the acceptor said so, and went on
+  for (const std::string name : {"a.jsonl", "c.jsonl"}) {
+    const std::string log = test::read_file(dir.file(name));
+    CHECK(last_number(log, "end", "final_test_acc") > 0.8);
+  }
+  MESSAGE("peak RSS: a " << a.peak_rss_kb / 1024 << " MB, c " << c.peak_rss_kb / 1024 << " MB");
+  CHECK(a.peak_rss_kb < 150 * 1024);
 }
