@@ -23,6 +23,7 @@ struct ClusterSpec {
   std::string transport = "inproc";
   std::vector<double> slowdown;                  // per peer; empty: all 1
   std::vector<double> start_delay_s;             // per peer: joins late; empty: all 0
+  std::vector<std::string> byzantine;            // per peer (GossipSpec::byzantine); empty: none
   LinkModel link;                                // every directed link
   std::map<std::pair<int, int>, LinkModel> links;  // (from, to) overrides
   std::string log_dir;                           // per-peer JSON Lines logs; empty: none

@@ -69,6 +69,10 @@ struct GossipSpec {
   std::string model_codec = "none";   // whole models: none, fp16, bf16, int8
   AdaptiveSpec adaptive;              // per-link choice of codec (replaces codec.name)
   UpdateGuardSpec guard;
+  // Fault injection for robustness experiments: this peer lies in every asynchronous
+  // update it sends. none; scaled (x 5); sign_flip (negated); random (Gaussian of the
+  // same norm). docs/ALGORITHMS.md, "Hostile and broken updates".
+  std::string byzantine = "none";
 };
 
 // Throws InputError naming the problem.
@@ -79,6 +83,7 @@ bool is_synchronous(const std::string& algorithm);
 class Algorithm;
 class Inbox;
 class UpdateGuard;
+class RobustMixing;
 class Outbox;
 
 class GossipEngine {
@@ -148,6 +153,9 @@ class GossipEngine {
   void set_params_host(const std::vector<float>& p);
   // x <- (1 - w) x + w y, on the device.
   void mix_params(const std::vector<float>& y, double w);
+  // The same for a neighbour's model, through the robust rule when one is configured
+  // (mixer.robust): y is replaced by what that rule says to mix toward.
+  void mix_neighbour_model(int from, const std::vector<float>& y, double w);
   // x <- x + a * y, on the device.
   void axpy_params(double a, const std::vector<float>& y);
   // g <- g + a * y into the gradient buffer, on the device.
@@ -158,6 +166,7 @@ class GossipEngine {
 
  private:
   void on_frame(const std::string& from, InFrame&& frame);
+  void lie(std::vector<float>& v);  // spec_.byzantine
   // A neighbour's update failed a check: count it, say so, maybe quarantine the sender.
   void refuse(int from, const std::string& why);
   // The asynchronous arrivals that pass the norm check (the finite check ran on decode).
@@ -204,6 +213,7 @@ class GossipEngine {
   double last_step_at_ = 0;        // step-loop thread only
   std::atomic<uint64_t> rejected_{0};  // updates refused: failed to decode, non-finite, implausible
   std::unique_ptr<UpdateGuard> guard_;
+  std::unique_ptr<RobustMixing> robust_;  // step-loop thread only
   std::atomic<double> own_grad_norm_{0};  // smoothed; 0 until the first gradient
   std::vector<std::string> mixed_this_step_;  // step-loop thread only
 };

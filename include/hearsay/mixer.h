@@ -30,10 +30,18 @@ struct MixerSpec {
   // counts for what it has learnt.
   bool weight_by_samples = false;
   double max_share = 0.5;
+  // Robust model mixing against a Byzantine neighbour (src/mixer/robust.h): none,
+  // centered_clip or trimmed_mean.
+  enum class Robust { kNone, kCenteredClip, kTrimmedMean };
+  Robust robust = Robust::kNone;
+  double clip_factor = 1.0;  // centered_clip: tau = clip_factor x median recent difference
+  double trim = 0.2;         // trimmed_mean: fraction cut from each side
 };
 
 // Parses "constant", "polynomial", "exponential", "inverse"; throws InputError.
 MixerSpec::Weighting parse_weighting(const std::string& name);
+// Parses "none", "centered_clip", "trimmed_mean"; throws InputError.
+MixerSpec::Robust parse_robust(const std::string& name);
 
 class Mixer {
  public:

@@ -60,6 +60,9 @@ GossipSpec gossip_spec(const config::ClusterConfig& c) {
   s.guard.max_norm_ratio = g.guard().max_norm_ratio();
   s.guard.strikes = g.guard().strikes();
   s.guard.quarantine_s = g.guard().quarantine_s();
+  s.mixer.robust = parse_robust(g.robust());
+  s.mixer.clip_factor = g.clip_factor();
+  s.mixer.trim = g.trim();
   return s;
 }
 

@@ -27,7 +27,17 @@ MixerSpec::Weighting parse_weighting(const std::string& name) {
   throw InputError("mixer weighting '" + name + "': unknown; use constant, polynomial, exponential or inverse");
 }
 
+MixerSpec::Robust parse_robust(const std::string& name) {
+  if (name == "none") return MixerSpec::Robust::kNone;
+  if (name == "centered_clip") return MixerSpec::Robust::kCenteredClip;
+  if (name == "trimmed_mean") return MixerSpec::Robust::kTrimmedMean;
+  throw InputError("mixer robust '" + name + "': unknown; use none, centered_clip or trimmed_mean");
+}
+
 Mixer::Mixer(MixerSpec spec) : spec_(spec) {
+  if (!(spec_.clip_factor > 0) || !(spec_.trim >= 0 && spec_.trim < 0.5)) {
+    throw InputError("mixer: clip_factor must be > 0 and trim in [0, 0.5)");
+  }
   if (!(spec_.alpha >= 0) || !(spec_.lambda >= 0) || spec_.tau_max < 0 || !(spec_.max_share > 0 && spec_.max_share <= 1)) {
     throw InputError("mixer: alpha and lambda must be >= 0, tau_max >= 0, max_share in (0, 1]");
   }

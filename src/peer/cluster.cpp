@@ -107,6 +107,7 @@ ClusterResult run_cluster(const ClusterSpec& spec) {
     logs.push_back(std::make_unique<EventLog>(spec.log_dir.empty() ? "" : spec.log_dir + "/" + ids[i] + ".jsonl", ids[i]));
     PeerNetwork net;
     net.gossip = spec.gossip;
+    if (!spec.byzantine.empty()) net.gossip.byzantine = spec.byzantine.at(i);
     net.peers = ids;
     net.me = i;
     net.transport = transports[i].get();

@@ -117,6 +117,7 @@ TrainResult run_cluster_peer(const config::Config& base, const std::string& name
   if (!cl.peers(me).device().empty()) cfg.set_device(cl.peers(me).device());
   PeerNetwork net;
   net.gossip = gossip_spec(cl);
+  net.gossip.byzantine = cl.peers(me).byzantine();
   net.peers = ids;
   net.me = me;
   net.transport = transport.get();

@@ -7,6 +7,7 @@
 #include "hearsay/error.h"
 #include "mailboxes.h"
 #include "update_guard.h"
+#include "../mixer/robust.h"
 
 namespace hearsay {
 
@@ -32,6 +33,9 @@ void check_gossip_spec(const GossipSpec& s, int peers) {
   }
   if (s.segment_elements < 1024) throw InputError("segment_elements must be >= 1024");
   if (!(s.consensus_step > 0 && s.consensus_step <= 1)) throw InputError("choco: consensus_step must be in (0, 1]");
+  if (s.byzantine != "none" && s.byzantine != "scaled" && s.byzantine != "sign_flip" && s.byzantine != "random") {
+    throw InputError("byzantine '" + s.byzantine + "': use none, scaled, sign_flip or random");
+  }
   if (!(s.guard.max_norm_ratio >= 0) || s.guard.strikes < 0 || !(s.guard.quarantine_s >= 0)) {
     throw InputError("guard: max_norm_ratio and quarantine_s must be >= 0 and strikes >= 0");
   }
@@ -50,7 +54,8 @@ GossipEngine::GossipEngine(const GossipSpec& spec, std::vector<std::string> peer
     : spec_(spec), peers_(std::move(peers)), me_(me), transport_(transport), model_(model), sgd_(sgd), clock_(clock),
       log_(log), mixer_(spec.mixer), topology_(make_topology(spec.topology, static_cast<int>(peers_.size()))),
       rng_(seed, 500 + me), inbox_(std::make_unique<Inbox>(mixer_)),
-      guard_(std::make_unique<UpdateGuard>(spec.guard, peers_.size())) {
+      guard_(std::make_unique<UpdateGuard>(spec.guard, peers_.size())),
+      robust_(std::make_unique<RobustMixing>(spec.mixer)) {
   check_gossip_spec(spec_, static_cast<int>(peers_.size()));
   link_bps_.assign(peers_.size(), 0.0);
   for (size_t i = 0; i < peers_.size(); ++i) {
@@ -344,7 +349,24 @@ void GossipEngine::send(int to, wire::PayloadKind kind, const std::vector<float>
   m.offset = offset;
   m.total = total == 0 ? model_.num_params() : total;
   m.data = data;
+  if (spec_.byzantine != "none" && !synchronous && !m.data.empty()) lie(m.data);
   outboxes_[to]->offer(std::move(m));
+}
+
+// Fault injection (spec.byzantine): what a Byzantine peer sends instead of the truth,
+// each chosen to pass the norm check (at its default ratio) so that only robust mixing
+// can stop it.
+void GossipEngine::lie(std::vector<float>& v) {
+  if (spec_.byzantine == "scaled") {
+    for (float& x : v) x *= 5.0f;
+  } else if (spec_.byzantine == "sign_flip") {
+    for (float& x : v) x = -x;
+  } else if (spec_.byzantine == "random") {
+    double sq = 0;
+    for (float x : v) sq += double(x) * x;
+    const double sigma = std::sqrt(sq / static_cast<double>(v.size()));
+    for (float& x : v) x = static_cast<float>(sigma * rng_.normal());
+  }
 }
 
 std::vector<GossipEngine::Message> GossipEngine::take_async() { return screen(inbox_->take_async()); }
@@ -373,6 +395,11 @@ void GossipEngine::mix_params(const std::vector<float>& y, double w) {
   b.upload(scratch_.data(), y.data(), sizeof(float) * y.size());
   b.scale(y.size(), static_cast<float>(1.0 - w), model_.params());
   b.axpy(y.size(), static_cast<float>(w), scratch_.f32(), model_.params());
+}
+
+void GossipEngine::mix_neighbour_model(int from, const std::vector<float>& y, double w) {
+  if (spec_.mixer.robust == MixerSpec::Robust::kNone) return mix_params(y, w);
+  mix_params(robust_->target(from, params_host(), y), w);
 }
 
 void GossipEngine::axpy_host(double a, const std::vector<float>& y, float* device_dst) {

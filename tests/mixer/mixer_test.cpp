@@ -4,6 +4,7 @@
 
 #include "hearsay/error.h"
 #include "hearsay/mixer.h"
+#include "../../src/mixer/robust.h"
 
 using namespace hearsay;
 
@@ -57,4 +58,31 @@ TEST_CASE("mixer: model averaging stays a convex combination whatever the weight
     CHECK(w >= 0.0);
     CHECK(w <= 0.5);
   }
+}
+
+TEST_CASE("robust mixing: centered clipping cuts an outlying difference to the median length; trimmed mean drops the extremes") {
+  MixerSpec s;
+  s.robust = MixerSpec::Robust::kCenteredClip;
+  RobustMixing clip(s);
+  const std::vector<float> x{0, 0};
+  for (int i = 0; i < 5; ++i) CHECK(clip.target(1, x, {3, 4}) == std::vector<float>{3, 4});  // length 5: the median
+  const auto cut = clip.target(2, x, {-300, -400});  // length 500, from a liar
+  CHECK(cut[0] == doctest::Approx(-3.0f));
+  CHECK(cut[1] == doctest::Approx(-4.0f));
+  CHECK(clip.clipped() == 1);
+
+  s.robust = MixerSpec::Robust::kTrimmedMean;
+  s.trim = 0.2;
+  RobustMixing trim(s);
+  // Own model 1; neighbours 2, 3, 4 and a liar at 1000: with m = 5 one is cut each side.
+  trim.target(1, {1}, {2});
+  trim.target(2, {1}, {3});
+  trim.target(3, {1}, {4});
+  const auto t = trim.target(4, {1}, {1000});
+  CHECK(t[0] == doctest::Approx(3.0f));  // mean of 2, 3, 4
+
+  s.robust = MixerSpec::Robust::kNone;
+  RobustMixing none(s);
+  CHECK(none.target(1, x, {-300, -400}) == std::vector<float>{-300, -400});
+  CHECK_THROWS_AS(parse_robust("median"), InputError);
 }

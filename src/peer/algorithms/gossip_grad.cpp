@@ -23,7 +23,7 @@ class GossipGrad final : public Algorithm {
         const auto d = e.mixer().model(e.clock(), m.clock, 0.5, e.samples_seen(), m.samples);
         if (d.drop) continue;
         e.note_model_distance(e.peers()[m.from], m.data);
-        e.mix_params(m.data, d.weight);
+        e.mix_neighbour_model(m.from, m.data, d.weight);
       }
     }
     const BatchStats s = gradient_only(e, x, labels, batch);
