@@ -110,10 +110,14 @@ def run_summary(directory, target):
     peers = {}
     taus = {"p50": [], "p90": [], "p99": []}
     tau_max = 0
+    quarantines = []
     for path in peer_logs(directory):
         name, events = read_log(path)
         peers[name] = peer_summary(events, target)
         for e in events:
+            if e.get("event") == "quarantine" and e.get("state") == "on":
+                quarantines.append({"peer": name, "neighbour": e.get("neighbour"), "step": e.get("step"),
+                                    "t": e.get("t"), "reason": e.get("reason")})
             if e.get("event") == "gossip" and e.get("applied", 0) > 0:
                 for k in taus:
                     if e.get("tau_" + k) is not None:
@@ -140,5 +144,7 @@ def run_summary(directory, target):
             "p99": statistics.median(taus["p99"]) if taus["p99"] else None,
             "max": tau_max,
         },
+        # Neighbours a peer stopped mixing because their updates kept failing its checks.
+        "quarantines": quarantines,
         "peers": peers,
     }

@@ -113,6 +113,7 @@ class PeerView:
         self.tau = None
         self.last_bytes = None
         self.last_t = None
+        self.quarantined = []  # neighbours whose updates this peer refuses now
         self.state = "starting"
 
     def poll(self, target):
@@ -149,6 +150,8 @@ class PeerView:
                     self.tx = (b - self.last_bytes) / (t - self.last_t)
                 self.last_bytes, self.last_t = b, t
                 self.tau = e.get("tau_p50")
+                q = e.get("quarantined")
+                self.quarantined = q if isinstance(q, list) else []
             elif kind == "end":
                 self.state = "done"
 
@@ -163,7 +166,8 @@ def render(views, elapsed, title):
     for v in views:
         acc = fmt(v.acc * 100 if v.acc is not None else None, ".2f") + ("*" if v.reached_at is not None else " ")
         rows.append(f"  {v.name:<12} {v.state:<9} {v.step:>7} {fmt(v.rate, '10.1f'):>10} {fmt(v.loss, '7.4f'):>7} "
-                    f"{acc:>9} {fmt(v.tx / 1e6 if v.tx is not None else None, '8.2f'):>8} {fmt(v.tau, '7.1f'):>7}")
+                    f"{acc:>9} {fmt(v.tx / 1e6 if v.tx is not None else None, '8.2f'):>8} {fmt(v.tau, '7.1f'):>7}"
+                    + (f"  quarantined: {','.join(map(str, v.quarantined))}" if v.quarantined else ""))
     return rows
 
 
@@ -187,7 +191,8 @@ class Display:
         else:
             parts = [f"{v.name} step {v.step} {fmt(v.rate, '.0f')} samples/s loss {fmt(v.loss, '.3f')}"
                      f" acc {fmt(v.acc * 100 if v.acc is not None else None, '.1f')}%"
-                     f" tx {fmt(v.tx / 1e6 if v.tx is not None else None, '.2f')} MB/s tau {fmt(v.tau, '.0f')}" for v in views]
+                     f" tx {fmt(v.tx / 1e6 if v.tx is not None else None, '.2f')} MB/s tau {fmt(v.tau, '.0f')}"
+                     + (f" quarantined {','.join(map(str, v.quarantined))}" if v.quarantined else "") for v in views]
             sys.stdout.write(f"[{title} {elapsed:.0f}s] " + " | ".join(parts) + "\n")
         sys.stdout.flush()
 

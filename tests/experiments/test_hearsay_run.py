@@ -205,6 +205,22 @@ class HearsayPlot(unittest.TestCase):
             self.assertNotIn("Traceback", r.stderr)
             self.assertTrue(os.path.exists(os.path.join(out, "index.html")))
 
+    def test_the_summary_lists_quarantined_neighbours(self):
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "experiments"))
+        import hearsay_logs
+        with tempfile.TemporaryDirectory(prefix="hearsay-summary-test-") as run:
+            for peer in ("a", "b"):
+                with open(os.path.join(RECORDED, f"{peer}.jsonl")) as f:
+                    lines = f.read().splitlines()
+                if peer == "a":
+                    lines.insert(3, '{"t":0.9,"peer":"a","event":"quarantine","step":30,"neighbour":"b","state":"on",'
+                                    '"reason":"non-finite: element 2 is NaN of segment 0","for_s":30}')
+                with open(os.path.join(run, f"{peer}.jsonl"), "w") as f:
+                    f.write("\n".join(lines) + "\n")
+            summary = hearsay_logs.run_summary(run, 0.8)
+            self.assertEqual(summary["quarantines"], [{"peer": "a", "neighbour": "b", "step": 30, "t": 0.9,
+                                                       "reason": "non-finite: element 2 is NaN of segment 0"}])
+
     def test_a_directory_without_logs_is_an_error_naming_it(self):
         with tempfile.TemporaryDirectory() as empty:
             r = subprocess.run([PLOT, empty], capture_output=True, text=True, timeout=60)
