@@ -97,7 +97,10 @@ TrainResult Peer::run() {
                  .add("batch_size", batch)
                  .add("total_steps", total_steps)
                  .add("target_test_acc", t.target_test_acc())
-                 .add("seed", static_cast<int64_t>(cfg_.seed())));
+                 .add("seed", static_cast<int64_t>(cfg_.seed()))
+                 // Wall-clock time (Unix seconds) at this event: places the log's relative
+                 // times among other processes' (restarted peers append to one log).
+                 .add("unix_time", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()));
 
   const int64_t first_step = resume();
   // A resumed peer goes on from its own state; a fresh one may start from a neighbour's.
