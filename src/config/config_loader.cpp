@@ -169,6 +169,8 @@ void validate(const config::Config& c, const Locator& at) {
         fail(at_i + ".address", "address '" + p.address() + "' is used by two peers");
       }
       if (!(p.slowdown() >= 1) || !std::isfinite(p.slowdown())) fail(at_i + ".slowdown", "must be >= 1, got " + number(p.slowdown()));
+      const std::set<std::string> lies{"none", "scaled", "sign_flip", "random"};
+      if (lies.count(p.byzantine()) == 0) fail(at_i + ".byzantine", "unknown '" + p.byzantine() + "'; use none, scaled, sign_flip or random");
     }
     const auto& g = cl.gossip();
     const auto algorithms = gossip_algorithms();
@@ -193,6 +195,16 @@ void validate(const config::Config& c, const Locator& at) {
     if (!(g.bandwidth_floor() > 0 && g.bandwidth_floor() <= 1)) fail("cluster.gossip.bandwidth_floor", "must be in (0, 1]");
     if (!(g.sync_timeout_s() > 0) || !std::isfinite(g.sync_timeout_s())) fail("cluster.gossip.sync_timeout_s", "must be a positive number");
     if (!(g.consensus_step() > 0 && g.consensus_step() <= 1)) fail("cluster.gossip.consensus_step", "must be in (0, 1]");
+    const std::set<std::string> robust{"none", "centered_clip", "trimmed_mean"};
+    if (robust.count(g.robust()) == 0) fail("cluster.gossip.robust", "unknown '" + g.robust() + "'; use none, centered_clip or trimmed_mean");
+    if (!(g.clip_factor() > 0) || !std::isfinite(g.clip_factor())) fail("cluster.gossip.clip_factor", "must be a positive number");
+    if (!(g.trim() >= 0 && g.trim() < 0.5)) fail("cluster.gossip.trim", "must be in [0, 0.5), got " + number(g.trim()));
+    const auto& guard = g.guard();
+    if (!(guard.max_norm_ratio() >= 0) || !std::isfinite(guard.max_norm_ratio())) {
+      fail("cluster.gossip.guard.max_norm_ratio", "must be a finite number >= 0 (0: no norm check)");
+    }
+    if (guard.strikes() < 0) fail("cluster.gossip.guard.strikes", "must be >= 0 (0: never quarantine)");
+    if (!(guard.quarantine_s() >= 0) || !std::isfinite(guard.quarantine_s())) fail("cluster.gossip.guard.quarantine_s", "must be a finite number >= 0");
     const auto& k = g.codec();
     const auto codecs = codec_names();
     if (std::find(codecs.begin(), codecs.end(), k.name()) == codecs.end()) {

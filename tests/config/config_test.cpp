@@ -76,6 +76,22 @@ TEST_CASE("config: checks of nested and repeated fields give the line and column
                        doctest::Contains("v.textproto:2:3: train.epochs"), InputError);
 }
 
+TEST_CASE("config: the guard, robust mixing and Byzantine fault injection are checked at their place") {
+  const std::string two = "cluster {\n"
+                          "  peers { name: \"a\" site: \"x\" address: \"h:1\" }\n"
+                          "  peers { name: \"b\" site: \"y\" address: \"h:2\" byzantine: \"loud\" }\n";
+  CHECK_THROWS_WITH_AS(parse_config(two + "}\n", "b.textproto"),
+                       doctest::Contains("b.textproto:3:46: cluster.peers[1].byzantine: unknown 'loud'"), InputError);
+  const std::string ok = "cluster {\n"
+                         "  peers { name: \"a\" site: \"x\" address: \"h:1\" }\n"
+                         "  peers { name: \"b\" site: \"y\" address: \"h:2\" }\n";
+  CHECK_THROWS_WITH_AS(parse_config(ok + "  gossip { robust: \"median\" }\n}\n", "r.textproto"),
+                       doctest::Contains("r.textproto:4:12: cluster.gossip.robust: unknown 'median'"), InputError);
+  CHECK_THROWS_WITH_AS(parse_config(ok + "  gossip {\n    guard { max_norm_ratio: -1 } }\n}\n", "g.textproto"),
+                       doctest::Contains("g.textproto:5:13: cluster.gossip.guard.max_norm_ratio"), InputError);
+  CHECK_NOTHROW(parse_config(ok + "  gossip { robust: \"trimmed_mean\" guard { strikes: 0 } }\n}\n", "fine.textproto"));
+}
+
 TEST_CASE("config: so many epochs or steps that the step count would overflow are refused at load, with the place") {
   // 1e300 epochs once overflowed the step count: the run trained nothing, reported 0.00% and exited 0.
   CHECK_THROWS_WITH_AS(parse_config("model { hidden: [8] }\ntrain { epochs: 1e300 }\n", "e.textproto"),
