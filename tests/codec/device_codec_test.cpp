@@ -9,6 +9,7 @@
 #include "hearsay/backend.h"
 #include "hearsay/device_codec.h"
 #include "hearsay/rng.h"
+#include "test_skip.h"
 
 using namespace hearsay;
 
@@ -16,10 +17,9 @@ namespace {
 
 bool have_device() {
   const auto d = available_devices();
-  if (std::find(d.begin(), d.end(), "cuda:0") != d.end()) return true;
-  MESSAGE("skipped: the CUDA codecs are built but no CUDA device is visible");
-  return false;
+  return std::find(d.begin(), d.end(), "cuda:0") != d.end();
 }
+constexpr const char* kNoDevice = "the CUDA codecs are built but no CUDA device is visible";
 
 std::vector<float> normal_vector(size_t n, uint64_t seed) {
   Rng rng(seed);
@@ -35,7 +35,7 @@ std::vector<ParamView> layout() {
 }  // namespace
 
 TEST_CASE("device codecs encode what the CPU codecs encode and decode to the same values") {
-  if (!have_device()) return;
+  if (!have_device()) HEARSAY_SKIP(kNoDevice);
   auto gpu = create_backend("cuda:0");
   const size_t n = 63300;
   const auto x = normal_vector(n, 1);
@@ -77,7 +77,7 @@ TEST_CASE("device codecs encode what the CPU codecs encode and decode to the sam
 }
 
 TEST_CASE("device decoding refuses a bad payload and leaves the tensor untouched") {
-  if (!have_device()) return;
+  if (!have_device()) HEARSAY_SKIP(kNoDevice);
   auto gpu = create_backend("cuda:0");
   const size_t n = 1000;
   const auto x = normal_vector(n, 2);
