@@ -27,12 +27,17 @@ struct ClusterSpec {
   LinkModel link;                                // every directed link
   std::map<std::pair<int, int>, LinkModel> links;  // (from, to) overrides
   std::string log_dir;                           // per-peer JSON Lines logs; empty: none
+  // Tests of averaging invariants: every peer initialises its model from its own seed
+  // (base seed + index), and none copies a neighbour's model at start (no join).
+  bool distinct_init = false;
 };
 
 struct ClusterResult {
   std::vector<TrainResult> peers;
   // (step, mean over peers of ||x_i - mean x||) at every log.every_steps steps.
   std::vector<std::pair<int64_t, double>> consensus;
+  // Each peer's parameters before its first step and after its last.
+  std::vector<std::vector<float>> initial_params, final_params;
   double wall_s = 0;
 };
 

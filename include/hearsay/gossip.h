@@ -144,6 +144,11 @@ class GossipEngine {
   void send(int to, wire::PayloadKind kind, const std::vector<float>& data, double push_sum_weight = 0,
             bool synchronous = false, uint64_t round = 0, uint32_t phase = 0, bool reply_requested = false,
             uint64_t offset = 0, uint64_t total = 0);
+  // Sends `data` to peer index `to` as the message `header` describes (kind, flags, round,
+  // share...); the engine fills in the sender, clocks, step and tensor length.
+  void send_message(int to, Message header, std::vector<float> data);
+  // Whether the link to peer index `peer` is up now.
+  bool connected(int peer) const;
   // Takes the asynchronous arrivals queued so far.
   std::vector<Message> take_async();
   // Waits for the synchronous message of (round, phase) from peer index `from`.
@@ -176,7 +181,6 @@ class GossipEngine {
   void put_on_wire(int to, Message&& m, std::function<void(const SendStatus&)> done);
   void adapt_codec(int to, size_t elements, bool update);
   void serve_join_requests();
-  bool connected(int peer) const;
   int index_of(const std::string& id) const;
 
   GossipSpec spec_;

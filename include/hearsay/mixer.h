@@ -60,6 +60,8 @@ class Mixer {
   // Scale of an incoming gradient.
   Decision gradient(uint64_t my_clock, uint64_t their_clock);
   void count_coalesced(uint64_t n);
+  // Updates dropped for a reason of the algorithm's own (an answer to an exchange it gave up).
+  void count_dropped(uint64_t n);
 
   struct Stats {
     uint64_t applied = 0, dropped = 0, coalesced = 0;

@@ -46,6 +46,13 @@ struct PeerNetwork {
   // Called every log.every_steps steps with a consistent host copy of the parameters
   // (in-process clusters use it for the consensus distance). May be empty.
   std::function<void(int64_t step, const std::vector<float>& params)> on_snapshot;
+  // Asynchronous algorithms: ask a neighbour for its model before the first step (a late
+  // joiner's start). Tests of averaging invariants turn it off: a copied model is not an
+  // average.
+  bool join = true;
+  // Initialise the model from this seed instead of the config's (tests whose peers must
+  // start apart; real clusters start from one seed).
+  std::optional<uint64_t> init_seed;
 };
 
 class Peer {
@@ -55,6 +62,8 @@ class Peer {
   // network the peer trains alone.
   Peer(const config::Config& cfg, EventLog& log, Progress* progress, const PeerNetwork* network = nullptr);
   ~Peer();
+  // A host copy of the model's parameters. Not while run() is stepping.
+  std::vector<float> params() const;
   // Asks run() to return after the current step (any thread).
   void stop();
 

@@ -93,6 +93,11 @@ void Mixer::count_coalesced(uint64_t n) {
   coalesced_ += n;
 }
 
+void Mixer::count_dropped(uint64_t n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  dropped_ += n;
+}
+
 Mixer::Stats Mixer::take_stats() {
   std::lock_guard<std::mutex> lock(mu_);
   Stats s;

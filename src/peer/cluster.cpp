@@ -113,11 +113,16 @@ ClusterResult run_cluster(const ClusterSpec& spec) {
     net.transport = transports[i].get();
     net.slowdown = spec.slowdown.empty() ? 1.0 : spec.slowdown[i];
     net.on_snapshot = [&monitor, i](int64_t step, const std::vector<float>& p) { monitor.add(i, step, p); };
+    if (spec.distinct_init) {
+      net.join = false;
+      net.init_seed = spec.base.seed() + 1000 + static_cast<uint64_t>(i);
+    }
     peers.push_back(std::make_unique<Peer>(c, *logs.back(), nullptr, &net));
   }
 
   ClusterResult result;
   result.peers.resize(n);
+  for (auto& p : peers) result.initial_params.push_back(p->params());
   std::mutex error_mu;
   std::exception_ptr first_error;  // the root cause, not the stops it triggered
   const auto t0 = std::chrono::steady_clock::now();
@@ -149,6 +154,7 @@ ClusterResult run_cluster(const ClusterSpec& spec) {
   }
   // Transports stop delivering before the engines they deliver to go away.
   for (auto& t : transports) t->close();
+  for (auto& p : peers) result.final_params.push_back(p->params());
   peers.clear();
   if (first_error) std::rethrow_exception(first_error);
   return result;

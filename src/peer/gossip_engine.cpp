@@ -336,20 +336,25 @@ void GossipEngine::send(int to, wire::PayloadKind kind, const std::vector<float>
                         bool synchronous, uint64_t round, uint32_t phase, bool reply_requested, uint64_t offset,
                         uint64_t total) {
   Message m;
-  m.from = me_;
   m.kind = kind;
-  m.clock = logical_clock_;
-  m.step = steps_;
-  m.samples = samples_seen_;
   m.push_sum_weight = push_sum_weight;
   m.synchronous = synchronous;
   m.round = round;
   m.phase = phase;
   m.reply_requested = reply_requested;
   m.offset = offset;
-  m.total = total == 0 ? model_.num_params() : total;
-  m.data = data;
-  if (spec_.byzantine != "none" && !synchronous && !m.data.empty()) lie(m.data);
+  m.total = total;
+  send_message(to, std::move(m), data);
+}
+
+void GossipEngine::send_message(int to, Message m, std::vector<float> data) {
+  m.from = me_;
+  m.clock = logical_clock_;
+  m.step = steps_;
+  m.samples = samples_seen_;
+  if (m.total == 0) m.total = model_.num_params();
+  m.data = std::move(data);
+  if (spec_.byzantine != "none" && !m.synchronous && !m.data.empty()) lie(m.data);
   outboxes_[to]->offer(std::move(m));
 }
 

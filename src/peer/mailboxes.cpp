@@ -38,6 +38,7 @@ void write_header(const GossipEngine::Message& m, const std::string& sender, wir
   u->set_round(m.round);
   u->set_phase(m.phase);
   u->set_reply_requested(m.reply_requested);
+  if (m.mix_share != 0) u->set_mix_share(m.mix_share);
 }
 
 GossipEngine::Message read_header(const wire::Update& u, int from) {
@@ -50,6 +51,7 @@ GossipEngine::Message read_header(const wire::Update& u, int from) {
   m.push_sum_weight = u.push_sum_weight();
   m.synchronous = u.synchronous();
   m.reply_requested = u.reply_requested();
+  m.mix_share = u.mix_share();
   m.round = u.round();
   m.phase = u.phase();
   m.total = u.tensor_length();
@@ -71,9 +73,9 @@ void Outbox::offer(GossipEngine::Message&& m) {
     } else if (m.synchronous) {
       sync_.push_back(std::move(m));
     } else {
-      auto it = pending_.find(m.kind);
+      auto it = pending_.find(m.fold_slot());
       if (it == pending_.end()) {
-        pending_.emplace(m.kind, std::move(m));
+        pending_.emplace(m.fold_slot(), std::move(m));
       } else {
         it->second.absorb(std::move(m));
         mixer_.count_coalesced(1);
@@ -205,7 +207,7 @@ std::string Inbox::complete(GossipEngine::Message&& m) {
     }
     sync_[{m.from, m.round, m.phase}] = std::move(m);
   } else {
-    const auto key = std::make_pair(m.from, static_cast<int>(m.kind));
+    const auto key = std::make_pair(m.from, m.fold_slot());
     auto it = async_.find(key);
     if (it == async_.end()) {
       async_.emplace(key, std::move(m));

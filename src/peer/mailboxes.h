@@ -42,7 +42,7 @@ class Outbox {
   mutable std::mutex mu_;
   bool busy_ = false;                                     // GUARDED_BY(mu_)
   size_t in_flight_bytes_ = 0;                            // GUARDED_BY(mu_)
-  std::map<int, GossipEngine::Message> pending_;          // GUARDED_BY(mu_), by kind
+  std::map<int, GossipEngine::Message> pending_;          // GUARDED_BY(mu_), by fold_slot()
   std::deque<GossipEngine::Message> sync_;                // GUARDED_BY(mu_)
   uint64_t failed_ = 0;                                   // GUARDED_BY(mu_)
 };

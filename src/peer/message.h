@@ -16,6 +16,7 @@ struct GossipEngine::Message {
   uint64_t clock = 0, step = 0, samples = 0;
   double push_sum_weight = 0;
   bool synchronous = false, reply_requested = false;
+  double mix_share = 0;  // adpsgd replies: the share the replier used
   uint64_t round = 0;
   uint32_t phase = 0;
   uint64_t offset = 0;  // of data within the whole tensor, in elements
@@ -27,6 +28,9 @@ struct GossipEngine::Message {
   // gradients, model deltas and push-sum mass add up (nothing is lost, memory stays one
   // message).
   void absorb(Message&& newer);
+  // Which pending message a newer one may fold into: by kind, and a request for a model
+  // in return (adpsgd) never folds with a reply or a plain model.
+  int fold_slot() const { return 2 * static_cast<int>(kind) + (reply_requested ? 1 : 0); }
 };
 
 // The Update fields that describe a message (all but the segment's place and codec), and

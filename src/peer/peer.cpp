@@ -16,7 +16,8 @@ Peer::Peer(const config::Config& cfg, EventLog& log, Progress* progress, const P
   backend_ = create_backend(cfg_.device(), cfg_.threads());
   const int batch = cfg_.train().batch_size();
   const int max_batch = std::max(batch, cfg_.train().eval_batch_size());
-  model_ = std::make_unique<Model>(spec, *backend_, max_batch, cfg_.seed());
+  const uint64_t init_seed = network != nullptr && network->init_seed ? *network->init_seed : cfg_.seed();
+  model_ = std::make_unique<Model>(spec, *backend_, max_batch, init_seed);
   sgd_ = std::make_unique<Sgd>(*backend_, model_->num_params(), sgd_params(cfg_.optim()));
 
   const auto& d = cfg_.data();
@@ -104,7 +105,7 @@ TrainResult Peer::run() {
 
   const int64_t first_step = resume();
   // A resumed peer goes on from its own state; a fresh one may start from a neighbour's.
-  if (engine_ && first_step == 0) engine_->join();
+  if (engine_ && first_step == 0 && network_.join) engine_->join();
   TrainResult result;
   result.steps = first_step;
   std::vector<int64_t> idx(batch);
@@ -257,6 +258,8 @@ TrainResult Peer::run() {
   if (progress_) progress_->finish(state);
   return result;
 }
+
+std::vector<float> Peer::params() const { return model_->get_params(); }
 
 std::string Peer::checkpoint_path() const {
   const auto& c = cfg_.checkpoint();

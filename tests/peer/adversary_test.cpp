@@ -225,7 +225,7 @@ TEST_CASE("adversary: NaN models, absurd norms and a future-round flood from an 
           "it is quarantined, memory stays bounded and the honest peers train on") {
   TempDir dir;
   const int port = 17431;
-  const std::string cfg = cluster_config(dir, port);
+  const std::string cfg = cluster_config(dir, port, 60);
   PeerProcess a("--config " + cfg + " --peer a --log " + dir.file("a.jsonl"), dir.file("a.out"));
   auto b = create_transport("tcp", insider("b"));
   std::mutex mu;
@@ -294,7 +294,7 @@ TEST_CASE("adversary: NaN models, absurd norms and a future-round flood from an 
 }
 
 TEST_CASE("adversary: strangers without the secret (reflection, relay, replay, a name outside the cluster, 1,000 idle "
-          "connections past the descriptor limit) are not admitted; the peer keeps training and admits an honest peer after") {
+          "connections past the descriptor limit) are not admitted, the peer keeps training and admits an honest peer after") {
   // TLS off, so the strangers reach the admission handshake itself (with TLS on, they fail
   // one layer earlier, at the pre-shared key).
   TempDir dir;

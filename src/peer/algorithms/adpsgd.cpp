@@ -1,33 +1,111 @@
-// AD-PSGD (Lian et al., ICML 2018): after each local step a peer sends its model to one
-// neighbour and asks for that neighbour's model back; each side, on receipt, moves its
-// model toward the other's: x <- (1 - w) x + w y, w = 1/2 scaled by the staleness
-// weight. Nobody waits: requests and replies are applied between steps, whenever they
-// arrive, so there is no deadlock whatever the graph.
+// AD-PSGD (Lian et al., ICML 2018): each step a peer computes the gradient on its model
+// as it reads it, averages its model with one neighbour's in an atomic pairwise exchange,
+// and applies the gradient to the averaged model:
+//
+//   g = grad F(x_a)                                  (x_a read before the averaging)
+//   x_a, x_b <- x_a + w (x_b - x_a), x_b + w (x_a - x_b)   (w = 1/2, staleness-weighted)
+//   x_a <- x_a - lr g
+//
+// The exchange is atomic without locks or waits: a asks b with its model x_a (and keeps
+// the copy it sent); b, between two of its steps, moves its model by w (x_a - x_b) and
+// answers with the x_b it had and the w it used; a, when the answer arrives, moves its
+// model by w (x_b - x_a_sent). The two moves cancel, so the sum of all models changes only
+// by gradient steps, whatever else happened at a in between (a's own steps and other
+// exchanges are kept: a adds a difference, it does not overwrite). Nobody waits, so there
+// is no deadlock whatever the graph. A peer has at most one exchange open per neighbour;
+// one unanswered for kExchangeTimeoutS is given up (if b did answer, that exchange's mass
+// is then lost: the only way the sum can drift, with lossy model codecs' rounding and
+// robust mixing, which is not an average by design).
+#include <chrono>
+#include <map>
+
 #include "../algorithm.h"
 
 namespace hearsay {
 namespace {
 
+constexpr double kExchangeTimeoutS = 10.0;
+
 class Adpsgd final : public Algorithm {
  public:
   BatchStats step(GossipEngine& e, const float* x, const int32_t* labels, int batch, float lr, uint64_t step) override {
+    const BatchStats s = gradient_only(e, x, labels, batch);
     for (auto& m : e.take_async()) {
       if (m.kind != wire::MODEL) continue;
-      if (m.reply_requested) e.send(m.from, wire::MODEL, e.params_host());  // our model before mixing
-      const auto d = e.mixer().model(e.clock(), m.clock, 0.5, e.samples_seen(), m.samples);
-      if (d.drop) continue;
-      e.note_model_distance(e.peers()[m.from], m.data);
-      e.mix_neighbour_model(m.from, m.data, d.weight);
+      if (m.reply_requested) {
+        answer(e, std::move(m));
+      } else {
+        complete(e, m);
+      }
     }
-    const BatchStats s = local_step(e, x, labels, batch, lr);
+    e.sgd().step(e.model().params(), e.model().grads(), lr);
+    expire();
     if (step % static_cast<uint64_t>(e.spec().gossip_every) == 0) {
-      const auto params = e.params_host();
+      std::vector<float> params;
       for (int t : e.live_targets(static_cast<int64_t>(step))) {
+        if (open_.count(t) != 0) t = idle_neighbour(e);  // one open exchange per neighbour
+        if (t < 0) continue;
+        if (params.empty()) params = e.params_host();
+        open_[t] = {params, Clock::now()};
         e.send(t, wire::MODEL, params, 0, false, 0, 0, /*reply_requested=*/true);
       }
     }
     return s;
   }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Open {
+    std::vector<float> sent;  // the model this peer sent
+    Clock::time_point at;
+  };
+
+  // b's half: x_b += w (x_a - x_b), answering with the x_b before it and w.
+  void answer(GossipEngine& e, GossipEngine::Message&& m) {
+    const auto d = e.mixer().model(e.clock(), m.clock, 0.5, e.samples_seen(), m.samples);
+    const double w = d.drop ? 0.0 : d.weight;  // too stale: both halves do nothing
+    GossipEngine::Message reply;
+    reply.kind = wire::MODEL;
+    reply.mix_share = w;
+    e.send_message(m.from, std::move(reply), e.params_host());
+    if (w == 0) return;
+    e.note_model_distance(e.peers()[m.from], m.data);
+    e.mix_neighbour_model(m.from, m.data, w);
+  }
+
+  // a's half, once b has answered: x_a += w (x_b - x_a_sent).
+  void complete(GossipEngine& e, const GossipEngine::Message& m) {
+    const auto it = open_.find(m.from);
+    if (it == open_.end()) {
+      e.mixer().count_dropped(1);  // an answer to an exchange given up
+      return;
+    }
+    const double w = m.mix_share;
+    if (w > 0 && m.data.size() == it->second.sent.size()) {
+      std::vector<float> diff(m.data.size());
+      for (size_t i = 0; i < diff.size(); ++i) diff[i] = m.data[i] - it->second.sent[i];
+      e.axpy_params(w, diff);
+    }
+    open_.erase(it);
+  }
+
+  // A connected neighbour with no exchange open, at random; -1 if there is none.
+  int idle_neighbour(GossipEngine& e) {
+    std::vector<int> idle;
+    for (int j : e.topology().neighbours(e.me())) {
+      if (open_.count(j) == 0 && e.connected(j)) idle.push_back(j);
+    }
+    return idle.empty() ? -1 : idle[e.rng().below(idle.size())];
+  }
+
+  void expire() {
+    const auto now = Clock::now();
+    for (auto it = open_.begin(); it != open_.end();) {
+      it = std::chrono::duration<double>(now - it->second.at).count() > kExchangeTimeoutS ? open_.erase(it) : std::next(it);
+    }
+  }
+
+  std::map<int, Open> open_;
 };
 
 }  // namespace
