@@ -11,6 +11,14 @@
 
 namespace hearsay::test {
 
+// Under a sanitizer, a process's RSS is mostly the sanitizer's own (shadow memory, ASan's
+// quarantine of freed blocks), so memory bounds are checked in the plain build only.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool kSanitized = true;
+#else
+inline constexpr bool kSanitized = false;
+#endif
+
 // A fresh directory under /tmp, removed when the object dies.
 class TempDir {
  public:

@@ -135,7 +135,7 @@ TEST_CASE("codec qsgd and random-k are unbiased: the mean of many decodes conver
   }
 }
 
-TEST_CASE("codec topk exact sends exactly the k largest magnitudes; the sampled threshold about k") {
+TEST_CASE("codec topk exact sends exactly the k largest magnitudes, the sampled threshold about k") {
   const size_t n = 200000;
   const auto x = normal_vector(n, 5);
   std::vector<float> mags(n);

@@ -60,7 +60,7 @@ TEST_CASE("mixer: model averaging stays a convex combination whatever the weight
   }
 }
 
-TEST_CASE("robust mixing: centered clipping cuts an outlying difference to the median length; trimmed mean drops the extremes") {
+TEST_CASE("robust mixing: centered clipping cuts an outlying difference to the median length, trimmed mean drops the extremes") {
   MixerSpec s;
   s.robust = MixerSpec::Robust::kCenteredClip;
   RobustMixing clip(s);

@@ -17,7 +17,7 @@
 using namespace hearsay;
 using hearsay::test::TempDir;
 
-TEST_CASE("checkpoint: a file round-trips; a damaged, truncated or foreign one is refused with the reason") {
+TEST_CASE("checkpoint: a file round-trips, a damaged, truncated or foreign one is refused with the reason") {
   TempDir dir;
   const std::string path = dir.file("sub/p.ckpt");
   CHECK_FALSE(read_checkpoint(path).has_value());  // none yet: a fresh start

@@ -71,7 +71,7 @@ TEST_CASE("cli: an impossible model shape exits 2 and says why") {
   CHECK(r.output.find("impossible model shape") != std::string::npos);
 }
 
-TEST_CASE("cli: bad arguments exit 2 with usage; --help exits 0") {
+TEST_CASE("cli: bad arguments exit 2 with usage, --help exits 0") {
   CHECK(run_peer("--frobnicate").status == 2);
   CHECK(run_peer("").status == 2);
   CHECK(run_peer("--config").status == 2);

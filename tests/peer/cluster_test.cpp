@@ -287,7 +287,7 @@ ByzantineRun byzantine_run(const std::string& byzantine, const std::string& robu
 }  // namespace
 
 TEST_CASE("cluster: with one Byzantine peer of 8, trimmed-mean mixing keeps the honest peers within 1.5x of their time "
-          "without it; plain mixing fails against sign-flipped and scaled models") {
+          "without it, plain mixing fails against sign-flipped and scaled models") {
   // Target 0.78: the honest cluster's plateau here is 0.81-0.83.
   const double target = 0.78;
   const ByzantineRun clean = byzantine_run("none", "trimmed_mean", target);

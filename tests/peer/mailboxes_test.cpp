@@ -79,7 +79,7 @@ TEST_CASE("outbox: synchronous messages are never folded and keep their order") 
   }
 }
 
-TEST_CASE("inbox: segments reassemble; push-sum mass from one sender adds up; bad segments are refused") {
+TEST_CASE("inbox: segments reassemble, push-sum mass from one sender adds up, bad segments are refused") {
   Mixer mixer({});
   Inbox in(mixer);
   wire::Update u;
@@ -119,7 +119,7 @@ TEST_CASE("inbox: segments reassemble; push-sum mass from one sender adds up; ba
   CHECK(add(in, 1, u, {1, 1}).find("does not follow") != std::string::npos);
 }
 
-TEST_CASE("inbox: compressed segments are decoded into the message; a payload that fails to decode is dropped whole") {
+TEST_CASE("inbox: compressed segments are decoded into the message, a payload that fails to decode is dropped whole") {
   Mixer mixer({});
   Inbox in(mixer);
   std::vector<float> g(1000, 0.0f);
@@ -188,7 +188,7 @@ TEST_CASE("inbox: a segment with a NaN or an infinity is refused as it is decode
   CHECK(why.find("non-finite") == 0);
 }
 
-TEST_CASE("inbox: synchronous messages for future rounds are held within a window per sender; a flood is refused") {
+TEST_CASE("inbox: synchronous messages for future rounds are held within a window per sender, a flood is refused") {
   Mixer mixer({});
   Inbox in(mixer);
   wire::Update u;

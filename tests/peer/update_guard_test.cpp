@@ -8,7 +8,7 @@
 
 using namespace hearsay;
 
-TEST_CASE("guard: the first non-finite value is found and placed; finite data passes") {
+TEST_CASE("guard: the first non-finite value is found and placed, finite data passes") {
   std::vector<float> x(1000, 1.5f);
   CHECK(find_non_finite(x.data(), x.size()).empty());
   x[999] = std::numeric_limits<float>::infinity();
@@ -34,7 +34,7 @@ TEST_CASE("guard: an update's norm is bounded relative to the receiver's model o
   CHECK(check_update_norm(s, wire::MODEL, 1e30, 1, 1, 1).empty());
 }
 
-TEST_CASE("guard: strikes in a row quarantine a neighbour until the cool-down; a good update resets the count") {
+TEST_CASE("guard: strikes in a row quarantine a neighbour until the cool-down, a good update resets the count") {
   UpdateGuardSpec s;
   s.strikes = 3;
   s.quarantine_s = 10;

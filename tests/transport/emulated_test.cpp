@@ -58,7 +58,7 @@ TEST_CASE("emulated link: 1 MiB over 50 ms / 100 Mbit/s arrives within 5% of L +
   CHECK(second == doctest::Approx(m.latency_s + 2 * transmit).epsilon(0.05));
 }
 
-TEST_CASE("emulated link: outages and loss drop frames; per-peer models apply") {
+TEST_CASE("emulated link: outages and loss drop frames, per-peer models apply") {
   LinkModel lossy;
   lossy.loss = 0.5;
   LinkModel down;

@@ -106,7 +106,7 @@ TEST_CASE("frames: each kind of corruption is rejected with its reason") {
   CHECK(err == FrameError::kHeaderTooLarge);
 }
 
-TEST_CASE("frames: a truncated frame yields nothing and waits; a huge claimed payload allocates nothing up front") {
+TEST_CASE("frames: a truncated frame yields nothing and waits, a huge claimed payload allocates nothing up front") {
   const std::string good = flatten(make_frame(update_envelope(0)));
   FrameDecoder d;
   int frames = 0;
