@@ -85,26 +85,6 @@ def resumed_step(path, offset):
     return None
 
 
-def mean_accuracy_series(peers, t0):
-    """(wall seconds since the start, mean over peers of their latest test accuracy)."""
-    points = []
-    for p in peers:
-        _, events = hearsay_logs.read_log(p.log, warn=False)
-        origin = None  # unix time of t = 0 in the current incarnation
-        for e in events:
-            if e.get("event") == "start" and e.get("unix_time") is not None:
-                origin = e["unix_time"] - e["t"]
-            elif e.get("event") == "eval" and e.get("test_acc") is not None and origin is not None:
-                points.append((origin + e["t"] - t0, p.name, e["test_acc"]))
-    points.sort()
-    latest, series = {}, []
-    for t, name, acc in points:
-        latest[name] = acc
-        if len(latest) == len(peers):
-            series.append((t, statistics.fmean(latest.values())))
-    return series
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("config")
@@ -181,8 +161,8 @@ def main():
             if "target_test_acc" in line:
                 target = float(line.split("target_test_acc:")[1].split()[0])
     # Log times are per incarnation; each "start" event's unix_time places them in the run.
-    series = mean_accuracy_series(peers, t0)
-    reached = next((t for t, acc in series if target is not None and acc >= target), None)
+    series = hearsay_logs.mean_accuracy_series({p.name: hearsay_logs.read_log(p.log, warn=False)[1] for p in peers})
+    reached = hearsay_logs.time_to_target(series, target or 0)
     result = {
         "config": args.config,
         "minutes": args.minutes,

@@ -80,6 +80,40 @@ def first_at_or_above(evals, target):
     return None
 
 
+def mean_accuracy_series(peer_events):
+    """The peers' mean test accuracy over time, the one curve time to target is read from
+    (docs/LOGS.md, "Time to target"): after each eval event of any peer, once every peer
+    has one, the mean of each peer's latest test accuracy. Times are seconds since the
+    earliest peer's start; each "start" event's unix_time places its incarnation's t among
+    the other peers' (without it in every log, all peers count as starting together).
+    peer_events: {name: [events]}."""
+    aligned = all(any(e.get("event") == "start" and _is_number(e.get("unix_time")) for e in events)
+                  for events in peer_events.values())
+    points, origins = [], []
+    for name, events in peer_events.items():
+        origin = 0.0  # this incarnation's t = 0, in unix time when aligned
+        for e in events:
+            if e.get("event") == "start" and aligned and _is_number(e.get("unix_time")):
+                origin = e["unix_time"] - e["t"]
+                origins.append(origin)
+            elif e.get("event") == "eval" and _is_number(e.get("test_acc")):
+                points.append((origin + e["t"], name, e["test_acc"]))
+    base = min(origins) if aligned and origins else 0.0
+    latest, series = {}, []
+    for t, name, acc in sorted(points, key=lambda p: p[0]):
+        latest[name] = acc
+        if len(latest) == len(peer_events):
+            series.append((t - base, sum(latest.values()) / len(latest)))
+    return series
+
+
+def time_to_target(series, target):
+    """The first time the peers' mean test accuracy reached the target, or None."""
+    if target <= 0:
+        return None
+    return next((t for t, acc in series if acc >= target), None)
+
+
 def peer_summary(events, target):
     evals = [e for e in events if e.get("event") == "eval"]
     steps = [e for e in events if e.get("event") == "step"]
@@ -105,14 +139,16 @@ def peer_summary(events, target):
 
 
 def run_summary(directory, target):
-    """The fields of summary.json for one run: time_to_target_s is the median peer's (null
-    unless at least half the peers reached the target), final_test_acc the peers' mean."""
+    """The fields of summary.json for one run: time_to_target_s is when the peers' mean test
+    accuracy first reached the target (mean_accuracy_series), final_test_acc the peers' mean."""
     peers = {}
+    all_events = {}
     taus = {"p50": [], "p90": [], "p99": []}
     tau_max = 0
     quarantines = []
     for path in peer_logs(directory):
         name, events = read_log(path)
+        all_events[name] = events
         peers[name] = peer_summary(events, target)
         for e in events:
             if e.get("event") == "quarantine" and e.get("state") == "on":
@@ -123,11 +159,8 @@ def run_summary(directory, target):
                     if e.get("tau_" + k) is not None:
                         taus[k].append(e["tau_" + k])
                 tau_max = max(tau_max, e.get("tau_max") or 0)
-    times = sorted(p["time_to_target_s"] for p in peers.values() if p["time_to_target_s"] is not None)
-    reached = len(times)
-    ttt = None
-    if peers and reached * 2 >= len(peers) and target > 0:
-        ttt = times[(len(peers) - 1) // 2]  # the lower median; peers that never got there count as last
+    reached = sum(1 for p in peers.values() if p["time_to_target_s"] is not None)
+    ttt = time_to_target(mean_accuracy_series(all_events), target)
     accs = [p["final_test_acc"] for p in peers.values() if p["final_test_acc"] is not None]
     return {
         "time_to_target_s": ttt,

@@ -265,8 +265,9 @@ def run_point(args, p, point, run_dir, display, env):
         if stopped_by is None:
             if STOP["signal"] is not None:
                 stopped_by = "signal"
-            elif p["stop_at_target"] and target > 0 and 2 * sum(v.reached_at is not None for v in views) >= len(views):
-                stopped_by = "target"
+            elif p["stop_at_target"] and target > 0 and all(v.acc is not None for v in views) and \
+                    sum(v.acc for v in views) / len(views) >= target:
+                stopped_by = "target"  # the peers' mean accuracy, as time to target is defined
             elif p["max_wall_s"] > 0 and elapsed > p["max_wall_s"]:
                 stopped_by = "wall_time"
         if stopped_by is not None and stopping_since is None:

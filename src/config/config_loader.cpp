@@ -154,6 +154,10 @@ void validate(const config::Config& c, const Locator& at) {
   if (t.epochs() == 0 && t.max_steps() == 0) fail("train.epochs", "is 0 and max_steps is 0: training would never start or never stop");
   if (!(t.target_test_acc() >= 0 && t.target_test_acc() <= 1)) fail("train.target_test_acc", "must be in [0, 1]");
   if (t.eval_every_steps() < 0) fail("train.eval_every_steps", "must be >= 0");
+  if (!(t.eval_every_s() >= 0) || !std::isfinite(t.eval_every_s())) fail("train.eval_every_s", "must be a finite number >= 0");
+  if (t.eval_every_s() > 0 && t.eval_every_steps() > 0) {
+    fail("train.eval_every_s", "and eval_every_steps are both set: evaluate by the clock or by steps, not both");
+  }
   if (c.log().every_steps() < 1) fail("log.every_steps", "must be >= 1");
 
   if (c.has_cluster()) {
@@ -177,8 +181,12 @@ void validate(const config::Config& c, const Locator& at) {
     if (std::find(algorithms.begin(), algorithms.end(), g.algorithm()) == algorithms.end()) {
       fail("cluster.gossip.algorithm", "unknown '" + g.algorithm() + "'; use adpsgd, gossip_grad, sgp, choco, allreduce, dpsgd, local_sgd or diloco");
     }
-    const std::set<std::string> topologies{"ring", "torus", "exponential", "complete", "random", "hierarchical", "bandwidth"};
+    const std::set<std::string> topologies{"ring", "torus", "exponential", "complete", "star", "random", "hierarchical", "bandwidth"};
     if (topologies.count(g.topology()) == 0) fail("cluster.gossip.topology", "unknown '" + g.topology() + "'");
+    if (g.algorithm() == "choco" && g.topology() == "exponential" && cl.peers_size() > 2) {
+      fail("cluster.gossip.topology", "'exponential' is directed, and choco needs an undirected topology (CHOCO-SGD's consensus "
+                                      "step needs symmetric weights, and each round waits for every neighbour's delta)");
+    }
     const std::set<std::string> weightings{"constant", "polynomial", "exponential", "inverse"};
     if (weightings.count(g.weighting()) == 0) fail("cluster.gossip.weighting", "unknown '" + g.weighting() + "'");
     if (g.gossip_every() < 1) fail("cluster.gossip.gossip_every", "must be >= 1");
@@ -195,6 +203,7 @@ void validate(const config::Config& c, const Locator& at) {
     if (!(g.bandwidth_floor() > 0 && g.bandwidth_floor() <= 1)) fail("cluster.gossip.bandwidth_floor", "must be in (0, 1]");
     if (!(g.sync_timeout_s() > 0) || !std::isfinite(g.sync_timeout_s())) fail("cluster.gossip.sync_timeout_s", "must be a positive number");
     if (!(g.consensus_step() > 0 && g.consensus_step() <= 1)) fail("cluster.gossip.consensus_step", "must be in (0, 1]");
+    if (g.overlap_tau() < 0) fail("cluster.gossip.overlap_tau", "must be >= 0 (0: no bound), got " + std::to_string(g.overlap_tau()));
     const std::set<std::string> robust{"none", "centered_clip", "trimmed_mean"};
     if (robust.count(g.robust()) == 0) fail("cluster.gossip.robust", "unknown '" + g.robust() + "'; use none, centered_clip or trimmed_mean");
     if (!(g.clip_factor() > 0) || !std::isfinite(g.clip_factor())) fail("cluster.gossip.clip_factor", "must be a positive number");
@@ -255,6 +264,13 @@ void validate(const config::Config& c, const Locator& at) {
       if (sites.count(sl.site_a()) == 0) fail(at_i + ".site_a", "site '" + sl.site_a() + "' has no peer in cluster.peers");
       if (sites.count(sl.site_b()) == 0) fail(at_i + ".site_b", "site '" + sl.site_b() + "' has no peer in cluster.peers");
       check_link(sl.link(), at_i + ".link");
+    }
+    if (cl.peers_size() >= 2) {
+      try {
+        check_algorithm_topology(gossip_spec(cl), cl.peers_size());
+      } catch (const InputError& e) {
+        fail("cluster.gossip.topology", e.what());
+      }
     }
     try {
       check_gossip_spec(gossip_spec(cl), std::max(2, cl.peers_size()));

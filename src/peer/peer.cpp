@@ -116,6 +116,7 @@ TrainResult Peer::run() {
   int64_t last_epoch = 0;
 
   int64_t evaluated_at = -1;  // the step of the last evaluation
+  double next_eval_s = t.eval_every_s();  // train.eval_every_s: when the next evaluation is due
   auto do_eval = [&](int64_t step) {
     evaluated_at = step;
     const double t0 = log_.elapsed();
@@ -213,7 +214,12 @@ TrainResult Peer::run() {
     }
     const bool epoch_ended = static_cast<int64_t>(state.epoch) > last_epoch;
     last_epoch = static_cast<int64_t>(state.epoch);
-    const bool eval_now = t.eval_every_steps() > 0 ? result.steps % t.eval_every_steps() == 0 : epoch_ended;
+    bool eval_now = t.eval_every_steps() > 0 ? result.steps % t.eval_every_steps() == 0 : epoch_ended;
+    if (t.eval_every_s() > 0) {
+      // On the clock: at the first step after each multiple of eval_every_s.
+      eval_now = log_.elapsed() >= next_eval_s;
+      if (eval_now) next_eval_s = (std::floor(log_.elapsed() / t.eval_every_s()) + 1) * t.eval_every_s();
+    }
     if (eval_now || result.steps == total_steps) {
       do_eval(result.steps);
       if (progress_) progress_->update(state, true);
@@ -260,6 +266,8 @@ TrainResult Peer::run() {
 }
 
 std::vector<float> Peer::params() const { return model_->get_params(); }
+
+std::string Peer::algorithm_state() const { return engine_ ? engine_->algorithm_state() : std::string(); }
 
 std::string Peer::checkpoint_path() const {
   const auto& c = cfg_.checkpoint();

@@ -76,6 +76,12 @@ TEST_CASE("config: checks of nested and repeated fields give the line and column
                        doctest::Contains("v.textproto:2:3: train.epochs"), InputError);
 }
 
+TEST_CASE("config: evaluation by the clock and by steps together is refused at its place") {
+  CHECK_THROWS_WITH_AS(parse_config("train {\n  eval_every_steps: 10\n  eval_every_s: 2\n}\n", "e.textproto"),
+                       doctest::Contains("e.textproto:3:3: train.eval_every_s: and eval_every_steps are both set"), InputError);
+  CHECK_NOTHROW(parse_config("train { eval_every_s: 2 }\n", "ok.textproto"));
+}
+
 TEST_CASE("config: the guard, robust mixing and Byzantine fault injection are checked at their place") {
   const std::string two = "cluster {\n"
                           "  peers { name: \"a\" site: \"x\" address: \"h:1\" }\n"
@@ -172,4 +178,23 @@ TEST_CASE("config: --set fragments override the file and are checked like it") {
   CHECK_THROWS_WITH_AS(parse_config("train { batch_size: 32 }", "base", {"train { batch_size: -1 }"}),
                        doctest::Contains("--set #1:1:"), InputError);
   CHECK_THROWS_WITH_AS(parse_config("", "base", {"trian { }"}), doctest::Contains("--set #1:1:"), InputError);
+}
+
+TEST_CASE("config: dpsgd on a directed topology, and a negative sgp overlap bound, are refused at their place") {
+  const std::string four = "cluster {\n"
+                           "  peers { name: \"a\" address: \"h:1\" }\n"
+                           "  peers { name: \"b\" address: \"h:2\" }\n"
+                           "  peers { name: \"c\" address: \"h:3\" }\n"
+                           "  peers { name: \"d\" address: \"h:4\" }\n";
+  // The one-peer exponential graph on 4 peers: 0 sends to 1 and 2, 1 to 2 and 3.
+  CHECK_THROWS_WITH_AS(parse_config(four + "  gossip {\n    algorithm: \"dpsgd\"\n    topology: \"exponential\"\n  }\n}\n", "d.textproto"),
+                       doctest::Contains("d.textproto:8:5: cluster.gossip.topology: dpsgd needs an undirected topology"),
+                       InputError);
+  for (const std::string undirected : {"ring", "torus", "complete", "star", "random"}) {
+    CAPTURE(undirected);
+    CHECK_NOTHROW(parse_config(four + "  gossip { algorithm: \"dpsgd\" topology: \"" + undirected + "\" }\n}\n", "ok.textproto"));
+  }
+  CHECK_NOTHROW(parse_config(four + "  gossip { algorithm: \"sgp\" topology: \"exponential\" overlap_tau: 4 }\n}\n", "ok.textproto"));
+  CHECK_THROWS_WITH_AS(parse_config(four + "  gossip { algorithm: \"sgp\"\n    overlap_tau: -1 }\n}\n", "t.textproto"),
+                       doctest::Contains("t.textproto:7:5: cluster.gossip.overlap_tau: must be >= 0"), InputError);
 }

@@ -221,6 +221,27 @@ class HearsayPlot(unittest.TestCase):
             self.assertEqual(summary["quarantines"], [{"peer": "a", "neighbour": "b", "step": 30, "t": 0.9,
                                                        "reason": "non-finite: element 2 is NaN of segment 0"}])
 
+    def test_time_to_target_is_when_the_peers_mean_accuracy_first_reaches_it(self):
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "experiments"))
+        import hearsay_logs
+
+        def ev(t, acc):
+            return {"t": t, "event": "eval", "test_acc": acc}
+        # a crosses 0.85 first (a single peer's noisy crossing), but the mean of the two
+        # reaches it only when b does; b started 0.5 s after a, which its unix_time says.
+        logs = {
+            "a": [{"t": 0.0, "event": "start", "unix_time": 1000.0}, ev(1.0, 0.90), ev(3.0, 0.84), ev(4.0, 0.88)],
+            "b": [{"t": 0.0, "event": "start", "unix_time": 1000.5}, ev(1.0, 0.70), ev(2.0, 0.85), ev(3.2, 0.86)],
+        }
+        series = hearsay_logs.mean_accuracy_series(logs)
+        self.assertEqual(series[0], (1.5, 0.80))  # b's first eval, at 1.5 s of the run
+        self.assertAlmostEqual(hearsay_logs.time_to_target(series, 0.85), 2.5)  # (0.90 + 0.85) / 2 at b's t = 2
+        self.assertIsNone(hearsay_logs.time_to_target(series, 0.99))
+        # Without unix_time the peers count as starting together.
+        for events in logs.values():
+            del events[0]["unix_time"]
+        self.assertAlmostEqual(hearsay_logs.time_to_target(hearsay_logs.mean_accuracy_series(logs), 0.85), 2.0)
+
     def test_a_directory_without_logs_is_an_error_naming_it(self):
         with tempfile.TemporaryDirectory() as empty:
             r = subprocess.run([PLOT, empty], capture_output=True, text=True, timeout=60)

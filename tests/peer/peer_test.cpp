@@ -1,5 +1,8 @@
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <sstream>
+
 #include "hearsay/config.h"
 #include "hearsay/peer.h"
 #include "test_util.h"
@@ -82,4 +85,19 @@ TEST_CASE("peer: shards of a non-IID split train on different data") {
   const std::string base = "data { partition: DIRICHLET dirichlet_alpha: 0.1 num_shards: 4 ";
   const TrainResult a = train(base + "shard: 0 }"), b = train(base + "shard: 1 }");
   CHECK(a.losses != b.losses);
+}
+
+TEST_CASE("peer: with eval_every_s, evaluations follow the clock, not the step count") {
+  test::TempDir dir;
+  train("train { epochs: 60 eval_every_s: 0.005 }", dir.file("clock.jsonl"));
+  std::vector<double> times;
+  std::istringstream log(test::read_file(dir.file("clock.jsonl")));
+  for (std::string line; std::getline(log, line);) {
+    if (line.find(R"("event":"eval")") == std::string::npos) continue;
+    times.push_back(std::stod(line.substr(line.find(R"("t":)") + 4)));
+  }
+  REQUIRE(times.size() >= 3);
+  // Each evaluation but the last (at the end) falls in its own 5 ms slot of the clock.
+  for (size_t i = 0; i + 2 < times.size(); ++i) CHECK(std::floor(times[i + 1] / 0.005) > std::floor(times[i] / 0.005));
+  CHECK(times.front() >= 0.005);
 }
