@@ -9,14 +9,19 @@
 //
 // Updates with tau > tau_max are dropped and counted. Model averaging stays a convex
 // combination whatever the weights: the incoming model's share is clamped to [0, max_share].
-// Every decision is recorded for the log (tau percentiles, weights, drops, coalescing).
-// Thread-safe.
+// A gradient folded from m parts on a slow link arrives as the mean of its parts
+// (Message::absorb) with its oldest part's clock, so it is weighted by that part's f(tau)
+// and a sender's effective step does not grow with m.
+// Every decision is recorded for the log (tau percentiles over a uniform sample of the
+// window, weights, drops, coalescing). Thread-safe.
 #pragma once
 
 #include <cstdint>
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include "hearsay/rng.h"
 
 namespace hearsay {
 
@@ -77,7 +82,10 @@ class Mixer {
 
   MixerSpec spec_;
   std::mutex mu_;
-  std::vector<int64_t> taus_;  // GUARDED_BY(mu_), bounded
+  // A uniform sample of the window's taus (reservoir sampling, Vitter's Algorithm R): at
+  // most kMaxTaus, each tau seen in the window kept with the same probability.
+  std::vector<int64_t> taus_;  // GUARDED_BY(mu_)
+  Rng rng_{0x7a05, 0};         // GUARDED_BY(mu_): which taus the reservoir keeps
   uint64_t applied_ = 0, dropped_ = 0, coalesced_ = 0, seen_ = 0;
   double weight_sum_ = 0;
 };

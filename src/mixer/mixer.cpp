@@ -57,11 +57,13 @@ double Mixer::staleness_weight(int64_t tau) const {
 Mixer::Decision Mixer::record(int64_t tau, double weight) {
   std::lock_guard<std::mutex> lock(mu_);
   ++seen_;
-  // Reservoir sampling keeps the percentile window bounded on long windows.
+  // Algorithm R: the first kMaxTaus are kept; the seen_-th then replaces a kept one at
+  // random with probability kMaxTaus / seen_, so every tau of the window is kept with the
+  // same probability and the percentiles are those of the whole window.
   if (taus_.size() < kMaxTaus) {
     taus_.push_back(tau);
-  } else {
-    taus_[seen_ % kMaxTaus] = tau;
+  } else if (const uint64_t j = rng_.below(seen_); j < kMaxTaus) {
+    taus_[j] = tau;
   }
   if (tau > spec_.tau_max) {
     ++dropped_;

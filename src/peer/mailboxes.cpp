@@ -15,6 +15,14 @@ void GossipEngine::Message::absorb(Message&& newer) {
     const bool reply = reply_requested || newer.reply_requested;
     *this = std::move(newer);
     reply_requested = reply;
+  } else if (kind == wire::GRADIENT) {
+    // The mean of the parts, each message weighted by how many it holds: a sender whose
+    // gradients pile up on a slow link counts, per message taken, for one gradient.
+    const double a = static_cast<double>(coalesced + 1), b = static_cast<double>(newer.coalesced + 1);
+    for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>((a * data[i] + b * newer.data[i]) / (a + b));
+    clock = std::min(clock, newer.clock);
+    step = std::max(step, newer.step);
+    samples = std::max(samples, newer.samples);
   } else {
     for (size_t i = 0; i < data.size(); ++i) data[i] += newer.data[i];
     push_sum_weight += newer.push_sum_weight;

@@ -24,9 +24,10 @@ struct GossipEngine::Message {
   std::vector<float> data;
   uint64_t coalesced = 0;  // how many messages were folded into this one
 
-  // Folds a newer message of the same kind into this one: models, newest wins;
-  // gradients, model deltas and push-sum mass add up (nothing is lost, memory stays one
-  // message).
+  // Folds a newer message of the same kind into this one: models, newest wins; gradients
+  // become the mean of their parts (so a slow link's sender does not step m times as far);
+  // push-sum mass adds up (nothing is lost, memory stays one message). The clock is the
+  // oldest part's.
   void absorb(Message&& newer);
   // Which pending message a newer one may fold into: by kind, and a request for a model
   // in return (adpsgd) never folds with a reply or a plain model.

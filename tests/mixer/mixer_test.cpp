@@ -86,3 +86,19 @@ TEST_CASE("robust mixing: centered clipping cuts an outlying difference to the m
   CHECK(none.target(1, x, {-300, -400}) == std::vector<float>{-300, -400});
   CHECK_THROWS_AS(parse_robust("median"), InputError);
 }
+
+TEST_CASE("mixer: the staleness percentiles come from a uniform sample of the whole window (reservoir sampling)") {
+  // 100,000 updates with tau = 0, 1, ..., 99,999: far more than the sample keeps. A uniform
+  // sample has its median near 50,000 and its 90th percentile near 90,000; keeping the
+  // last values instead would put both near 99,000.
+  MixerSpec s;
+  s.tau_max = 1 << 30;
+  Mixer m(s);
+  const int n = 100000;
+  for (int tau = 0; tau < n; ++tau) m.gradient(static_cast<uint64_t>(tau), 0);
+  const auto stats = m.take_stats();
+  MESSAGE("p50 " << stats.tau_p50 << ", p90 " << stats.tau_p90 << ", max " << stats.tau_max);
+  CHECK(std::fabs(stats.tau_p50 - (n - 1) / 2.0) < 0.03 * n);
+  CHECK(std::fabs(stats.tau_p90 - 0.9 * (n - 1)) < 0.03 * n);
+  CHECK(stats.applied == static_cast<uint64_t>(n));
+}

@@ -41,7 +41,7 @@ TEST_CASE("outbox: while a message is in flight, newer ones fold into one pendin
   }, mixer);
   out.offer(msg(wire::GRADIENT, {1, 1}, 1));          // goes out at once
   out.offer(msg(wire::GRADIENT, {2, 3}, 2));          // pending
-  out.offer(msg(wire::GRADIENT, {10, 10}, 3));        // summed into the pending one
+  out.offer(msg(wire::GRADIENT, {10, 10}, 3));        // folded into the pending one
   out.offer(msg(wire::MODEL, {5, 5}, 4));             // pending model
   out.offer(msg(wire::MODEL, {7, 7}, 5));             // newest model wins
   CHECK(sent.size() == 1);
@@ -51,8 +51,8 @@ TEST_CASE("outbox: while a message is in flight, newer ones fold into one pendin
   callbacks[1]({});
   REQUIRE(sent.size() == 3);
   // Pending messages leave in kind order: GRADIENT (0) then MODEL (1).
-  CHECK(sent[1].data == std::vector<float>{12, 13});
-  CHECK(sent[1].clock == 2);  // a sum is as stale as its oldest part
+  CHECK(sent[1].data == std::vector<float>{6, 6.5});  // the mean of the two
+  CHECK(sent[1].clock == 2);  // as stale as its oldest part
   CHECK(sent[1].coalesced == 1);
   CHECK(sent[2].data == std::vector<float>{7, 7});
   CHECK(mixer.take_stats().coalesced == 2);
@@ -221,4 +221,44 @@ TEST_CASE("inbox: synchronous messages for future rounds are held within a windo
   std::atomic<bool> stop{false};
   CHECK(in.wait_sync(1, 100, 0, 1.0, stop).has_value());
   CHECK(in.wait_sync(0, 100, 0, 1.0, stop).has_value());
+}
+
+TEST_CASE("outbox and inbox: m gradients folded on a slow link move the receiver no farther than one, whatever m") {
+  // The step a receiver takes with a neighbour's gradient message is f(tau) times it, tau
+  // the oldest part's staleness. Folded as a sum, m parts would step m times as far.
+  MixerSpec spec;
+  spec.tau_max = 1000;
+  for (int m : {1, 2, 8, 64}) {
+    CAPTURE(m);
+    Mixer mixer(spec);
+    std::vector<Message> sent;
+    std::vector<std::function<void(const SendStatus&)>> callbacks;
+    Outbox out([&](Message&& one, std::function<void(const SendStatus&)> done) {
+      sent.push_back(std::move(one));
+      callbacks.push_back(std::move(done));
+    }, mixer);
+    out.offer(msg(wire::GRADIENT, {0, 0}, 0));  // in flight: the link is busy
+    for (int k = 0; k < m; ++k) out.offer(msg(wire::GRADIENT, {3, 4}, 1 + k));  // each of norm 5
+    callbacks[0]({});
+    REQUIRE(sent.size() == 2);
+    CHECK(sent[1].coalesced == static_cast<uint64_t>(m - 1));
+    // The receiver's inbox folds what arrives before its step the same way.
+    Inbox in(mixer);
+    wire::Update u;
+    u.set_kind(wire::GRADIENT);
+    u.set_tensor_length(2);
+    u.set_segment_count(1);
+    u.set_segment_length(2);
+    for (int k = 0; k < m; ++k) {
+      u.set_update_id(100 + k);
+      u.set_clock(1 + k);
+      REQUIRE(add_floats(in, 1, u, sent[1].data).empty());
+    }
+    const auto got = in.take_async();
+    REQUIRE(got.size() == 1);
+    const double w = mixer.gradient(m + 1, got[0].clock).weight;
+    const double step = w * std::hypot(got[0].data[0], got[0].data[1]);
+    CHECK(step == doctest::Approx(5 * mixer.staleness_weight(m)));
+    CHECK(step <= 5.0 + 1e-9);
+  }
 }
