@@ -38,6 +38,9 @@ struct ClusterResult {
   std::vector<std::pair<int64_t, double>> consensus;
   // Each peer's parameters before its first step and after its last.
   std::vector<std::vector<float>> initial_params, final_params;
+  // Each peer's algorithm state after its last step, as its checkpoint would hold it
+  // (Algorithm::save; choco: its public copies). Tests of an algorithm's invariants read it.
+  std::vector<std::string> algorithm_state;
   double wall_s = 0;
 };
 

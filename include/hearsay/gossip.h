@@ -121,6 +121,8 @@ class GossipEngine {
   // residual and codec, the algorithm's state. load throws InputError when it does not
   // fit this cluster and model.
   void save_state(ckpt::Checkpoint& c) const;
+  // The algorithm's part of save_state alone.
+  std::string algorithm_state() const;
   void load_state(const ckpt::Checkpoint& c);
 
   uint64_t clock() const { return logical_clock_; }
@@ -133,6 +135,7 @@ class GossipEngine {
 
   // --- for the algorithms (src/peer/algorithms) --------------------------------------
   struct Message;
+  struct Encoded;
   Model& model() { return model_; }
   Sgd& sgd() { return sgd_; }
   Mixer& mixer() { return mixer_; }
@@ -147,6 +150,13 @@ class GossipEngine {
   // Sends `data` to peer index `to` as the message `header` describes (kind, flags, round,
   // share...); the engine fills in the sender, clocks, step and tensor length.
   void send_message(int to, Message header, std::vector<float> data);
+  // Encodes `data` (a whole tensor) once with the configured codec (gossip.codec, no
+  // error feedback: the caller keeps what was not sent; random-k unscaled). The result's
+  // `decoded` is, bit for bit, what each receiver's take_async gives for it.
+  std::shared_ptr<const Encoded> encode_once(const std::vector<float>& data);
+  // Sends an encoded update to peer index `to` as `header` describes: the same payload
+  // bytes on every link, never re-encoded, never folded with another, in order.
+  void send_encoded(int to, Message header, std::shared_ptr<const Encoded> update);
   // Whether the link to peer index `peer` is up now.
   bool connected(int peer) const;
   // Takes the asynchronous arrivals queued so far.
@@ -213,6 +223,7 @@ class GossipEngine {
     std::unique_ptr<LinkEncoder> update, model;
   };
   std::vector<std::unique_ptr<LinkCodecs>> link_codecs_;
+  std::unique_ptr<Codec> once_codec_;  // step-loop thread only: encode_once's codec
   std::atomic<double> step_s_{0};  // smoothed wall time of a step (adaptive compression)
   double last_step_at_ = 0;        // step-loop thread only
   std::atomic<uint64_t> rejected_{0};  // updates refused: failed to decode, non-finite, implausible

@@ -64,6 +64,9 @@ class Mixer {
   Decision model(uint64_t my_clock, uint64_t their_clock, double base, uint64_t my_samples, uint64_t their_samples);
   // Scale of an incoming gradient.
   Decision gradient(uint64_t my_clock, uint64_t their_clock);
+  // An update applied whole whatever its staleness (push-sum mass, which must never be
+  // dropped): its staleness is recorded, and it counts as applied with weight 1.
+  void applied(uint64_t my_clock, uint64_t their_clock);
   void count_coalesced(uint64_t n);
   // Updates dropped for a reason of the algorithm's own (an answer to an exchange it gave up).
   void count_dropped(uint64_t n);
@@ -78,7 +81,7 @@ class Mixer {
   const MixerSpec& spec() const { return spec_; }
 
  private:
-  Decision record(int64_t tau, double weight);
+  Decision record(int64_t tau, double weight, bool may_drop = true);
 
   MixerSpec spec_;
   std::mutex mu_;

@@ -64,6 +64,9 @@ class Peer {
   ~Peer();
   // A host copy of the model's parameters. Not while run() is stepping.
   std::vector<float> params() const;
+  // The gossip algorithm's own state, as a checkpoint holds it (empty alone or for an
+  // algorithm that keeps none). Not while run() is stepping.
+  std::string algorithm_state() const;
   // Asks run() to return after the current step (any thread).
   void stop();
 

@@ -54,7 +54,7 @@ double Mixer::staleness_weight(int64_t tau) const {
   return 1.0;
 }
 
-Mixer::Decision Mixer::record(int64_t tau, double weight) {
+Mixer::Decision Mixer::record(int64_t tau, double weight, bool may_drop) {
   std::lock_guard<std::mutex> lock(mu_);
   ++seen_;
   // Algorithm R: the first kMaxTaus are kept; the seen_-th then replaces a kept one at
@@ -65,7 +65,7 @@ Mixer::Decision Mixer::record(int64_t tau, double weight) {
   } else if (const uint64_t j = rng_.below(seen_); j < kMaxTaus) {
     taus_[j] = tau;
   }
-  if (tau > spec_.tau_max) {
+  if (may_drop && tau > spec_.tau_max) {
     ++dropped_;
     return {true, tau, 0.0};
   }
@@ -88,6 +88,10 @@ Mixer::Decision Mixer::model(uint64_t my_clock, uint64_t their_clock, double bas
 Mixer::Decision Mixer::gradient(uint64_t my_clock, uint64_t their_clock) {
   const int64_t tau = my_clock > their_clock ? static_cast<int64_t>(my_clock - their_clock) : 0;
   return record(tau, staleness_weight(tau));
+}
+
+void Mixer::applied(uint64_t my_clock, uint64_t their_clock) {
+  record(my_clock > their_clock ? static_cast<int64_t>(my_clock - their_clock) : 0, 1.0, false);
 }
 
 void Mixer::count_coalesced(uint64_t n) {

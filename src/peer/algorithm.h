@@ -24,6 +24,9 @@ class Algorithm {
   virtual void load(const std::string& state, GossipEngine& e) {
     if (!state.empty()) throw InputError("checkpoint: algorithm state given to an algorithm that keeps none");
   }
+  // After the run (GossipEngine::settle): take in what arrived since the last step, without
+  // stepping. Only algorithms that conserve a quantity need it.
+  virtual void settle(GossipEngine&) {}
 };
 
 // A little writer and reader for save()/load(): doubles and float vectors in order.

@@ -154,7 +154,10 @@ ClusterResult run_cluster(const ClusterSpec& spec) {
   }
   // Transports stop delivering before the engines they deliver to go away.
   for (auto& t : transports) t->close();
-  for (auto& p : peers) result.final_params.push_back(p->params());
+  for (auto& p : peers) {
+    result.final_params.push_back(p->params());
+    result.algorithm_state.push_back(p->algorithm_state());
+  }
   peers.clear();
   if (first_error) std::rethrow_exception(first_error);
   return result;

@@ -113,7 +113,11 @@ void GossipEngine::put_on_wire(int i, Message&& m, std::function<void(const Send
     enc = update ? lc.update.get() : lc.model.get();
     if (enc->spec().name == "none" && !enc->error_feedback()) enc = nullptr;
   }
-  const auto segs = enc != nullptr ? enc->codec().segments(n, spec_.segment_elements) : even_segments(n, spec_.segment_elements);
+  auto segs = enc != nullptr ? enc->codec().segments(n, spec_.segment_elements) : even_segments(n, spec_.segment_elements);
+  if (m.encoded) {
+    segs.clear();
+    for (const auto& s : m.encoded->segments) segs.emplace_back(s.offset, s.length);
+  }
   const uint32_t count = static_cast<uint32_t>(segs.size());
   const uint64_t id = next_update_id_++;
   wire::Envelope e;
@@ -128,7 +132,11 @@ void GossipEngine::put_on_wire(int i, Message&& m, std::function<void(const Send
     u->set_segment_offset(m.offset + begin);
     u->set_segment_length(len);
     u->set_segment_index(s);
-    if (enc == nullptr) {
+    if (m.encoded) {
+      const auto& seg = m.encoded->segments[s];
+      *u->mutable_codec() = seg.params;
+      frames.push_back(make_frame(e, seg.payload->data(), seg.payload->size(), seg.payload));
+    } else if (enc == nullptr) {
       frames.push_back(make_frame(e, reinterpret_cast<const uint8_t*>(data->data() + begin), len * sizeof(float), data));
     } else {
       auto payload = std::make_shared<std::vector<uint8_t>>();
@@ -347,6 +355,34 @@ void GossipEngine::send(int to, wire::PayloadKind kind, const std::vector<float>
   send_message(to, std::move(m), data);
 }
 
+std::shared_ptr<const GossipEngine::Encoded> GossipEngine::encode_once(const std::vector<float>& data) {
+  if (!once_codec_) {
+    CodecSpec s = spec_.codec;
+    s.error_feedback = "on";  // picks random-k unscaled (a contraction); no residual is kept here
+    once_codec_ = make_codec(s, model_.param_views(), rng_.next_u64());
+  }
+  auto out = std::make_shared<Encoded>();
+  out->decoded.assign(data.size(), 0.0f);
+  for (const auto& [begin, len] : once_codec_->segments(data.size(), spec_.segment_elements)) {
+    Encoded::Segment s;
+    s.offset = begin;
+    s.length = len;
+    auto payload = std::make_shared<std::vector<uint8_t>>();
+    once_codec_->encode(data.data() + begin, len, begin, *payload, s.params);
+    // Decoded exactly as a receiver's inbox decodes it: into zeros, scale 1.
+    const std::string err = decode_accumulate(s.params, payload->data(), payload->size(), 1.0f, out->decoded.data() + begin, len);
+    HEARSAY_CHECK(err.empty(), "encode_once: the payload just encoded does not decode: " + err);
+    s.payload = std::move(payload);
+    out->segments.push_back(std::move(s));
+  }
+  return out;
+}
+
+void GossipEngine::send_encoded(int to, Message m, std::shared_ptr<const Encoded> update) {
+  m.encoded = std::move(update);
+  send_message(to, std::move(m), {});
+}
+
 void GossipEngine::send_message(int to, Message m, std::vector<float> data) {
   m.from = me_;
   m.clock = logical_clock_;
@@ -462,6 +498,8 @@ void GossipEngine::save_state(ckpt::Checkpoint& c) const {
   }
   c.set_algorithm_state(algorithm_->save());
 }
+
+std::string GossipEngine::algorithm_state() const { return algorithm_->save(); }
 
 void GossipEngine::load_state(const ckpt::Checkpoint& c) {
   logical_clock_ = c.logical_clock();

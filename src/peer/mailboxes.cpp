@@ -78,7 +78,7 @@ void Outbox::offer(GossipEngine::Message&& m) {
       busy_ = true;
       in_flight_bytes_ = m.data.size() * sizeof(float);
       now = std::move(m);
-    } else if (m.synchronous) {
+    } else if (m.synchronous || m.encoded) {
       sync_.push_back(std::move(m));
     } else {
       auto it = pending_.find(m.fold_slot());
@@ -214,6 +214,15 @@ std::string Inbox::complete(GossipEngine::Message&& m) {
              "); refused round " + std::to_string(m.round) + " phase " + std::to_string(m.phase);
     }
     sync_[{m.from, m.round, m.phase}] = std::move(m);
+  } else if (m.kind == wire::MODEL_DELTA) {
+    // Model deltas (choco's q) are taken one by one, in the order sent: a public copy stays
+    // the sender's equal bit for bit only if it adds exactly the sender's deltas in turn.
+    auto& queue = deltas_[m.from];
+    if (queue.size() >= kDeltas) {
+      return "already holding " + std::to_string(queue.size()) + " model deltas from this peer (at most " +
+             std::to_string(kDeltas) + ")";
+    }
+    queue.push_back(std::move(m));
   } else {
     const auto key = std::make_pair(m.from, m.fold_slot());
     auto it = async_.find(key);
@@ -233,6 +242,10 @@ std::vector<GossipEngine::Message> Inbox::take_async() {
   std::vector<GossipEngine::Message> out;
   for (auto& [k, m] : async_) out.push_back(std::move(m));
   async_.clear();
+  for (auto& [from, queue] : deltas_) {
+    for (auto& m : queue) out.push_back(std::move(m));
+  }
+  deltas_.clear();
   return out;
 }
 
@@ -276,6 +289,9 @@ size_t Inbox::buffered_bytes() const {
   size_t b = 0;
   for (const auto& [k, p] : partial_) b += p.m.data.capacity() * sizeof(float);
   for (const auto& [k, m] : async_) b += m.data.size() * sizeof(float);
+  for (const auto& [from, queue] : deltas_) {
+    for (const auto& m : queue) b += m.data.size() * sizeof(float);
+  }
   for (const auto& [k, m] : sync_) b += m.data.size() * sizeof(float);
   return b;
 }

@@ -7,7 +7,8 @@
 // messages are never folded; the algorithms bound them.
 //
 // Inbox: reassembles segments (at most 8 unfinished messages per sender), then keeps one
-// pending asynchronous message per (sender, kind), folding newer ones in, and synchronous
+// pending asynchronous message per (sender, kind), folding newer ones in (model deltas
+// excepted: kept in order, at most kDeltas per sender, never folded), and synchronous
 // messages by (sender, round, phase): at most kSyncMessages per sender, over at most
 // kSyncRounds rounds; more are refused.
 #pragma once
@@ -67,6 +68,7 @@ class Inbox {
 
   static constexpr size_t kSyncRounds = 4;     // distinct rounds held per sender
   static constexpr size_t kSyncMessages = 64;  // synchronous messages held per sender
+  static constexpr size_t kDeltas = 16;        // model deltas held per sender
 
  private:
   struct Partial {
@@ -82,6 +84,7 @@ class Inbox {
   std::condition_variable cv_;
   std::map<std::pair<int, uint64_t>, Partial> partial_;                    // GUARDED_BY(mu_)
   std::map<std::pair<int, int>, GossipEngine::Message> async_;            // GUARDED_BY(mu_)
+  std::map<int, std::deque<GossipEngine::Message>> deltas_;               // GUARDED_BY(mu_), in arrival order
   std::map<std::tuple<int, uint64_t, uint32_t>, GossipEngine::Message> sync_;  // GUARDED_BY(mu_)
   // The last synchronous message refused per sender, with why (wait_sync reports it).
   std::map<std::tuple<int, uint64_t, uint32_t>, std::string> refused_sync_;   // GUARDED_BY(mu_), one per sender

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,9 @@ struct GossipEngine::Message {
   uint64_t total = 0;   // the whole tensor's length
   std::vector<float> data;
   uint64_t coalesced = 0;  // how many messages were folded into this one
+  // Set by send_encoded: the payloads to send as they are (data is empty). Such a message
+  // is never re-encoded and never folded with another; a link sends them in order.
+  std::shared_ptr<const Encoded> encoded;
 
   // Folds a newer message of the same kind into this one: models, newest wins; gradients
   // become the mean of their parts (so a slow link's sender does not step m times as far);
@@ -32,6 +36,18 @@ struct GossipEngine::Message {
   // Which pending message a newer one may fold into: by kind, and a request for a model
   // in return (adpsgd) never folds with a reply or a plain model.
   int fold_slot() const { return 2 * static_cast<int>(kind) + (reply_requested ? 1 : 0); }
+};
+
+// An update encoded once (encode_once), to go as the same bytes to every neighbour.
+struct GossipEngine::Encoded {
+  struct Segment {
+    uint64_t offset = 0, length = 0;  // in elements, within the whole tensor
+    wire::CodecParams params;
+    std::shared_ptr<const std::vector<uint8_t>> payload;
+  };
+  std::vector<Segment> segments;
+  // What a receiver decodes from the segments, bit for bit (the same decoder, into zeros).
+  std::vector<float> decoded;
 };
 
 // The Update fields that describe a message (all but the segment's place and codec), and

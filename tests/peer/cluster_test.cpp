@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
+#include <functional>
 #include <numeric>
 
 #include "hearsay/cluster.h"
@@ -317,7 +319,9 @@ namespace {
 
 // Peers that start apart and take (almost) no gradient steps: what the gossip alone does to
 // their models. lr 1e-30 moves no fp32 parameter of this size.
-ClusterResult averaging_only(const std::string& algorithm, const std::string& topology, int n = 8) {
+// `adjust` changes the spec before the run (a codec, a consensus step).
+ClusterResult averaging_only(const std::string& algorithm, const std::string& topology, int n = 8,
+                             const std::function<void(ClusterSpec&)>& adjust = {}) {
   ClusterSpec s;
   s.base = parse_config(R"(
     name: "avg" seed: 11
@@ -333,6 +337,7 @@ ClusterResult averaging_only(const std::string& algorithm, const std::string& to
   s.gossip.mixer.weighting = MixerSpec::Weighting::kPolynomial;  // staleness-weighted shares, as by default
   s.distinct_init = true;
   s.slowdown = std::vector<double>(n, 20.0);
+  if (adjust) adjust(s);
   return run_cluster(s);
 }
 
@@ -372,5 +377,94 @@ TEST_CASE("cluster: adpsgd averages in atomic pairs: with no gradient the mean o
   // The mean is conserved up to fp32 rounding (a pair's exchange conserves the sum exactly
   // in real arithmetic) and the exchanges cut off when the peers stop, which are tiny once
   // the models agree.
+  CHECK(moved < 1e-4 * start_spread);
+}
+
+namespace {
+
+// choco's saved state (src/peer/algorithms/choco.cpp): its public copies x^_j (its own
+// among them), then how many deltas each copy has taken, when the state says.
+struct PublicCopy {
+  std::vector<float> x;
+  double rounds = -1;  // -1: not in the state
+};
+
+std::map<int, PublicCopy> public_copies(const std::string& state) {
+  size_t at = 0;
+  auto get = [&] {
+    double v = 0;
+    REQUIRE(at + sizeof v <= state.size());
+    std::memcpy(&v, state.data() + at, sizeof v);
+    at += sizeof v;
+    return v;
+  };
+  std::map<int, PublicCopy> out;
+  for (double count = get(); count > 0; --count) {
+    const int j = static_cast<int>(get());
+    const size_t n = static_cast<size_t>(get());
+    REQUIRE(at + 4 * n <= state.size());
+    out[j].x.resize(n);
+    std::memcpy(out[j].x.data(), state.data() + at, 4 * n);
+    at += 4 * n;
+  }
+  if (at < state.size()) {
+    for (double count = get(); count > 0; --count) {
+      const int j = static_cast<int>(get());
+      out[j].rounds = get();
+    }
+  }
+  return out;
+}
+
+// A lossy codec with a residual that would differ per link (top-k, 10%); 768 steps, so
+// that the rounds cut off when the peers stop are tiny.
+void choco_topk(ClusterSpec& s) {
+  s.base.mutable_train()->set_epochs(48);
+  s.gossip.codec.name = "topk";
+  s.gossip.codec.density = 0.1;
+  s.gossip.consensus_step = 0.3;
+}
+
+}  // namespace
+
+TEST_CASE("cluster: choco's public copies: every receiver's copy of x^_i is the sender's own, bit for bit, under top-k") {
+  const ClusterResult r = averaging_only("choco", "ring", 8, choco_topk);
+  std::vector<std::map<int, PublicCopy>> copies;
+  for (const auto& state : r.algorithm_state) copies.push_back(public_copies(state));
+  int compared = 0, differ = 0, lagging = 0;
+  double max_diff = 0;
+  for (size_t i = 0; i < copies.size(); ++i) {
+    const auto own = copies[i].find(static_cast<int>(i));
+    REQUIRE(own != copies[i].end());
+    for (size_t k = 0; k < copies.size(); ++k) {
+      const auto theirs = copies[k].find(static_cast<int>(i));
+      if (k == i || theirs == copies[k].end()) continue;
+      // A copy that has not yet taken the sender's last deltas (in flight when the run
+      // ended) is not comparable.
+      if (theirs->second.rounds != own->second.rounds) {
+        ++lagging;
+        continue;
+      }
+      ++compared;
+      REQUIRE(theirs->second.x.size() == own->second.x.size());
+      if (std::memcmp(theirs->second.x.data(), own->second.x.data(), 4 * own->second.x.size()) != 0) ++differ;
+      for (size_t e = 0; e < own->second.x.size(); ++e) {
+        max_diff = std::max(max_diff, static_cast<double>(std::fabs(theirs->second.x[e] - own->second.x[e])));
+      }
+    }
+  }
+  MESSAGE("copies compared " << compared << " (lagging " << lagging << "), differing " << differ << ", largest difference "
+                             << max_diff);
+  CHECK(compared >= 4);  // about half are at the sender's last round when the run stops
+  CHECK(differ == 0);
+}
+
+TEST_CASE("cluster: choco with no gradient keeps the average of the models and brings them to consensus, under top-k") {
+  const ClusterResult r = averaging_only("choco", "ring", 8, choco_topk);
+  const auto before = mean_of(r.initial_params), after = mean_of(r.final_params);
+  const double start_spread = spread(r.initial_params), end_spread = spread(r.final_params);
+  const double moved = distance(before, after);
+  MESSAGE("spread " << start_spread << " -> " << end_spread << "; the mean moved " << moved);
+  CHECK(end_spread < 0.05 * start_spread);  // toward consensus
   CHECK(moved < 1e-4 * start_spread);
 }

@@ -1,17 +1,32 @@
-// CHOCO-SGD (Koloskova, Stich, Jaggi, ICML 2019): compressed model gossip with public
-// copies. Peer i keeps x_i and public copies x^_j of itself and of its topology
-// neighbours (everyone's copy of x^_j is the same, since each is built from the same
-// compressed differences). Each step:
-//   x_i <- optimizer step;  q_i = Q(x_i - x^_i);  x^_i += q_i;  send q_i to neighbours
-//   for each arrived q_j: x^_j += q_j
-//   x_i <- x_i + gamma * sum_j 1/(1 + deg) (x^_j - x^_i)
-// Q is the link's codec (gossip.codec) with its error feedback: the difference goes to
-// the outbox whole and each link sends what its codec carries, keeping the rest in its
-// residual for later. A receiver's copy of x^_i so lags the sender's by that residual,
-// which error feedback keeps bounded and eventually delivers (with codec none the copies
-// agree exactly). Differences pending on a slow link are summed, which keeps the copies
-// in step. With gossip_every = k, differences are sent every k steps, the consensus step
-// still taken every step against the copies as they stand.
+// CHOCO-SGD (Koloskova, Stich, Jaggi, ICML 2019, Algorithm 2): compressed gossip with
+// public copies. Peer i keeps x_i and public copies x^_j of itself and of each neighbour
+// (all starting at 0). Round r of peer i:
+//
+//   x_i <- x_i - lr g_i                      (local steps: every step, rounds or not)
+//   q_i = Q(x_i - x^_i)                      (encoded once: the same bytes to every neighbour)
+//   x^_i <- x^_i + q_i                       (q_i as every receiver decodes it)
+//   for each neighbour j, once its round-r delta is here:  x^_j <- x^_j + q_j
+//   x_i <- x_i + gamma sum_j w_ij (x^_j - x^_i)   (w_ij = 1 / (1 + max(deg_i, deg_j)))
+//
+// Q is gossip.codec applied once per round (GossipEngine::encode_once), with no per-link
+// error feedback: what Q leaves out stays in x_i - x^_i and goes in a later q, which is
+// CHOCO's own error feedback. Sender and receivers add the same decoded q to x^_i, in the
+// same order (the inbox never folds model deltas), so every copy of x^_i equals the
+// sender's bit for bit. Metropolis-Hastings weights are symmetric and doubly stochastic on
+// any undirected graph, so each round's consensus terms cancel over the peers: the sum of
+// the x_i moves only by the local steps. For that, every peer's round r must use the
+// copies as of round r: a round's consensus step waits for the neighbours' round-r deltas
+// (local steps go on meanwhile, nothing blocks) and the next round starts after it, so a
+// peer is at most one round ahead of a neighbour and holds at most a delta or two per
+// neighbour. With gossip_every = k, a round starts at most every k steps. A directed
+// topology (exponential) is refused with the reason at the first step.
+//
+// CHOCO assumes reliable links: a delta lost on the way (a failed send, a refused update)
+// leaves that receiver's copy off from the sender's; the receiver notices the gap in the
+// round numbers, says so once and goes on with the copy it has.
+#include <algorithm>
+#include <cstdio>
+#include <deque>
 #include <map>
 
 #include "../algorithm.h"
@@ -22,45 +37,41 @@ namespace {
 class Choco final : public Algorithm {
  public:
   BatchStats step(GossipEngine& e, const float* x, const int32_t* labels, int batch, float lr, uint64_t step) override {
-    const auto neighbours = e.topology().neighbours(e.me());
-    if (copies_.empty()) {
-      // Everyone starts from the same initial model, so the public copies do too.
-      const auto x0 = e.params_host();
-      copies_[e.me()] = x0;
-      for (int j : neighbours) copies_[j] = x0;
-    }
+    if (copies_.empty()) start(e);
     const BatchStats s = local_step(e, x, labels, batch, lr);
-    auto xi = e.params_host();
-    auto& mine = copies_[e.me()];
-    // Every gossip_every steps: the difference accumulated since the last send.
-    if (step % static_cast<uint64_t>(e.spec().gossip_every) == 0) {
-      std::vector<float> q(xi.size());
-      for (size_t k = 0; k < q.size(); ++k) q[k] = xi[k] - mine[k];
-      mine = xi;
-      for (int j : neighbours) e.send(j, wire::MODEL_DELTA, q);
+    take(e);
+    std::vector<float> xi;
+    if (open_ && try_finish(e, xi)) open_ = false;
+    if (!open_ && step % static_cast<uint64_t>(e.spec().gossip_every) == 0) {
+      if (xi.empty()) xi = e.params_host();
+      begin_round(e, xi);
+      if (try_finish(e, xi)) open_ = false;
     }
-    for (auto& m : e.take_async()) {
-      if (m.kind != wire::MODEL_DELTA) continue;
-      auto it = copies_.find(m.from);
-      if (it == copies_.end()) continue;
-      e.mixer().gradient(e.clock(), m.clock);  // for the staleness statistics; differences are never dropped
-      for (size_t k = 0; k < it->second.size() && k < m.data.size(); ++k) it->second[k] += m.data[k];
-    }
-    const double w = e.spec().consensus_step / (1.0 + static_cast<double>(neighbours.size()));
-    for (int j : neighbours) {
-      const auto& other = copies_[j];
-      for (size_t k = 0; k < xi.size(); ++k) xi[k] += static_cast<float>(w * (other[k] - mine[k]));
-    }
-    e.set_params_host(xi);
+    if (!xi.empty()) e.set_params_host(xi);
     return s;
   }
 
+  // After the run: the deltas that arrived since the last step, and the open round's
+  // consensus step if they complete it (no new round begins).
+  void settle(GossipEngine& e) override {
+    if (copies_.empty()) return;
+    take(e);
+    std::vector<float> xi;
+    if (open_ && try_finish(e, xi)) open_ = false;
+    if (!xi.empty()) e.set_params_host(xi);
+  }
+
+  // Copies (peer, x^), then how many deltas each copy has taken, then the round state.
   std::string save() const override {
     StateWriter w;
     w.put(static_cast<double>(copies_.size()));
-    for (const auto& [j, v] : copies_) w.put(static_cast<double>(j)).put(v);
+    for (const auto& [j, c] : copies_) w.put(static_cast<double>(j)).put(c.x);
+    w.put(static_cast<double>(copies_.size()));
+    for (const auto& [j, c] : copies_) w.put(static_cast<double>(j)).put(static_cast<double>(c.rounds));
+    w.put(static_cast<double>(round_)).put(open_ ? 1.0 : 0.0);
     return w.str();
   }
+
   void load(const std::string& state, GossipEngine& e) override {
     if (state.empty()) return;
     StateReader r(state);
@@ -69,13 +80,123 @@ class Choco final : public Algorithm {
     for (double i = 0; i < count; ++i) {
       const double j = r.get();
       if (!(j >= 0 && j < static_cast<double>(e.peers().size()))) throw InputError("checkpoint: choco copy of an unknown peer");
-      copies_[static_cast<int>(j)] = r.get_floats(e.model().num_params());
+      copies_[static_cast<int>(j)].x = r.get_floats(e.model().num_params());
     }
+    if (r.get() != count) throw InputError("checkpoint: choco state counts its copies twice, differently");
+    for (double i = 0; i < count; ++i) {
+      const auto it = copies_.find(static_cast<int>(r.get()));
+      if (it == copies_.end()) throw InputError("checkpoint: choco round count for a copy it does not hold");
+      it->second.rounds = static_cast<uint64_t>(r.get());
+    }
+    round_ = static_cast<uint64_t>(r.get());
+    open_ = r.get() != 0;
     if (!r.done()) throw InputError("checkpoint: choco state has bytes left over");
+    weights(e);
   }
 
  private:
-  std::map<int, std::vector<float>> copies_;
+  struct Copy {
+    std::vector<float> x;                      // x^_j
+    uint64_t rounds = 0;                       // deltas added to it (the sender's round)
+    std::deque<GossipEngine::Message> waiting; // arrived deltas of later rounds, in order
+    double w = 0;                              // w_ij (0 for the own copy)
+  };
+
+  void take(GossipEngine& e) {
+    for (auto& m : e.take_async()) {
+      if (m.kind != wire::MODEL_DELTA || copies_.count(m.from) == 0 || m.from == e.me()) continue;
+      e.mixer().applied(e.clock(), m.clock);  // for the staleness statistics; deltas are never dropped
+      copies_[m.from].waiting.push_back(std::move(m));
+    }
+  }
+
+  void start(GossipEngine& e) {
+    // Each round waits for every neighbour's delta: a neighbour that never sends to this
+    // peer (a directed topology) would stall it, and W would not be symmetric.
+    for (int j : e.topology().neighbours(e.me())) {
+      const auto back = e.topology().neighbours(j);
+      if (std::find(back.begin(), back.end(), e.me()) != back.end()) continue;
+      throw InputError("choco needs an undirected topology, and '" + e.spec().topology.kind + "' is directed (peer " +
+                       e.peers()[e.me()] + " sends to " + e.peers()[j] + ", which never sends back): CHOCO-SGD's "
+                       "consensus step needs symmetric weights; use ring, torus, complete, star, random, hierarchical "
+                       "or bandwidth");
+    }
+    const std::vector<float> zero(e.model().num_params(), 0.0f);
+    copies_[e.me()].x = zero;
+    for (int j : e.topology().neighbours(e.me())) copies_[j].x = zero;
+    weights(e);
+  }
+
+  void weights(GossipEngine& e) {
+    const double mine = static_cast<double>(e.topology().neighbours(e.me()).size());
+    for (auto& [j, c] : copies_) {
+      if (j == e.me()) continue;
+      const double theirs = static_cast<double>(e.topology().neighbours(j).size());
+      c.w = 1.0 / (1.0 + std::max(mine, theirs));
+    }
+  }
+
+  // q = Q(x_i - x^_i), x^_i += q, q to every neighbour.
+  void begin_round(GossipEngine& e, const std::vector<float>& xi) {
+    Copy& mine = copies_[e.me()];
+    std::vector<float> diff(xi.size());
+    for (size_t k = 0; k < diff.size(); ++k) diff[k] = xi[k] - mine.x[k];
+    const auto q = e.encode_once(diff);
+    for (size_t k = 0; k < mine.x.size(); ++k) mine.x[k] += q->decoded[k];
+    ++round_;
+    mine.rounds = round_;
+    open_ = true;
+    for (const auto& [j, c] : copies_) {
+      if (j == e.me()) continue;
+      GossipEngine::Message h;
+      h.kind = wire::MODEL_DELTA;
+      h.round = round_;
+      e.send_encoded(j, std::move(h), q);
+    }
+  }
+
+  // Adds each neighbour's deltas up to this round to its copy; once every copy is at this
+  // round, the consensus step (into xi, read when needed). Returns whether it was taken.
+  bool try_finish(GossipEngine& e, std::vector<float>& xi) {
+    bool ready = true;
+    for (auto& [j, c] : copies_) {
+      if (j == e.me()) continue;
+      while (!c.waiting.empty() && c.rounds < round_) {
+        GossipEngine::Message& m = c.waiting.front();
+        if (m.round <= c.rounds) {
+          e.mixer().count_dropped(1);  // a round this copy has already taken (a resent round)
+        } else {
+          if (m.round != c.rounds + 1 && !warned_gap_) {
+            std::fprintf(stderr, "hearsay: peer %s: choco: %s's public copy skipped rounds %llu to %llu (a delta was lost); "
+                         "it may differ from %s's own from now on\n", e.peers()[e.me()].c_str(), e.peers()[j].c_str(),
+                         static_cast<unsigned long long>(c.rounds + 1), static_cast<unsigned long long>(m.round - 1),
+                         e.peers()[j].c_str());
+            warned_gap_ = true;
+          }
+          for (size_t k = 0; k < c.x.size() && k < m.data.size(); ++k) c.x[k] += m.data[k];
+          c.rounds = m.round;
+        }
+        c.waiting.pop_front();
+      }
+      ready = ready && c.rounds >= round_;
+    }
+    if (!ready) return false;
+    if (xi.empty()) xi = e.params_host();
+    const Copy& mine = copies_[e.me()];
+    const double gamma = e.spec().consensus_step;
+    std::vector<double> sum(xi.size(), 0.0);
+    for (const auto& [j, c] : copies_) {
+      if (j == e.me()) continue;
+      for (size_t k = 0; k < sum.size(); ++k) sum[k] += c.w * (static_cast<double>(c.x[k]) - mine.x[k]);
+    }
+    for (size_t k = 0; k < xi.size(); ++k) xi[k] = static_cast<float>(xi[k] + gamma * sum[k]);
+    return true;
+  }
+
+  std::map<int, Copy> copies_;  // x^_j for this peer and each neighbour
+  uint64_t round_ = 0;          // this peer's rounds begun
+  bool open_ = false;           // round_ has begun, its consensus step not yet taken
+  bool warned_gap_ = false;
 };
 
 }  // namespace
