@@ -36,7 +36,8 @@ struct ClusterResult {
   std::vector<TrainResult> peers;
   // (step, mean over peers of ||x_i - mean x||) at every log.every_steps steps.
   std::vector<std::pair<int64_t, double>> consensus;
-  // Each peer's parameters before its first step and after its last.
+  // Each peer's parameters before its first step and after its last, once the messages
+  // still on the wire when the peers stopped have been taken in (GossipEngine::settle).
   std::vector<std::vector<float>> initial_params, final_params;
   // Each peer's algorithm state after its last step, as its checkpoint would hold it
   // (Algorithm::save; choco: its public copies). Tests of an algorithm's invariants read it.

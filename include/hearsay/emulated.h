@@ -7,7 +7,7 @@
 // bucket with no burst allowance), and arrives latency + jitter after its last bit left;
 // arrivals keep their order, as on a TCP path. A frame sent during an outage, or lost
 // with probability `loss`, never arrives. The sender's completion fires when its frame
-// has left the emulated link.
+// has left the emulated link, as a failure for a frame that will never arrive.
 #pragma once
 
 #include <map>

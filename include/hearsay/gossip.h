@@ -64,6 +64,9 @@ struct GossipSpec {
   double outer_momentum = 0.9; // diloco (Nesterov)
   double sync_timeout_s = 60;  // synchronous algorithms: how long to wait for a peer
   double consensus_step = 0.5; // choco: gamma
+  // sgp: the overlap's delay bound tau, in the sender's steps: a peer does not start step
+  // k while a push it made at step k - tau or earlier is still unsent. 0: no bound.
+  int overlap_tau = 0;
   size_t segment_elements = 1 << 20;  // updates larger than this travel in segments
   CodecSpec codec;                    // gradients and model deltas (asynchronous algorithms)
   std::string model_codec = "none";   // whole models: none, fp16, bf16, int8
@@ -77,6 +80,9 @@ struct GossipSpec {
 
 // Throws InputError naming the problem.
 void check_gossip_spec(const GossipSpec& spec, int peers);
+// Throws InputError when the algorithm cannot run on the topology: dpsgd's weights need
+// an undirected graph (every neighbour relation both ways).
+void check_algorithm_topology(const GossipSpec& spec, int peers);
 std::vector<std::string> gossip_algorithms();
 bool is_synchronous(const std::string& algorithm);
 
@@ -117,6 +123,11 @@ class GossipEngine {
   void log_stats(int64_t step);
   // Stops waiting in synchronous algorithms (shutdown).
   void stop();
+  // After the run, for tests of conservation: whether nothing is left in this peer's
+  // outboxes or on its transport's links, and settle() takes in what has arrived since
+  // the last step (sgp's push-sum mass) without stepping.
+  bool idle() const;
+  void settle();
   // The engine's part of a checkpoint: clocks, step count, each link's error-feedback
   // residual and codec, the algorithm's state. load throws InputError when it does not
   // fit this cluster and model.
@@ -161,6 +172,15 @@ class GossipEngine {
   bool connected(int peer) const;
   // Takes the asynchronous arrivals queued so far.
   std::vector<Message> take_async();
+  // Push-sum mass this peer sent that no neighbour will take in, summed into one message
+  // (data empty when there is none): whole messages whose send failed, and the rounding a
+  // lossy model codec took off a numerator. The sender adds it back to its own (x, w).
+  Message take_returned();
+  // Sends not yet reported done (in outboxes or on the wire) that were made at or before
+  // `step` (this peer's step count), over every link.
+  bool unsent_since(uint64_t step) const;
+  // Waits until unsent_since(step) is false, or stop(); throws StopRequested on stop.
+  void wait_sent(uint64_t step);
   // Waits for the synchronous message of (round, phase) from peer index `from`.
   Message wait_sync(int from, uint64_t round, uint32_t phase);
   // Host copy of the parameters, and writing them back.
@@ -189,6 +209,7 @@ class GossipEngine {
   // device_dst += a * y, y on the host (uploaded through scratch_).
   void axpy_host(double a, const std::vector<float>& y, float* device_dst);
   void put_on_wire(int to, Message&& m, std::function<void(const SendStatus&)> done);
+  void give_back(const std::vector<float>& x, uint64_t offset, double w);  // into returned_
   void adapt_codec(int to, size_t elements, bool update);
   void serve_join_requests();
   int index_of(const std::string& id) const;
@@ -231,6 +252,9 @@ class GossipEngine {
   std::unique_ptr<RobustMixing> robust_;  // step-loop thread only
   std::atomic<double> own_grad_norm_{0};  // smoothed; 0 until the first gradient
   std::vector<std::string> mixed_this_step_;  // step-loop thread only
+  std::mutex returned_mu_;
+  std::vector<float> returned_x_;  // GUARDED_BY(returned_mu_): push-sum mass given back, summed
+  double returned_w_ = 0;          // GUARDED_BY(returned_mu_)
 };
 
 }  // namespace hearsay

@@ -75,6 +75,8 @@ class Peer {
   BatchStats evaluate();
 
   Model& model() { return *model_; }
+  // The gossip engine; null for a peer that trains alone.
+  GossipEngine* engine() { return engine_.get(); }
   const TrainTest& data() const { return data_; }
 
  private:

@@ -5,6 +5,8 @@
 //   torus          2-D wrap-around grid (rows x cols = n, as square as possible): 4 neighbours
 //   exponential    one peer per round: i + 2^(round mod log2 n) (SGP's one-peer exponential graph)
 //   complete       everyone else
+//   star           peer 0 and every other peer (a hub site and spokes; the one topology
+//                  whose peers have unequal degrees)
 //   random         one uniformly random other peer per round (AD-PSGD)
 //   hierarchical   one random peer of the same site per round, and every `cross_every`-th
 //                  round one random peer of another site (geo-distributed)

@@ -43,6 +43,7 @@ GossipSpec gossip_spec(const config::ClusterConfig& c) {
   s.outer_momentum = g.outer_momentum();
   s.sync_timeout_s = g.sync_timeout_s();
   s.consensus_step = g.consensus_step();
+  s.overlap_tau = g.overlap_tau();
   const auto& codec = g.codec();
   s.codec.name = codec.name();
   s.codec.density = codec.density();

@@ -52,6 +52,26 @@ class ConsensusMonitor {
   std::vector<std::pair<int64_t, double>> series_;
 };
 
+// What was still in outboxes or on the wire when the peers stopped is let arrive and taken
+// in, so that what the peers hold at the end is all there is (sgp's mass is counted whole).
+// Bounded: a few rounds of at most 10 s each.
+void settle(std::vector<std::unique_ptr<Peer>>& peers) {
+  for (int round = 0; round < 3; ++round) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    auto all_idle = [&] {
+      for (auto& p : peers) {
+        if (!p->engine()->idle()) return false;
+      }
+      return true;
+    };
+    while (!all_idle() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the last frames reach their inboxes
+    for (auto& p : peers) p->engine()->settle();
+  }
+}
+
 }  // namespace
 
 ClusterResult run_cluster(const ClusterSpec& spec) {
@@ -152,6 +172,7 @@ ClusterResult run_cluster(const ClusterSpec& spec) {
       cluster_log.write(cluster_log.event("consensus").add("step", step).add("distance", d));
     }
   }
+  if (!first_error) settle(peers);
   // Transports stop delivering before the engines they deliver to go away.
   for (auto& t : transports) t->close();
   for (auto& p : peers) {

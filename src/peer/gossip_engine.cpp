@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <thread>
 
 #include "algorithm.h"
 #include "hearsay/checkpoint.h"
@@ -33,6 +34,7 @@ void check_gossip_spec(const GossipSpec& s, int peers) {
   }
   if (s.segment_elements < 1024) throw InputError("segment_elements must be >= 1024");
   if (!(s.consensus_step > 0 && s.consensus_step <= 1)) throw InputError("choco: consensus_step must be in (0, 1]");
+  if (s.overlap_tau < 0) throw InputError("sgp: overlap_tau must be >= 0 (0: no bound)");
   if (s.byzantine != "none" && s.byzantine != "scaled" && s.byzantine != "sign_flip" && s.byzantine != "random") {
     throw InputError("byzantine '" + s.byzantine + "': use none, scaled, sign_flip or random");
   }
@@ -46,6 +48,23 @@ void check_gossip_spec(const GossipSpec& s, int peers) {
   const AdaptiveSpec& a = s.adaptive;
   if (!(a.step_fraction > 0) || !(a.min_density > 0 && a.min_density <= a.max_density && a.max_density <= 1)) {
     throw InputError("codec: adaptive needs step_fraction > 0 and 0 < min_density <= max_density <= 1");
+  }
+  check_algorithm_topology(s, peers);
+}
+
+void check_algorithm_topology(const GossipSpec& s, int peers) {
+  if (s.algorithm != "dpsgd" || peers < 2) return;
+  const auto t = make_topology(s.topology, peers);
+  for (int i = 0; i < peers; ++i) {
+    for (int j : t->neighbours(i)) {
+      const auto back = t->neighbours(j);
+      if (std::find(back.begin(), back.end(), i) != back.end()) continue;
+      throw InputError("dpsgd needs an undirected topology, and '" + s.topology.kind + "' on " + std::to_string(peers) +
+                       " peers is directed (peer " + std::to_string(i) + " sends to peer " + std::to_string(j) +
+                       ", which never sends back): its Metropolis-Hastings weights would not be doubly stochastic and "
+                       "each round would wait for messages that never come; use ring, torus, complete, random, "
+                       "hierarchical, bandwidth or star");
+    }
   }
 }
 
@@ -107,6 +126,8 @@ void GossipEngine::put_on_wire(int i, Message&& m, std::function<void(const Send
   LinkCodecs& lc = *link_codecs_[i];
   std::unique_lock<std::mutex> codec_lock(lc.mu);  // one message per link at a time anyway
   LinkEncoder* enc = nullptr;
+  const bool push_sum = m.kind == wire::PUSH_SUM_WEIGHT && !m.synchronous;
+  std::vector<float> rounding;  // push-sum: what a lossy codec took off the numerator
   if (!m.synchronous && n > 0) {
     const bool update = m.kind == wire::GRADIENT || m.kind == wire::MODEL_DELTA;
     if (spec_.adaptive.enabled) adapt_codec(i, n, update);
@@ -141,18 +162,37 @@ void GossipEngine::put_on_wire(int i, Message&& m, std::function<void(const Send
     } else {
       auto payload = std::make_shared<std::vector<uint8_t>>();
       enc->encode(data->data() + begin, len, m.offset + begin, m.total, *payload, *u->mutable_codec());
+      if (push_sum) {
+        // The numerator becomes exactly what the receiver will decode, and the rounding
+        // goes back to the sender's own x: one push moves mass, it never loses any.
+        std::vector<float> sent(len, 0.0f);
+        decode_accumulate(u->codec(), payload->data(), payload->size(), 1.0f, sent.data(), len);
+        rounding.resize(n, 0.0f);
+        for (size_t k = 0; k < len; ++k) {
+          float& x = (*data)[begin + k];
+          rounding[begin + k] = x - sent[k];
+          x = sent[k];
+        }
+      }
       frames.push_back(make_frame(e, payload->data(), payload->size(), payload));
     }
     bytes += frames.back().size();
   }
   codec_lock.unlock();
+  if (!rounding.empty()) give_back(rounding, m.offset, 0);
+  // A push whose send fails is given back whole: mass is never silently lost.
+  auto returned = push_sum ? data : nullptr;
+  const double weight = m.push_sum_weight;
+  const uint64_t offset = m.offset;
   auto remaining = std::make_shared<std::atomic<uint32_t>>(count);
   auto failed = std::make_shared<std::atomic<bool>>(false);
   const double t0 = clock_.now();
   for (auto& f : frames) {
-    transport_.send(peers_[i], std::move(f), [this, i, bytes, t0, remaining, failed, done](const SendStatus& st) {
+    transport_.send(peers_[i], std::move(f), [this, i, bytes, t0, remaining, failed, done, returned, weight,
+                                              offset](const SendStatus& st) {
       if (!st.ok) *failed = true;
       if (--*remaining != 0) return;
+      if (*failed && returned) give_back(*returned, offset, weight);
       const double dt = clock_.now() - t0;
       if (!*failed && dt > 0) {
         const double bps = static_cast<double>(bytes) / dt;
@@ -411,6 +451,50 @@ void GossipEngine::lie(std::vector<float>& v) {
 }
 
 std::vector<GossipEngine::Message> GossipEngine::take_async() { return screen(inbox_->take_async()); }
+
+void GossipEngine::give_back(const std::vector<float>& x, uint64_t offset, double w) {
+  std::lock_guard<std::mutex> lock(returned_mu_);
+  if (returned_x_.empty()) returned_x_.assign(model_.num_params(), 0.0f);
+  for (size_t k = 0; k < x.size() && offset + k < returned_x_.size(); ++k) returned_x_[offset + k] += x[k];
+  returned_w_ += w;
+}
+
+GossipEngine::Message GossipEngine::take_returned() {
+  Message m;
+  m.from = me_;
+  m.kind = wire::PUSH_SUM_WEIGHT;
+  std::lock_guard<std::mutex> lock(returned_mu_);
+  m.data = std::move(returned_x_);
+  m.push_sum_weight = returned_w_;
+  returned_x_.clear();
+  returned_w_ = 0;
+  return m;
+}
+
+bool GossipEngine::unsent_since(uint64_t step) const {
+  for (const auto& o : outboxes_) {
+    const auto oldest = o->oldest_unsent_step();
+    if (oldest && *oldest <= step) return true;
+  }
+  return false;
+}
+
+void GossipEngine::wait_sent(uint64_t step) {
+  while (unsent_since(step)) {
+    if (stopped_) throw StopRequested();
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+bool GossipEngine::idle() const {
+  for (size_t i = 0; i < peers_.size(); ++i) {
+    if (static_cast<int>(i) == me_) continue;
+    if (outboxes_[i]->buffered_bytes() > 0 || transport_.link_stats(peers_[i]).queue_depth > 0) return false;
+  }
+  return true;
+}
+
+void GossipEngine::settle() { algorithm_->settle(*this); }
 
 GossipEngine::Message GossipEngine::wait_sync(int from, uint64_t round, uint32_t phase) {
   std::string refused;

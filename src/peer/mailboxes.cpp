@@ -77,12 +77,14 @@ void Outbox::offer(GossipEngine::Message&& m) {
     if (!busy_ && sync_.empty()) {
       busy_ = true;
       in_flight_bytes_ = m.data.size() * sizeof(float);
+      in_flight_step_ = m.step;
       now = std::move(m);
     } else if (m.synchronous || m.encoded) {
       sync_.push_back(std::move(m));
     } else {
       auto it = pending_.find(m.fold_slot());
       if (it == pending_.end()) {
+        pending_step_[m.fold_slot()] = m.step;
         pending_.emplace(m.fold_slot(), std::move(m));
       } else {
         it->second.absorb(std::move(m));
@@ -109,11 +111,14 @@ void Outbox::on_done(const SendStatus& s) {
       sync_.pop_front();
     } else if (!pending_.empty()) {
       next = std::move(pending_.begin()->second);
+      in_flight_step_ = pending_step_[pending_.begin()->first];
+      pending_step_.erase(pending_.begin()->first);
       pending_.erase(pending_.begin());
     }
     if (next) {
       busy_ = true;
       in_flight_bytes_ = next->data.size() * sizeof(float);
+      if (next->synchronous) in_flight_step_ = next->step;
     }
   }
   if (next) launch(std::move(*next));
@@ -125,6 +130,16 @@ size_t Outbox::buffered_bytes() const {
   for (const auto& [k, m] : pending_) b += m.data.size() * sizeof(float);
   for (const auto& m : sync_) b += m.data.size() * sizeof(float);
   return b;
+}
+
+std::optional<uint64_t> Outbox::oldest_unsent_step() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::optional<uint64_t> oldest;
+  auto see = [&](uint64_t step) { oldest = oldest ? std::min(*oldest, step) : step; };
+  if (busy_) see(in_flight_step_);
+  for (const auto& [slot, step] : pending_step_) see(step);
+  for (const auto& m : sync_) see(m.step);
+  return oldest;
 }
 
 uint64_t Outbox::failed() const {

@@ -33,6 +33,9 @@ class Outbox {
   void offer(GossipEngine::Message&& m);
   size_t buffered_bytes() const;
   uint64_t failed() const;
+  // The sender's step of the oldest message not yet reported sent (in flight, pending or
+  // folded into a pending one); none when the outbox is empty.
+  std::optional<uint64_t> oldest_unsent_step() const;
 
  private:
   void launch(GossipEngine::Message&& m);  // without mu_ held
@@ -43,6 +46,8 @@ class Outbox {
   mutable std::mutex mu_;
   bool busy_ = false;                                     // GUARDED_BY(mu_)
   size_t in_flight_bytes_ = 0;                            // GUARDED_BY(mu_)
+  uint64_t in_flight_step_ = 0;                           // GUARDED_BY(mu_): its oldest part's step
+  std::map<int, uint64_t> pending_step_;                  // GUARDED_BY(mu_): each pending one's oldest part
   std::map<int, GossipEngine::Message> pending_;          // GUARDED_BY(mu_), by fold_slot()
   std::deque<GossipEngine::Message> sync_;                // GUARDED_BY(mu_)
   uint64_t failed_ = 0;                                   // GUARDED_BY(mu_)

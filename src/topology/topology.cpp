@@ -82,6 +82,13 @@ class Complete final : public Topology {
   std::vector<int> neighbours(int peer) const override { return all_but(n_, peer); }
 };
 
+class Star final : public Topology {
+ public:
+  explicit Star(int n) : Topology(n) {}
+  std::vector<int> targets(int peer, int64_t, Rng&) const override { return neighbours(peer); }
+  std::vector<int> neighbours(int peer) const override { return peer == 0 ? all_but(n_, 0) : std::vector<int>{0}; }
+};
+
 class RandomPeer final : public Topology {
  public:
   explicit RandomPeer(int n) : Topology(n) {}
@@ -184,13 +191,14 @@ std::unique_ptr<Topology> make_topology(const TopologySpec& spec, int n) {
   if (spec.kind == "torus") return std::make_unique<Torus>(n);
   if (spec.kind == "exponential") return std::make_unique<Exponential>(n);
   if (spec.kind == "complete") return std::make_unique<Complete>(n);
+  if (spec.kind == "star") return std::make_unique<Star>(n);
   if (spec.kind == "random") return std::make_unique<RandomPeer>(n);
   if (spec.kind == "hierarchical") return std::make_unique<Hierarchical>(n, spec.site_of, spec.cross_every);
   if (spec.kind == "bandwidth") {
     if (!(spec.floor > 0 && spec.floor <= 1)) throw InputError("topology: bandwidth floor must be in (0, 1]");
     return std::make_unique<BandwidthAware>(n, spec.floor);
   }
-  throw InputError("topology '" + spec.kind + "': unknown; use ring, torus, exponential, complete, random, hierarchical or bandwidth");
+  throw InputError("topology '" + spec.kind + "': unknown; use ring, torus, exponential, complete, star, random, hierarchical or bandwidth");
 }
 
 }  // namespace hearsay

@@ -42,7 +42,7 @@ bool strongly_connected(const Topology& t, int rounds) {
 }  // namespace
 
 TEST_CASE("topology: every kind yields a connected graph over a few rounds") {
-  for (const std::string kind : {"ring", "torus", "exponential", "complete", "random", "hierarchical", "bandwidth"}) {
+  for (const std::string kind : {"ring", "torus", "exponential", "complete", "star", "random", "hierarchical", "bandwidth"}) {
     for (int n : {2, 3, 8, 12}) {
       CAPTURE(kind);
       CAPTURE(n);
@@ -64,6 +64,9 @@ TEST_CASE("topology: ring, torus and exponential have their documented neighbour
   CHECK(make_topology(s, 5)->neighbours(0) == std::vector<int>{4, 1});
   s.kind = "torus";
   CHECK(make_topology(s, 9)->neighbours(4) == std::vector<int>{1, 3, 5, 7});
+  s.kind = "star";
+  CHECK(make_topology(s, 4)->neighbours(0) == std::vector<int>{1, 2, 3});
+  CHECK(make_topology(s, 4)->neighbours(2) == std::vector<int>{0});
   s.kind = "exponential";
   auto e = make_topology(s, 8);
   CHECK(e->targets(3, 0, rng) == std::vector<int>{4});
@@ -105,8 +108,8 @@ TEST_CASE("topology: bandwidth-aware choice favours fast links but keeps every e
 
 TEST_CASE("topology: bad specs are input errors") {
   TopologySpec s;
-  s.kind = "star";
-  CHECK_THROWS_WITH_AS(make_topology(s, 4), doctest::Contains("star"), InputError);
+  s.kind = "hypercube";
+  CHECK_THROWS_WITH_AS(make_topology(s, 4), doctest::Contains("hypercube"), InputError);
   s.kind = "ring";
   CHECK_THROWS_AS(make_topology(s, 1), InputError);
   s.kind = "hierarchical";

@@ -1,48 +1,57 @@
-// Stochastic gradient push (Assran et al., ICML 2019), overlapped. A peer keeps a
-// push-sum weight w (starting at 1) and the numerator x = w z, where z, the de-biased
-// model, is what the model buffer holds and gradients are taken at. Each step:
-//   z <- optimizer step on z with g(z)   (i.e. x <- x - w lr g(z): the step is taken on
-//                                          the de-biased model, so a peer whose weight is
-//                                          momentarily small does not take a huge step)
-//   keep 1/(1+k) of (x, w), push the same share to each of the k out-neighbours of the
-//   round (one-peer exponential graph by default), add in the (x, w) that arrived, and
-//   z <- x / w.
-// Mass is conserved (pending pushes to a slow link are summed, never dropped), so the
-// de-biased models reach consensus on directed graphs without anyone waiting. A peer
-// whose weight has fallen below 1/256 skips its push until mass arrives.
+// Stochastic Gradient Push (Assran et al., ICML 2019), as the paper states it. A peer keeps
+// a numerator x and a push-sum weight w (w = 1 at the start); the de-biased model
+// z = x / w is what the model buffer holds between steps, and where gradients are taken.
+// Each step k:
+//
+//   g = grad F(z)
+//   x <- x - lr g                (the optimizer's step, on the numerator)
+//   keep 1/(1+m) of (x, w); push the same share to each of the round's m out-neighbours
+//   (the one-peer exponential graph by default), numerator and weight in one message
+//   x <- x + the numerators received;  w <- w + the weights received
+//   z <- x / w
+//
+// Mass is conserved: the weights sum to N, and with no gradient the numerators' sum stays
+// put. Nothing is dropped for staleness (a push is summed in however late it comes);
+// pushes waiting on a slow link fold into one (their sum); a push whose send fails (link
+// down, frame lost) comes back to its sender, who adds it to its own (x, w); a lossy model
+// codec's rounding of a numerator comes back the same way, so a receiver adds exactly what
+// its sender gave away. Peers never wait for pushes to arrive (the overlap); its delay
+// bound tau is gossip.overlap_tau: a peer does not start step k while a push it made at
+// step k - tau or before is still unsent (0: no bound). A peer whose weight has fallen
+// below 1/16 (its in-neighbours slower than it, or gone) keeps its mass until some
+// arrives: a step of lr g on x moves z by lr g / w, and the paper's analysis assumes w
+// bounded below (peers in near lock-step); that conserves mass too. Mass is lost only where a
+// receiver refuses a push (the update guard, a quarantine) or where a transport reported a
+// frame sent that its receiver never took in (the receiver crashed).
 #include "../algorithm.h"
 
 namespace hearsay {
 namespace {
 
-constexpr double kMinWeight = 1.0 / 256;
+constexpr double kMinWeight = 1.0 / 16;
 
 class Sgp final : public Algorithm {
  public:
   BatchStats step(GossipEngine& e, const float* x, const int32_t* labels, int batch, float lr, uint64_t step) override {
+    const uint64_t tau = static_cast<uint64_t>(e.spec().overlap_tau);
+    if (tau > 0 && step >= tau) e.wait_sent(step - tau);
+    const BatchStats s = gradient_only(e, x, labels, batch);  // at z
     Backend& b = e.model().backend();
     const size_t n = e.model().num_params();
-    const BatchStats s = local_step(e, x, labels, batch, lr);
     b.scale(n, static_cast<float>(w_), e.model().params());  // z -> x
-    const auto targets = e.live_targets(static_cast<int64_t>(step));
-    // A peer whose pushes have not been answered for a while (its in-neighbours are slow
-    // or their mass is still in flight) holds on to what it has rather than halving its
-    // weight toward zero, where x / w would blow up. Mass is still conserved.
-    if (!targets.empty() && step % static_cast<uint64_t>(e.spec().gossip_every) == 0 && w_ >= kMinWeight) {
-      const double keep = 1.0 / (1.0 + static_cast<double>(targets.size()));
-      b.scale(n, static_cast<float>(keep), e.model().params());
-      w_ *= keep;
-      const auto share = e.params_host();
-      for (int t : targets) e.send(t, wire::PUSH_SUM_WEIGHT, share, w_);
-    }
-    for (auto& m : e.take_async()) {
-      if (m.kind != wire::PUSH_SUM_WEIGHT) continue;
-      e.mixer().gradient(e.clock(), m.clock);  // recorded for the staleness statistics; mass is never dropped
-      e.axpy_params(1.0, m.data);
-      w_ += m.push_sum_weight;
-    }
+    e.sgd().step(e.model().params(), e.model().grads(), lr);
+    push(e, step);
+    take_in(e);
     b.scale(n, static_cast<float>(1.0 / w_), e.model().params());  // x -> z
     return s;
+  }
+
+  void settle(GossipEngine& e) override {
+    Backend& b = e.model().backend();
+    const size_t n = e.model().num_params();
+    b.scale(n, static_cast<float>(w_), e.model().params());
+    take_in(e);
+    b.scale(n, static_cast<float>(1.0 / w_), e.model().params());
   }
 
   std::string save() const override { return StateWriter().put(w_).str(); }
@@ -53,6 +62,36 @@ class Sgp final : public Algorithm {
   }
 
  private:
+  // With the model buffer holding x.
+  void push(GossipEngine& e, uint64_t step) {
+    if (step % static_cast<uint64_t>(e.spec().gossip_every) != 0 || w_ < kMinWeight) return;
+    const auto targets = e.live_targets(static_cast<int64_t>(step));
+    if (targets.empty()) return;
+    const double keep = 1.0 / (1.0 + static_cast<double>(targets.size()));
+    e.model().backend().scale(e.model().num_params(), static_cast<float>(keep), e.model().params());
+    w_ *= keep;
+    const auto share = e.params_host();
+    for (int t : targets) {
+      GossipEngine::Message m;
+      m.kind = wire::PUSH_SUM_WEIGHT;
+      m.push_sum_weight = w_;
+      e.send_message(t, std::move(m), share);
+    }
+  }
+
+  // With the model buffer holding x: the pushes that arrived and the mass given back.
+  void take_in(GossipEngine& e) {
+    for (auto& m : e.take_async()) {
+      if (m.kind != wire::PUSH_SUM_WEIGHT) continue;
+      e.mixer().applied(e.clock(), m.clock);  // staleness recorded; push-sum mass is never dropped
+      e.axpy_params(1.0, m.data);
+      w_ += m.push_sum_weight;
+    }
+    const auto back = e.take_returned();
+    if (!back.data.empty()) e.axpy_params(1.0, back.data);
+    w_ += back.push_sum_weight;
+  }
+
   double w_ = 1.0;
 };
 

@@ -2,11 +2,15 @@
 // for its neighbours every round (every H rounds for local_sgd and diloco), so the
 // slowest peer or link sets everyone's pace.
 //   allreduce  g <- ring-allreduce(g) / n, then the optimizer step
-//   dpsgd      gradient at x; x <- mean of x and the neighbours' x (uniform weights);
-//              then the optimizer step with that gradient (Lian et al., NeurIPS 2017)
+//   dpsgd      gradient at x; x <- w_ii x + sum_j w_ij x_j over the neighbours, with
+//              Metropolis-Hastings weights w_ij = 1/(1 + max(deg_i, deg_j)) (doubly
+//              stochastic on any undirected graph); then the optimizer step with that
+//              gradient (Lian et al., NeurIPS 2017)
 //   local_sgd  H optimizer steps alone, then x <- ring-allreduce(x) / n
 //   diloco     H steps alone from the shared anchor a; then delta = a - mean(x);
 //              v <- mu v + delta; a <- a - outer_lr (delta + mu v) (Nesterov); x <- a
+#include <algorithm>
+
 #include "../algorithm.h"
 
 namespace hearsay {
@@ -32,16 +36,23 @@ class Dpsgd final : public Algorithm {
  public:
   BatchStats step(GossipEngine& e, const float* x, const int32_t* labels, int batch, float lr, uint64_t step) override {
     const BatchStats s = gradient_only(e, x, labels, batch);
-    const auto neighbours = e.topology().neighbours(e.me());
+    Topology& t = e.topology();
+    const auto neighbours = t.neighbours(e.me());
     auto mine = e.params_host();
     for (int j : neighbours) e.send(j, wire::MODEL, mine, 0, true, step, 0);
-    std::vector<double> sum(mine.begin(), mine.end());
+    // Metropolis-Hastings: w_ij = 1 / (1 + max(deg_i, deg_j)), w_ii = 1 - sum_j w_ij.
+    // Symmetric, so doubly stochastic on any undirected graph (check_algorithm_topology
+    // refuses a directed one).
+    const double deg = static_cast<double>(neighbours.size());
+    double self = 1.0;
+    std::vector<double> mixed(mine.size(), 0.0);
     for (int j : neighbours) {
+      const double w = 1.0 / (1.0 + std::max(deg, static_cast<double>(t.neighbours(j).size())));
+      self -= w;
       const auto m = e.wait_sync(j, step, 0);
-      for (size_t i = 0; i < sum.size(); ++i) sum[i] += m.data[i];
+      for (size_t i = 0; i < mixed.size() && i < m.data.size(); ++i) mixed[i] += w * m.data[i];
     }
-    const double inv = 1.0 / (1.0 + static_cast<double>(neighbours.size()));
-    for (size_t i = 0; i < sum.size(); ++i) mine[i] = static_cast<float>(sum[i] * inv);
+    for (size_t i = 0; i < mixed.size(); ++i) mine[i] = static_cast<float>(mixed[i] + self * mine[i]);
     e.set_params_host(mine);
     e.sgd().step(e.model().params(), e.model().grads(), lr);
     return s;

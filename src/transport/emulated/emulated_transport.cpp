@@ -67,8 +67,9 @@ class EmulatedTransport final : public Transport {
       if (lost) ++dropped_;
     }
     auto sent = std::make_shared<SendCallback>(std::move(done));
-    // The sender hears back when the frame has left the emulated link...
-    clock_.post([sent] { if (*sent) (*sent)({}); }, leave);
+    // The sender hears back when the frame has left the emulated link, and hears that it
+    // failed when it is lost (as a real transport reports a frame it could not deliver)...
+    clock_.post([sent, lost] { if (*sent) (*sent)(lost ? SendStatus{false, "emulated loss"} : SendStatus{}); }, leave);
     // ...and the frame reaches the real transport when it would arrive.
     const size_t bytes = frame.size();
     clock_.post(
