@@ -246,6 +246,15 @@ std::string Inbox::complete(GossipEngine::Message&& m) {
     } else {
       it->second.absorb(std::move(m));
       mixer_.count_coalesced(1);
+      // Every part was finite, but their sum (push-sum mass) can overflow: refused as a
+      // non-finite update, with the pending message it went into (the parts are one now).
+      const auto& folded = it->second;
+      std::string where = find_non_finite(folded.data.data(), folded.data.size());
+      if (where.empty() && !std::isfinite(folded.push_sum_weight)) where = "the push-sum weight is infinite";
+      if (!where.empty()) {
+        async_.erase(it);
+        return "non-finite: summed with the update pending from this peer, " + where + " (an overflow)";
+      }
     }
   }
   cv_.notify_all();

@@ -188,6 +188,40 @@ TEST_CASE("inbox: a segment with a NaN or an infinity is refused as it is decode
   CHECK(why.find("non-finite") == 0);
 }
 
+TEST_CASE("inbox: finite updates whose sum overflows are refused, nothing non-finite is handed out") {
+  // Found by hearsay-fuzz-session: each update passed the finite check as it was decoded,
+  // and push-sum mass folded into the pending message made infinities.
+  Mixer mixer({});
+  Inbox in(mixer);
+  wire::Update u;
+  u.set_kind(wire::PUSH_SUM_WEIGHT);
+  u.set_tensor_length(2);
+  u.set_segment_length(2);
+  u.set_push_sum_weight(0.5);
+  u.set_update_id(1);
+  CHECK(add_floats(in, 0, u, {3e38f, 1}).empty());
+  u.set_update_id(2);
+  CHECK(add_floats(in, 0, u, {3e38f, 1}) ==
+        "non-finite: summed with the update pending from this peer, element 0 is infinite (an overflow)");
+  CHECK(in.take_async().empty());
+  u.set_push_sum_weight(1e308);
+  u.set_update_id(3);
+  CHECK(add_floats(in, 0, u, {1, 1}).empty());
+  u.set_update_id(4);
+  CHECK(add_floats(in, 0, u, {1, 1}).find("the push-sum weight is infinite") != std::string::npos);
+  CHECK(in.take_async().empty());
+  // A sum that stays finite still folds.
+  u.set_push_sum_weight(0.5);
+  u.set_update_id(5);
+  CHECK(add_floats(in, 0, u, {1, 1}).empty());
+  u.set_update_id(6);
+  CHECK(add_floats(in, 0, u, {2, 2}).empty());
+  const auto got = in.take_async();
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].data == std::vector<float>{3, 3});
+  CHECK(got[0].push_sum_weight == 1.0);
+}
+
 TEST_CASE("inbox: synchronous messages for future rounds are held within a window per sender, a flood is refused") {
   Mixer mixer({});
   Inbox in(mixer);
