@@ -191,6 +191,10 @@ class GossipEngine {
   // The same for a neighbour's model, through the robust rule when one is configured
   // (mixer.robust): y is replaced by what that rule says to mix toward.
   void mix_neighbour_model(int from, const std::vector<float>& y, double w);
+  // x <- x + w (y - base): a move toward a neighbour's model measured from `base` (adpsgd's
+  // half of an exchange it started, base = the model it sent), through the robust rule
+  // (from base) when one is configured.
+  void move_toward_neighbour(int from, const std::vector<float>& base, const std::vector<float>& y, double w);
   // x <- x + a * y, on the device.
   void axpy_params(double a, const std::vector<float>& y);
   // g <- g + a * y into the gradient buffer, on the device.

@@ -527,6 +527,12 @@ void GossipEngine::mix_neighbour_model(int from, const std::vector<float>& y, do
   mix_params(robust_->target(from, params_host(), y), w);
 }
 
+void GossipEngine::move_toward_neighbour(int from, const std::vector<float>& base, const std::vector<float>& y, double w) {
+  std::vector<float> diff = spec_.mixer.robust == MixerSpec::Robust::kNone ? y : robust_->target(from, base, y);
+  for (size_t i = 0; i < diff.size(); ++i) diff[i] -= base[i];
+  axpy_params(w, diff);
+}
+
 void GossipEngine::axpy_host(double a, const std::vector<float>& y, float* device_dst) {
   Backend& b = model_.backend();
   b.upload(scratch_.data(), y.data(), sizeof(float) * y.size());

@@ -81,11 +81,7 @@ class Adpsgd final : public Algorithm {
       return;
     }
     const double w = m.mix_share;
-    if (w > 0 && m.data.size() == it->second.sent.size()) {
-      std::vector<float> diff(m.data.size());
-      for (size_t i = 0; i < diff.size(); ++i) diff[i] = m.data[i] - it->second.sent[i];
-      e.axpy_params(w, diff);
-    }
+    if (w > 0 && m.data.size() == it->second.sent.size()) e.move_toward_neighbour(m.from, it->second.sent, m.data, w);
     open_.erase(it);
   }
 
