@@ -38,10 +38,14 @@ test-asan: deps
 # -O0 doubles that); any report fails the test. TSAN_OPTIONS (with tests/tsan.supp, for
 # races inside libraries that are not ours) is set by tests/CMakeLists.txt in ctest's
 # environment, so ctest run by hand in build-tsan gets it too. OpenBLAS keeps its threads:
-# its code is not instrumented, so TSan neither sees nor reports their accesses. Left out,
-# as in test-asan: the Fashion-MNIST convergence runs (minutes, and no code path the other
-# tests do not run), and the straggler step-rate and consensus-decay checks (they depend on
-# the ratio of compute to message time, which TSan's slowdown distorts).
+# its code is not instrumented, so TSan neither sees nor reports their accesses.
+# Left out, as in test-asan:
+#   convergence_test           the Fashion-MNIST runs: minutes under TSan, and one peer's
+#                              training loop, which the other tests run too;
+#   '10x slower'               cluster_test's straggler step rates: a ratio of compute to
+#                              message time, which TSan's slowdown distorts;
+#   'consensus distance falls' cluster_test's consensus decay: the same ratio decides how
+#                              far the peers drift between messages.
 test-tsan: deps
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG='-g -O1' -DHEARSAY_SANITIZE=thread -DHEARSAY_CUDA=OFF $(CMAKE_FLAGS)
 	cmake --build build-tsan -j $(JOBS)
