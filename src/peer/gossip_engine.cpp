@@ -285,8 +285,9 @@ std::vector<GossipEngine::Message> GossipEngine::screen(std::vector<Message> arr
       for (float v : params_host()) x2 += static_cast<double>(v) * v;
       model_norm = std::sqrt(x2);
     }
-    const std::string why = check_update_norm(spec_.guard, m.kind, std::sqrt(sq), m.coalesced + 1, model_norm,
-                                              own_grad_norm_.load());
+    // Folded gradients and deltas are sums of their parts; a folded model is the newest one.
+    const uint64_t parts = m.kind == wire::MODEL ? 1 : m.coalesced + 1;
+    const std::string why = check_update_norm(spec_.guard, m.kind, std::sqrt(sq), parts, model_norm, own_grad_norm_.load());
     if (!why.empty()) {
       refuse(m.from, why);
       continue;
