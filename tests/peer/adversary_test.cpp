@@ -304,8 +304,10 @@ TEST_CASE("adversary: NaN models, absurd norms and a future-round flood from an 
   // strangers' test as much as here.
   MESSAGE("peak RSS: a " << a.peak_rss_kb / 1024 << " MB (+" << a.growth_kb() / 1024 << " MB), c " << c.peak_rss_kb / 1024
                          << " MB (+" << c.growth_kb() / 1024 << " MB)");
-  CHECK(a.growth_kb() < 96 * 1024);
-  CHECK(c.growth_kb() < 96 * 1024);
+  if (!test::kSanitized) {  // under a sanitizer a process's memory is mostly the sanitizer's
+    CHECK(a.growth_kb() < 96 * 1024);
+    CHECK(c.growth_kb() < 96 * 1024);
+  }
 }
 
 TEST_CASE("adversary: strangers without the secret (reflection, relay, replay, a name outside the cluster, 1,000 idle "
@@ -401,5 +403,5 @@ TEST_CASE("adversary: strangers without the secret (reflection, relay, replay, a
     CHECK(last_number(log, "end", "final_test_acc") > 0.8);
   }
   MESSAGE("peak RSS: a " << a.peak_rss_kb / 1024 << " MB (+" << a.growth_kb() / 1024 << " MB over its start)");
-  CHECK(a.growth_kb() < 96 * 1024);  // 1,000 strangers cost it less than the stated bound
+  if (!test::kSanitized) CHECK(a.growth_kb() < 96 * 1024);  // 1,000 strangers cost it less than the stated bound
 }
