@@ -23,8 +23,9 @@ inline constexpr uint32_t kFrameMagic = 0x59535248;  // "HRSY" in memory order
 inline constexpr uint16_t kWireVersion = 1;
 inline constexpr size_t kFixedHeaderSize = 24;
 // Fixed-header flag: the payload carries no CRC32C (the field is 0). Only transports whose
-// medium cannot corrupt data (same-host shared memory) send such frames, and only their
-// decoders accept them (FrameDecoder::accept_unchecked_payloads).
+// medium cannot corrupt data unnoticed (same-host shared memory; TLS, whose records are
+// authenticated) send such frames, and only their decoders accept them
+// (FrameDecoder::accept_unchecked_payloads).
 inline constexpr uint16_t kFrameFlagNoCrc = 1;
 
 struct WireLimits {

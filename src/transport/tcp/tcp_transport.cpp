@@ -69,6 +69,7 @@ class TcpConnection final : public Connection, public std::enable_shared_from_th
   void tls_handshake();
   void tls_read();
   void tls_write();
+  void tls_flush();
   // After an SSL call returned r: waits as OpenSSL asks, then runs `retry` on the strand.
   // false when r is a failure, not a wait.
   bool tls_wait(int r, void (TcpConnection::*retry)());
@@ -97,7 +98,8 @@ class TcpConnection final : public Connection, public std::enable_shared_from_th
   bool writing_ = false;
   bool closed_ = false;
   std::vector<uint8_t> rbuf_;
-  int low_water_ = 1;  // SO_RCVLOWAT now set on the socket
+  int low_water_ = 1;         // SO_RCVLOWAT now set on the socket
+  int low_water_wanted_ = 1;  // what read_space last asked for (before the cap)
   LinkCounters counters_;
 };
 
@@ -182,6 +184,9 @@ class TcpTransport final : public LinkTableTransport {
   const TransportOptions& options() const { return options_; }
   asio::io_context& io() { return io_; }
   TlsContext* tls() { return tls_.get(); }
+  // Under TLS every record is authenticated (AES-GCM or ChaCha20-Poly1305): a payload
+  // CRC32C would only repeat that check, weaker, at a cost of two passes per byte.
+  bool omits_crc() const override { return tls_ != nullptr; }
 
   void connection_admitted(const std::shared_ptr<TcpConnection>& c, const std::string& peer) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -372,6 +377,7 @@ TcpConnection::TcpConnection(TcpTransport& t, tcp::socket sock, std::string addr
     // Buffers released while idle until admission, so unadmitted connections stay small.
     SSL_set_mode(ssl_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
     TlsContext::attach(ssl_, &tls_note_);
+    decoder_.accept_unchecked_payloads(true);
   }
 }
 
@@ -447,7 +453,20 @@ void TcpConnection::begin() {
 // frame cannot complete before `room` more bytes anyway, so waking at a quarter MiB (or
 // what is left of the frame, if less) never delays it, and halves-to-tenths the wake-ups.
 // Between frames it is back to 1 byte, so small messages are never held.
+//
+// Never above half the receive buffer: the window the sender may fill is smaller than
+// the buffer (a fresh connection's is about 114 KiB of 128 KiB), and a mark above it is
+// reached only after the sender's zero-window probe (0.2-0.5 s; seen with TLS, whose
+// socket BIO sends in 128 KiB bursts).
 void TcpConnection::set_low_water(int bytes) {
+  if (bytes == low_water_wanted_) return;
+  low_water_wanted_ = bytes;
+  if (bytes > 1) {
+    int rcvbuf = 0;
+    socklen_t len = sizeof rcvbuf;
+    if (::getsockopt(sock_.native_handle(), SOL_SOCKET, SO_RCVBUF, &rcvbuf, &len) != 0) rcvbuf = 0;
+    bytes = std::max(1, std::min(bytes, rcvbuf / 2));
+  }
   if (bytes == low_water_) return;
   if (::setsockopt(sock_.native_handle(), SOL_SOCKET, SO_RCVLOWAT, &bytes, sizeof bytes) == 0) low_water_ = bytes;
 }
@@ -600,7 +619,23 @@ void TcpConnection::tls_write() {
     tls_written_ += n;
     turn += n;
   }
-  write_done({}, total);
+  tls_flush();
+}
+
+// The socket BIO gathers records (tls.cpp); a frame is sent once they left it.
+void TcpConnection::tls_flush() {
+  if (closed_ || queue_.empty()) return;
+  BIO* out = SSL_get_wbio(ssl_);
+  errno = 0;
+  if (BIO_flush(out) > 0) return write_done({}, queue_.front().frame.size());
+  const int saved_errno = errno;
+  if (!BIO_should_retry(out)) return write_done(asio::error_code(saved_errno, asio::system_category()), 0);
+  auto self = shared_from_this();
+  sock_.async_wait(tcp::socket::wait_write, asio::bind_executor(strand_, [this, self](asio::error_code ec) {
+    if (closed_) return;
+    if (ec) return write_done(ec, 0);
+    tls_flush();
+  }));
 }
 
 void TcpConnection::write_done(const asio::error_code& ec, size_t n) {
