@@ -231,7 +231,9 @@ def run_point(args, p, point, run_dir, display, env):
         out = open(os.path.join(run_dir, f"{name}.out"), "w")
         err = open(os.path.join(run_dir, f"{name}.err"), "w")
         cmd = [args.peer_bin, "--config", cfg_path, "--peer", name, "--quiet", "--log", log]
-        procs[name] = (subprocess.Popen(cmd, stdout=out, stderr=err, env=env), out, err)
+        # One shared-WAN scope per run: its peers share the emulated site-to-site pipes.
+        run_env = dict(env, HEARSAY_RUN_ID=f"{os.getpid()}:{os.path.abspath(run_dir)}")
+        procs[name] = (subprocess.Popen(cmd, stdout=out, stderr=err, env=run_env), out, err)
         views.append(PeerView(name, log))
     title = os.path.basename(run_dir)
     target = p["target_test_acc"]

@@ -7,7 +7,8 @@
 // bucket with no burst allowance), and arrives latency + jitter after its last bit left;
 // arrivals keep their order, as on a TCP path. A frame sent during an outage, or lost
 // with probability `loss`, never arrives. The sender's completion fires when its frame
-// has left the emulated link, as a failure for a frame that will never arrive.
+// has left the emulated link, as a failure for a frame that will never arrive. Links that
+// name the same `pipe` share one such bandwidth queue (a WAN between two sites).
 #pragma once
 
 #include <map>
@@ -27,7 +28,17 @@ struct LinkModel {
   double loss = 0;            // probability in [0, 1)
   // [start, end) in seconds since the transport was created.
   std::vector<std::pair<double, double>> outages;
+  // Non-empty: the bandwidth is a pipe of this name shared with every link (in this
+  // process or another of the same run) that names it, instead of this link's own: a
+  // WAN between two sites, one pipe per direction (shared_pipe.h). `pipe_scope` keeps
+  // runs apart (pipe_scope_of_this_run() for a peer process).
+  std::string pipe;
+  std::string pipe_scope;
 };
+
+// The pipe scope of this process's run: HEARSAY_RUN_ID when set (hearsay-run sets one per
+// run), else the parent's pid (peers started together by one launcher).
+std::string pipe_scope_of_this_run();
 
 // Checks a model's numbers; throws InputError naming `where` and the field.
 void check_link_model(const LinkModel& m, const std::string& where);

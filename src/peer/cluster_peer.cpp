@@ -81,7 +81,14 @@ TrainResult run_cluster_peer(const config::Config& base, const std::string& name
   if (emulates_links(cl) && !cl.ideal()) {
     std::map<std::string, LinkModel> per_peer;
     for (int j = 0; j < n; ++j) {
-      if (j != me) per_peer[cl.peers(j).name()] = link_between(cl, me, j);
+      if (j == me) continue;
+      LinkModel m = link_between(cl, me, j);
+      const std::string &from = cl.peers(me).site(), &to = cl.peers(j).site();
+      if (cl.shared_wan() && from != to) {
+        m.pipe = "wan " + from + " > " + to;
+        m.pipe_scope = cl.id() + "/" + pipe_scope_of_this_run();
+      }
+      per_peer[cl.peers(j).name()] = m;
     }
     transport = create_emulated_transport(std::move(transport), link_model(cl.default_link()), per_peer, base.seed() + me);
   }

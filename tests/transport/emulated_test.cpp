@@ -2,6 +2,8 @@
 // latency L arrives after about L + 8S/B, and back-to-back messages queue.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <thread>
 
 #include "hearsay/emulated.h"
@@ -56,6 +58,47 @@ TEST_CASE("emulated link: 1 MiB over 50 ms / 100 Mbit/s arrives within 5% of L +
                       << " s and " << second << " s");
   CHECK(first == doctest::Approx(m.latency_s + transmit).epsilon(0.05));
   CHECK(second == doctest::Approx(m.latency_s + 2 * transmit).epsilon(0.05));
+}
+
+// Two senders in one site, one receiver in the other: with the WAN as one shared pipe the
+// second 1 MiB waits for the first (L + 2T); with a pipe per pair both arrive at L + T.
+TEST_CASE("emulated link: flows between two sites share one pipe when it is named, not otherwise") {
+  const size_t bytes = 1 << 20;
+  for (const bool shared : {true, false}) {
+    LinkModel m;
+    m.latency_s = 0.030;
+    m.bandwidth_bps = 100e6;
+    if (shared) {
+      m.pipe = "wan east > west";
+      m.pipe_scope = "emulated_test/" + std::to_string(::getpid());
+    }
+    Node c(create_transport("tcp", options_for("c")));
+    Node a(create_emulated_transport(create_transport("tcp", options_for("a")), m));
+    Node b(create_emulated_transport(create_transport("tcp", options_for("b")), m));
+    const std::string at = c.t->listen("127.0.0.1:0");
+    a.t->connect("c", at);
+    b.t->connect("c", at);
+    REQUIRE(a.wait_connected("c"));
+    REQUIRE(b.wait_connected("c"));
+    std::vector<Clock::time_point> arrivals;
+    c.t->set_receiver([&](const std::string&, InFrame&&) {
+      std::lock_guard<std::mutex> lock(c.mu);
+      arrivals.push_back(Clock::now());
+      c.cv.notify_all();
+    });
+    const OutFrame f = payload_frame(bytes, 1);
+    const double transmit = 8.0 * static_cast<double>(f.size()) / m.bandwidth_bps;
+    const auto t0 = Clock::now();
+    a.t->send("c", f, nullptr);
+    b.t->send("c", payload_frame(bytes, 2), nullptr);
+    REQUIRE(c.wait([&] { return arrivals.size() == 2; }, 5.0));
+    const double first = std::chrono::duration<double>(arrivals[0] - t0).count();
+    const double last = std::chrono::duration<double>(arrivals[1] - t0).count();
+    MESSAGE(std::string(shared ? "shared" : "per pair") << ": arrivals " << first << " s and " << last << " s; L + T = "
+                                             << m.latency_s + transmit << " s");
+    CHECK(first == doctest::Approx(m.latency_s + transmit).epsilon(0.05));
+    CHECK(last == doctest::Approx(m.latency_s + (shared ? 2 : 1) * transmit).epsilon(0.05));
+  }
 }
 
 TEST_CASE("emulated link: outages and loss drop frames, per-peer models apply") {

@@ -3,6 +3,7 @@
 #include <thread>
 
 #include "../timed_executor.h"
+#include "shared_pipe.h"
 #include "hearsay/emulated.h"
 #include "hearsay/error.h"
 #include "hearsay/rng.h"
@@ -33,6 +34,10 @@ class EmulatedTransport final : public Transport {
         start_(Clock::now()) {
     check_link_model(default_, "emulated link (default)");
     for (const auto& [peer, m] : per_peer_) check_link_model(m, "emulated link to '" + peer + "'");
+    for (const auto& [peer, m] : per_peer_) {
+      if (!m.pipe.empty() && pipes_.count(m.pipe) == 0) pipes_[m.pipe] = SharedPipe::open(m.pipe_scope, m.pipe);
+    }
+    if (!default_.pipe.empty()) pipes_[default_.pipe] = SharedPipe::open(default_.pipe_scope, default_.pipe);
     thread_ = std::thread([this] { clock_.run(); });
   }
   ~EmulatedTransport() override { close(); }
@@ -54,10 +59,16 @@ class EmulatedTransport final : public Transport {
       const double t = std::chrono::duration<double>(now - start_).count();
       for (const auto& [a, b] : m.outages) lost |= t >= a && t < b;
       if (m.loss > 0 && rng_.uniform() < m.loss) lost = true;
-      const auto begin = std::max(now, link.free_at);
       const double transmit_s = m.bandwidth_bps > 0 ? 8.0 * static_cast<double>(frame.size()) / m.bandwidth_bps : 0.0;
-      leave = begin + seconds_to_duration(transmit_s);
-      link.free_at = leave;
+      if (m.pipe.empty()) {
+        leave = std::max(now, link.free_at) + seconds_to_duration(transmit_s);
+        link.free_at = leave;
+      } else {
+        // The shared pipe's clock is the steady clock's count, the same in every process.
+        const auto ns = [](Clock::duration d) { return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count(); };
+        const int64_t left = pipes_.at(m.pipe)->reserve(ns(now.time_since_epoch()), ns(seconds_to_duration(transmit_s)));
+        leave = Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(left)));
+      }
       double delay = m.latency_s;
       if (m.jitter_s > 0) delay = std::max(0.0, delay + (2.0 * rng_.uniform() - 1.0) * m.jitter_s);
       arrive = std::max(leave + seconds_to_duration(delay), link.last_arrival);
@@ -125,6 +136,7 @@ class EmulatedTransport final : public Transport {
   std::map<std::string, LinkModel> per_peer_;
   mutable std::mutex mu_;
   std::map<std::string, Link> links_;  // GUARDED_BY(mu_)
+  std::map<std::string, std::shared_ptr<SharedPipe>> pipes_;  // by name; fixed after construction
   Rng rng_;                            // GUARDED_BY(mu_)
   uint64_t dropped_ = 0;               // GUARDED_BY(mu_)
   Clock::time_point start_;
