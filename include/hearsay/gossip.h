@@ -63,6 +63,10 @@ struct GossipSpec {
   double outer_lr = 0.7;       // diloco
   double outer_momentum = 0.9; // diloco (Nesterov)
   double sync_timeout_s = 60;  // synchronous algorithms: how long to wait for a peer
+  // allreduce: the learning rate for the mean of n gradients: "linear" (lr grows to n lr
+  // over sync_lr_warmup_steps; Goyal et al., 2017) or "none" (lr as it is).
+  std::string sync_lr_scaling = "linear";
+  int sync_lr_warmup_steps = 100;
   double consensus_step = 0.5; // choco: gamma
   // sgp: the overlap's delay bound tau, in the sender's steps: a peer does not start step
   // k while a push it made at step k - tau or earlier is still unsent. 0: no bound.
@@ -163,8 +167,9 @@ class GossipEngine {
   void send_message(int to, Message header, std::vector<float> data);
   // Encodes `data` (a whole tensor) once with the configured codec (gossip.codec, no
   // error feedback: the caller keeps what was not sent; random-k unscaled). The result's
-  // `decoded` is, bit for bit, what each receiver's take_async gives for it.
-  std::shared_ptr<const Encoded> encode_once(const std::vector<float>& data);
+  // `decoded` is, bit for bit, what each receiver's take_async gives for it. `offset`:
+  // where `data` starts within the whole tensor (layout-aware codecs).
+  std::shared_ptr<const Encoded> encode_once(const std::vector<float>& data, uint64_t offset = 0);
   // Sends an encoded update to peer index `to` as `header` describes: the same payload
   // bytes on every link, never re-encoded, never folded with another, in order.
   void send_encoded(int to, Message header, std::shared_ptr<const Encoded> update);

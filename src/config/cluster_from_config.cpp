@@ -44,6 +44,8 @@ GossipSpec gossip_spec(const config::ClusterConfig& c) {
   s.sync_timeout_s = g.sync_timeout_s();
   s.consensus_step = g.consensus_step();
   s.overlap_tau = g.overlap_tau();
+  s.sync_lr_scaling = g.sync_lr_scaling();
+  s.sync_lr_warmup_steps = g.sync_lr_warmup_steps();
   const auto& codec = g.codec();
   s.codec.name = codec.name();
   s.codec.density = codec.density();

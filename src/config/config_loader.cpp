@@ -204,6 +204,10 @@ void validate(const config::Config& c, const Locator& at) {
     if (!(g.sync_timeout_s() > 0) || !std::isfinite(g.sync_timeout_s())) fail("cluster.gossip.sync_timeout_s", "must be a positive number");
     if (!(g.consensus_step() > 0 && g.consensus_step() <= 1)) fail("cluster.gossip.consensus_step", "must be in (0, 1]");
     if (g.overlap_tau() < 0) fail("cluster.gossip.overlap_tau", "must be >= 0 (0: no bound), got " + std::to_string(g.overlap_tau()));
+    if (g.sync_lr_scaling() != "linear" && g.sync_lr_scaling() != "none") {
+      fail("cluster.gossip.sync_lr_scaling", "'" + g.sync_lr_scaling() + "': use linear or none");
+    }
+    if (g.sync_lr_warmup_steps() < 0) fail("cluster.gossip.sync_lr_warmup_steps", "must be >= 0, got " + std::to_string(g.sync_lr_warmup_steps()));
     const std::set<std::string> robust{"none", "centered_clip", "trimmed_mean"};
     if (robust.count(g.robust()) == 0) fail("cluster.gossip.robust", "unknown '" + g.robust() + "'; use none, centered_clip or trimmed_mean");
     if (!(g.clip_factor() > 0) || !std::isfinite(g.clip_factor())) fail("cluster.gossip.clip_factor", "must be a positive number");

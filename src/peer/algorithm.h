@@ -79,7 +79,7 @@ std::unique_ptr<Algorithm> make_adpsgd();
 std::unique_ptr<Algorithm> make_gossip_grad();
 std::unique_ptr<Algorithm> make_sgp();
 std::unique_ptr<Algorithm> make_choco();
-std::unique_ptr<Algorithm> make_allreduce();
+std::unique_ptr<Algorithm> make_allreduce(const GossipSpec& spec);
 std::unique_ptr<Algorithm> make_dpsgd();
 std::unique_ptr<Algorithm> make_local_sgd(bool diloco);
 
@@ -87,8 +87,28 @@ std::unique_ptr<Algorithm> make_local_sgd(bool diloco);
 BatchStats local_step(GossipEngine& e, const float* x, const int32_t* labels, int batch, float lr);
 // Gradient only (into the model's gradient buffer).
 BatchStats gradient_only(GossipEngine& e, const float* x, const int32_t* labels, int batch);
-// Sum of `v` over all peers, by ring reduce-scatter and all-gather (2 (n-1) messages of
-// n-th size each way); waits for the neighbours.
-std::vector<float> ring_allreduce(GossipEngine& e, std::vector<float> v, uint64_t round);
+// Sum of `v` over all peers (collectives.cpp): a ring within one site; with sites, up to
+// each site's leader, a ring among the leaders, and back down. With `compressed`, each
+// hop travels under gossip.codec (none, fp16, bf16, int8), else as fp32; every peer ends
+// with bit-identical sums. Uses the synchronous phases phase0 .. phase0 + n + 1 of
+// `round`; waits for the peers.
+std::vector<float> allreduce_sum(GossipEngine& e, std::vector<float> v, uint64_t round, uint32_t phase0, bool compressed);
+
+// allreduce with codec powersgd (powersgd_allreduce.cpp): the mean of every peer's
+// gradient, each weight matrix as a rank-r product, with error feedback; two all-reduces
+// per step (phases 0.. and kSecondPhase..).
+class PowerSgdAllReduce {
+ public:
+  static constexpr uint32_t kSecondPhase = 1024;
+  explicit PowerSgdAllReduce(int rank);
+  std::vector<float> average(GossipEngine& e, std::vector<float> g, uint64_t round);
+  std::string save() const;
+  void load(StateReader& r, GossipEngine& e);
+
+ private:
+  size_t rank_;
+  std::vector<float> error_;               // e: what the approximations left out, summed
+  std::vector<std::vector<float>> warm_;   // each matrix's Q, the mean of the last step's
+};
 
 }  // namespace hearsay

@@ -42,6 +42,17 @@ void check_gossip_spec(const GossipSpec& s, int peers) {
     throw InputError("guard: max_norm_ratio and quarantine_s must be >= 0 and strikes >= 0");
   }
   check_codec_spec(s.codec);
+  if (s.algorithm == "allreduce") {
+    const std::string& c = s.codec.name;
+    if (c != "none" && c != "fp16" && c != "bf16" && c != "int8" && c != "powersgd") {
+      throw InputError("allreduce: codec '" + c + "' cannot be summed on the way; use none, fp16, bf16, int8 or powersgd");
+    }
+    if (s.adaptive.enabled) throw InputError("allreduce: adaptive compression is for the asynchronous algorithms; name one codec");
+  }
+  if (s.sync_lr_scaling != "linear" && s.sync_lr_scaling != "none") {
+    throw InputError("sync_lr_scaling '" + s.sync_lr_scaling + "': use linear or none");
+  }
+  if (s.sync_lr_warmup_steps < 0) throw InputError("sync_lr_warmup_steps must be >= 0");
   if (s.model_codec != "none" && s.model_codec != "fp16" && s.model_codec != "bf16" && s.model_codec != "int8") {
     throw InputError("codec.model_codec '" + s.model_codec + "': use none, fp16, bf16 or int8 (whole models are not sparsified)");
   }
@@ -96,7 +107,7 @@ GossipEngine::GossipEngine(const GossipSpec& spec, std::vector<std::string> peer
   if (a == "gossip_grad") algorithm_ = make_gossip_grad();
   if (a == "sgp") algorithm_ = make_sgp();
   if (a == "choco") algorithm_ = make_choco();
-  if (a == "allreduce") algorithm_ = make_allreduce();
+  if (a == "allreduce") algorithm_ = make_allreduce(spec_);
   if (a == "dpsgd") algorithm_ = make_dpsgd();
   if (a == "local_sgd") algorithm_ = make_local_sgd(false);
   if (a == "diloco") algorithm_ = make_local_sgd(true);
@@ -242,7 +253,10 @@ void GossipEngine::on_frame(const std::string& from, InFrame&& frame) {
   if (!frame.envelope.has_update()) return;
   const int idx = index_of(from);
   const auto& u = frame.envelope.update();
-  if (idx < 0 || u.tensor_length() != model_.num_params()) {
+  // An asynchronous update is always the whole model's size; a synchronous one may be a
+  // smaller vector of a collective (PowerSGD's factors), never a larger one.
+  const bool fits = u.synchronous() ? u.tensor_length() <= model_.num_params() : u.tensor_length() == model_.num_params();
+  if (idx < 0 || !fits) {
     std::fprintf(stderr, "hearsay: peer %s: dropped an update from '%s': %s\n", peers_[me_].c_str(), from.c_str(),
                  idx < 0 ? "not a member of this cluster" : "its tensor does not match this model");
     return;
@@ -396,7 +410,7 @@ void GossipEngine::send(int to, wire::PayloadKind kind, const std::vector<float>
   send_message(to, std::move(m), data);
 }
 
-std::shared_ptr<const GossipEngine::Encoded> GossipEngine::encode_once(const std::vector<float>& data) {
+std::shared_ptr<const GossipEngine::Encoded> GossipEngine::encode_once(const std::vector<float>& data, uint64_t offset) {
   if (!once_codec_) {
     CodecSpec s = spec_.codec;
     s.error_feedback = "on";  // picks random-k unscaled (a contraction); no residual is kept here
@@ -409,7 +423,7 @@ std::shared_ptr<const GossipEngine::Encoded> GossipEngine::encode_once(const std
     s.offset = begin;
     s.length = len;
     auto payload = std::make_shared<std::vector<uint8_t>>();
-    once_codec_->encode(data.data() + begin, len, begin, *payload, s.params);
+    once_codec_->encode(data.data() + begin, len, offset + begin, *payload, s.params);
     // Decoded exactly as a receiver's inbox decodes it: into zeros, scale 1.
     const std::string err = decode_accumulate(s.params, payload->data(), payload->size(), 1.0f, out->decoded.data() + begin, len);
     HEARSAY_CHECK(err.empty(), "encode_once: the payload just encoded does not decode: " + err);
