@@ -211,9 +211,24 @@ def tail(path, n=10):
         return ""
 
 
-def run_point(args, p, point, run_dir, display, env):
+def measure_emulated_step(args, p):
+    """experiment.emulate_compute: one peer's step measured alone, scaled so that every peer
+    of a run fits on this machine's cores at once (ceil(peers / cores)) with 30% to spare.
+    Returns (emulated_step_s, measured_step_s)."""
+    r = subprocess.run(peer_cmd(args, args.config, []) + ["--measure-step", "50"], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.stderr.write(r.stderr.replace("hearsay-peer:", "hearsay-run:"))
+        sys.exit(2)
+    measured = json.loads(r.stdout)["step_s"]
+    share = -(-len(p["peers"]) // (os.cpu_count() or 1))
+    return round(measured * share * 1.3, 6), measured
+
+
+def run_point(args, p, point, run_dir, display, env, emulated=None):
     cfg_path = os.path.join(run_dir, "config.textproto")
     sets = list(point["sets"])
+    if emulated is not None:
+        sets.append("train { emulated_step_s: %r }" % emulated[0])
     if p["checkpoint_dir"] or p["checkpoint_every_steps"] > 0:
         # Each run checkpoints into its own directory: runs of a sweep share peer names, and
         # one must never resume from another's state.
@@ -297,6 +312,8 @@ def run_point(args, p, point, run_dir, display, env):
         "exit_codes": exit_codes,
         "wall_s": round(time.monotonic() - start, 3),
     })
+    if emulated is not None:
+        summary["emulated_step_s"], summary["measured_step_s"] = emulated
     with open(os.path.join(run_dir, "summary.json"), "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=2)
         f.write("\n")
@@ -340,6 +357,11 @@ def main():
     display = Display(args.plain, p["progress_every_s"])
     points = p["points"]
     print(f"hearsay-run: {len(points)} run(s) of '{p['name']}', {len(p['peers'])} peers each, into {root}")
+    emulated = None
+    if p.get("emulate_compute"):
+        emulated = measure_emulated_step(args, p)
+        print(f"hearsay-run: emulated compute: a step takes slowdown x {emulated[0] * 1e3:.3f} ms "
+              f"(measured {emulated[1] * 1e3:.3f} ms alone, {len(p['peers'])} peers on {os.cpu_count()} cores)")
     summaries = []
     for point in points:
         if STOP["signal"] is not None:
@@ -348,7 +370,7 @@ def main():
         if len(points) > 1:
             run_dir = os.path.join(root, f"p{point['index']:03d}-{label_of(point)}-r{point['repeat']}")
             os.makedirs(run_dir)
-        s = run_point(args, p, point, run_dir, display, env)
+        s = run_point(args, p, point, run_dir, display, env, emulated)
         summaries.append(s)
         print(f"hearsay-run: {os.path.basename(run_dir)}: {describe(s)}")
     top = dict(summaries[0]) if len(points) == 1 and summaries else {"name": p["name"], "run_dir": root}

@@ -21,13 +21,15 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: hearsay-peer --config FILE [--peer NAME] [--set FRAGMENT]... [--log PATH] [--quiet]\n"
-    "       hearsay-peer --config FILE --list-peers | --print-config | --plan\n"
+    "       hearsay-peer --config FILE --list-peers | --print-config | --plan | --measure-step N\n"
     "  --peer NAME    which peer of the config's cluster this process is (default: from\n"
     "                 SLURM_PROCID or RANK); without a cluster the peer trains alone\n"
     "  --list-peers   print the cluster's peer names, one per line, and exit\n"
     "  --print-config print the config with every --set merged (text format), and exit\n"
     "  --plan         check every run of the experiment (sweep x repeats) and print them\n"
     "                 as JSON, for hearsay-run; exit 2 on the first bad one\n"
+    "  --measure-step N  train N steps alone and print the median step time as JSON\n"
+    "                 (hearsay-run's experiment.emulate_compute)\n"
     "  --config FILE  experiment or peer config (protobuf text format, docs/CONFIG.md)\n"
     "  --set FRAG     merge a text-format fragment over the config, e.g. 'train { epochs: 1 }'\n"
     "  --log PATH     JSON Lines event log (docs/LOGS.md); overrides log.path\n"
@@ -83,6 +85,7 @@ std::string plan_json(const hearsay::config::Config& cfg, const std::string& pat
   out.add("secret_env", cfg.cluster().secret_env()).add("target_test_acc", cfg.train().target_test_acc());
   out.add("stop_at_target", e.stop_at_target()).add("max_wall_s", e.max_wall_s());
   out.add("progress_every_s", e.progress_every_s()).add("out_dir", e.out_dir());
+  out.add("emulate_compute", e.emulate_compute()).add("emulated_step_s", cfg.train().emulated_step_s());
   out.add("checkpoint_dir", cfg.checkpoint().dir()).add("checkpoint_every_steps", static_cast<int64_t>(cfg.checkpoint().every_steps()));
   peers += ']';
   points += ']';
@@ -113,6 +116,7 @@ int main(int argc, char** argv) {
   std::string config_path, log_path, peer_name;
   std::vector<std::string> overrides;
   bool quiet = false, list_peers = false, print_config = false, plan = false;
+  int measure_steps = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&](const char* flag) -> const char* {
@@ -150,6 +154,13 @@ int main(int argc, char** argv) {
       plan = true;
     } else if (arg == "--quiet") {
       quiet = true;
+    } else if (arg == "--measure-step") {
+      const char* v = value("--measure-step");
+      if (v == nullptr) return usage_error("--measure-step needs a number of steps");
+      char* end = nullptr;
+      const long n = std::strtol(v, &end, 10);
+      if (end == v || *end != '\0' || n < 1 || n > 100000) return usage_error("--measure-step: '" + std::string(v) + "' is not a number of steps in [1, 100000]");
+      measure_steps = static_cast<int>(n);
     } else {
       return usage_error("unknown argument '" + arg + "'");
     }
@@ -172,6 +183,14 @@ int main(int argc, char** argv) {
     }
     if (plan) {
       std::fputs(plan_json(cfg, config_path, overrides).c_str(), stdout);
+      return 0;
+    }
+    if (measure_steps > 0) {
+      // One peer's step alone, on this machine (hearsay-run's emulated compute time).
+      hearsay::EventLog log("", cfg.name());
+      hearsay::Peer peer(cfg, log, nullptr);
+      std::printf("{\"step_s\": %.9g, \"steps\": %d, \"device\": \"%s\"}\n", peer.measure_step_s(measure_steps), measure_steps,
+                  cfg.device().c_str());
       return 0;
     }
     if (log_path.empty()) log_path = cfg.log().path();

@@ -20,11 +20,22 @@ namespace hearsay {
 
 enum class Activation : uint8_t { kNone, kRelu };
 
+// The local optimizer's rule. kSgd: SGD with momentum (heavy-ball or Nesterov) and L2
+// weight decay folded into the gradient. kAdamW: Adam with decoupled weight decay
+// (Loshchilov & Hutter 2019), the inner optimizer of DiLoCo; momentum and nesterov do not
+// apply to it.
+enum class OptimizerKind : uint8_t { kSgd, kAdamW };
+
 struct SgdParams {
   float lr = 0.01f;
   float momentum = 0.0f;
   float weight_decay = 0.0f;
   bool nesterov = false;
+  OptimizerKind kind = OptimizerKind::kSgd;
+  // kAdamW only: the moments' decay rates and the denominator's epsilon.
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
 };
 
 class Backend {
@@ -88,6 +99,14 @@ class Backend {
   // g' + m*v : v). velocity may be null when momentum is 0.
   virtual void sgd_update(float* w, const float* g, float* velocity, size_t n,
                           const SgdParams& p) = 0;
+  // One AdamW step over flat buffers, `t` the 1-based number of this step (t >= 1):
+  //   w -= lr*wd*w                           (decoupled: the decay never enters m or v)
+  //   m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g*g
+  //   w -= lr * (m / c1) / (sqrt(v / c2) + eps),  c1 = 1 - b1^t, c2 = 1 - b2^t
+  // c1 and c2 are computed in double on the host and passed to the kernel as fp32, so
+  // every backend uses the same values. m and v (n floats each) are both required.
+  virtual void adamw_update(float* w, const float* g, float* m, float* v, size_t n,
+                            const SgdParams& p, int64_t t) = 0;
 };
 
 // Creates the backend a device string names: "cpu" or "cuda:N". `threads` is the CPU

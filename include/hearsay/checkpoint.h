@@ -8,6 +8,7 @@
 #include <string>
 
 #include "hearsay/checkpoint.pb.h"
+#include "hearsay/optim.h"
 
 namespace hearsay {
 
@@ -21,5 +22,13 @@ std::optional<ckpt::Checkpoint> read_checkpoint(const std::string& path);
 std::string floats_to_bytes(const float* v, size_t n);
 // Throws InputError (naming `what`) when the byte count is not 4 * n.
 void bytes_to_floats(const std::string& bytes, float* out, size_t n, const std::string& what);
+
+// The optimizer's state in a checkpoint: its kind ("sgd", "adamw"), SGD's velocity or
+// AdamW's moments, and its step count.
+void save_optimizer_state(const Sgd::State& s, ckpt::Checkpoint& c);
+// Reads it back for a model of n parameters. Throws InputError naming `where` when the
+// kind is unknown or a buffer's length is not n. Sgd::restore() then checks the kind
+// against the configured one.
+Sgd::State load_optimizer_state(const ckpt::Checkpoint& c, size_t n, const std::string& where);
 
 }  // namespace hearsay

@@ -41,7 +41,8 @@ struct PeerNetwork {
   int me = 0;
   Transport* transport = nullptr;
   // Emulated compute heterogeneity: each step is stretched to `slowdown` times its
-  // measured duration (a 4x slower GPU on the same machine).
+  // measured duration (a 4x slower GPU on the same machine), or to slowdown x
+  // train.emulated_step_s when that is set.
   double slowdown = 1.0;
   // Called every log.every_steps steps with a consistent host copy of the parameters
   // (in-process clusters use it for the consensus distance). May be empty.
@@ -73,6 +74,10 @@ class Peer {
   TrainResult run();
   // Evaluates the current model on the whole test set.
   BatchStats evaluate();
+  // The median time of one training step's computation (forward, backward, optimizer) on
+  // this peer's data, alone, over `steps` steps: what train.emulated_step_s is chosen
+  // from. Trains the model as it measures; call it on a peer that will not run().
+  double measure_step_s(int steps);
 
   Model& model() { return *model_; }
   // The gossip engine; null for a peer that trains alone.

@@ -142,7 +142,18 @@ void validate(const config::Config& c, const Locator& at) {
   if (o.schedule() == config::OptimConfig::STEP && o.step_size() < 1) fail("optim.step_size", "must be >= 1 for the STEP schedule");
   if (!(o.gamma() > 0) || !std::isfinite(o.gamma())) fail("optim.gamma", "must be a positive number");
   if (!(o.min_lr() >= 0) || o.min_lr() > o.lr()) fail("optim.min_lr", "must be in [0, lr]");
-  if (o.nesterov() && o.momentum() == 0) fail("optim.nesterov", "needs momentum > 0");
+  if (o.kind() == config::OptimConfig::ADAMW) {
+    if (o.nesterov()) fail("optim.nesterov", "applies to kind SGD only; ADAMW has no Nesterov variant");
+    if (!(o.beta1() >= 0 && o.beta1() < 1)) fail("optim.beta1", "must be in [0, 1), got " + number(o.beta1()));
+    if (!(o.beta2() >= 0 && o.beta2() < 1)) fail("optim.beta2", "must be in [0, 1), got " + number(o.beta2()));
+    if (!(o.eps() > 0) || !std::isfinite(o.eps())) fail("optim.eps", "must be a positive number, got " + number(o.eps()));
+  } else {
+    if (o.nesterov() && o.momentum() == 0) fail("optim.nesterov", "needs momentum > 0");
+    const char* why = "applies to kind ADAMW only (this optim's kind is SGD)";
+    if (o.has_beta1()) fail("optim.beta1", why);
+    if (o.has_beta2()) fail("optim.beta2", why);
+    if (o.has_eps()) fail("optim.eps", why);
+  }
 
   const auto& t = c.train();
   if (t.batch_size() < 1 || t.batch_size() > 65536) fail("train.batch_size", "must be in [1, 65536], got " + std::to_string(t.batch_size()));
@@ -155,6 +166,7 @@ void validate(const config::Config& c, const Locator& at) {
   if (!(t.target_test_acc() >= 0 && t.target_test_acc() <= 1)) fail("train.target_test_acc", "must be in [0, 1]");
   if (t.eval_every_steps() < 0) fail("train.eval_every_steps", "must be >= 0");
   if (!(t.eval_every_s() >= 0) || !std::isfinite(t.eval_every_s())) fail("train.eval_every_s", "must be a finite number >= 0");
+  if (!(t.emulated_step_s() >= 0) || !std::isfinite(t.emulated_step_s())) fail("train.emulated_step_s", "must be a finite number >= 0");
   if (t.eval_every_s() > 0 && t.eval_every_steps() > 0) {
     fail("train.eval_every_s", "and eval_every_steps are both set: evaluate by the clock or by steps, not both");
   }

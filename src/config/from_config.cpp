@@ -51,7 +51,19 @@ ModelSpec model_spec(const config::ModelConfig& m, const Dataset& train) {
 }
 
 SgdParams sgd_params(const config::OptimConfig& o) {
-  return SgdParams{o.lr(), o.momentum(), o.weight_decay(), o.nesterov()};
+  SgdParams p{o.lr(), o.momentum(), o.weight_decay(), o.nesterov()};
+  switch (o.kind()) {
+    case config::OptimConfig::SGD: p.kind = OptimizerKind::kSgd; break;
+    case config::OptimConfig::ADAMW:
+      p.kind = OptimizerKind::kAdamW;
+      p.momentum = 0.0f;  // does not apply (the moments are beta1 and beta2)
+      p.nesterov = false;
+      break;
+  }
+  p.beta1 = o.beta1();
+  p.beta2 = o.beta2();
+  p.eps = o.eps();
+  return p;
 }
 
 LrSchedule lr_schedule(const config::OptimConfig& o, int64_t total_steps) {

@@ -111,4 +111,33 @@ void bytes_to_floats(const std::string& bytes, float* out, size_t n, const std::
   if (n > 0) std::memcpy(out, bytes.data(), 4 * n);
 }
 
+void save_optimizer_state(const Sgd::State& s, ckpt::Checkpoint& c) {
+  c.set_optimizer(optimizer_kind_name(s.kind));
+  c.set_optimizer_steps(s.steps);
+  if (!s.velocity.empty()) c.set_velocity(floats_to_bytes(s.velocity.data(), s.velocity.size()));
+  if (!s.m.empty()) c.set_adam_m(floats_to_bytes(s.m.data(), s.m.size()));
+  if (!s.v.empty()) c.set_adam_v(floats_to_bytes(s.v.data(), s.v.size()));
+}
+
+Sgd::State load_optimizer_state(const ckpt::Checkpoint& c, size_t n, const std::string& where) {
+  Sgd::State s;
+  auto floats = [&](const std::string& bytes, const std::string& what) {
+    std::vector<float> out(n);
+    bytes_to_floats(bytes, out.data(), n, where + ": " + what);
+    return out;
+  };
+  if (c.optimizer() == optimizer_kind_name(OptimizerKind::kSgd)) {
+    s.kind = OptimizerKind::kSgd;
+    if (!c.velocity().empty()) s.velocity = floats(c.velocity(), "velocity");
+  } else if (c.optimizer() == optimizer_kind_name(OptimizerKind::kAdamW)) {
+    s.kind = OptimizerKind::kAdamW;
+    s.m = floats(c.adam_m(), "adam_m");
+    s.v = floats(c.adam_v(), "adam_v");
+  } else {
+    throw InputError(where + ": holds the state of an unknown optimizer '" + c.optimizer() + "' (known: sgd, adamw)");
+  }
+  s.steps = c.optimizer_steps();
+  return s;
+}
+
 }  // namespace hearsay

@@ -47,6 +47,29 @@ void Peer::stop() {
   if (engine_) engine_->stop();
 }
 
+double Peer::measure_step_s(int steps) {
+  const int batch = cfg_.train().batch_size();
+  std::vector<int64_t> idx(static_cast<size_t>(batch));
+  std::vector<double> times;
+  for (int i = 0; i < steps + 3; ++i) {  // three to warm caches and allocators
+    sampler_->next(batch, idx.data());
+    if (backend_->is_host()) {
+      gather_batch(data_.train, idx.data(), batch, batch_x_.f32(), batch_y_.i32());
+    } else {
+      gather_batch(data_.train, idx.data(), batch, host_x_.data(), host_y_.data());
+      backend_->upload(batch_x_.data(), host_x_.data(), sizeof(float) * batch * data_.train.dim());
+      backend_->upload(batch_y_.data(), host_y_.data(), sizeof(int32_t) * batch);
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    model_->forward_backward(batch_x_.f32(), batch_y_.i32(), batch);
+    sgd_->step(model_->params(), model_->grads(), cfg_.optim().lr());
+    backend_->synchronize();
+    if (i >= 3) times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(times.begin(), times.end());
+  return times.empty() ? 0.0 : times[times.size() / 2];
+}
+
 BatchStats Peer::evaluate() {
   const Dataset& test = data_.test;
   const int eb = cfg_.train().eval_batch_size();
@@ -115,6 +138,7 @@ TrainResult Peer::run() {
   ProgressState state;
   int64_t last_epoch = 0;
 
+  int64_t compute_overruns = 0;  // steps whose real computation exceeded train.emulated_step_s
   int64_t evaluated_at = -1;  // the step of the last evaluation
   double next_eval_s = t.eval_every_s();  // train.eval_every_s: when the next evaluation is due
   auto do_eval = [&](int64_t step) {
@@ -160,11 +184,19 @@ TrainResult Peer::run() {
       s = model_->forward_backward(batch_x_.f32(), batch_y_.i32(), batch);
       sgd_->step(model_->params(), model_->grads(), lr);
     }
-    if (network_.slowdown > 1.0) {
+    const double base_s = t.emulated_step_s();
+    if (network_.slowdown > 1.0 || base_s > 0) {
       // Stretch the computation only: waiting on the network is not what a slower GPU slows.
       const double took = engine_ ? engine_->last_compute_s()
                                   : std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      clock_.sleep_for((network_.slowdown - 1.0) * took);
+      if (base_s > 0) {
+        // A fixed emulated step: the pace no longer depends on the cores others leave free.
+        const double want = network_.slowdown * base_s;
+        if (took > want) ++compute_overruns;
+        clock_.sleep_for(std::max(0.0, want - took));
+      } else {
+        clock_.sleep_for((network_.slowdown - 1.0) * took);
+      }
     }
     const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
@@ -254,6 +286,7 @@ TrainResult Peer::run() {
       .add("train_s", train_s)
       .add("samples_per_s", train_s > 0 ? result.steps * batch / train_s : 0.0)
       .add("bytes_sent", static_cast<int64_t>(result.bytes_sent));
+  if (t.emulated_step_s() > 0) end.add("emulated_step_s", t.emulated_step_s()).add("compute_overruns", compute_overruns);
   if (result.time_to_target_s) {
     end.add("time_to_target_s", *result.time_to_target_s);
     if (engine_) end.add("bytes_to_target", static_cast<int64_t>(result.bytes_to_target));
@@ -285,11 +318,7 @@ void Peer::save_checkpoint(int64_t step, double wall_s) {
   c.set_step(step);
   const auto params = model_->get_params();
   c.set_params(floats_to_bytes(params.data(), params.size()));
-  if (sgd_->velocity() != nullptr) {
-    std::vector<float> v(model_->num_params());
-    backend_->download(v.data(), sgd_->velocity(), sizeof(float) * v.size());
-    c.set_velocity(floats_to_bytes(v.data(), v.size()));
-  }
+  save_optimizer_state(sgd_->state(), c);
   const auto sampler = sampler_->state();
   c.set_sampler_epoch(sampler.epoch);
   c.set_sampler_pos(sampler.pos);
@@ -313,11 +342,7 @@ int64_t Peer::resume() {
   std::vector<float> params(model_->num_params());
   bytes_to_floats(c->params(), params.data(), params.size(), where + ": params");
   model_->set_params(params);
-  if (sgd_->velocity() != nullptr && !c->velocity().empty()) {
-    std::vector<float> v(model_->num_params());
-    bytes_to_floats(c->velocity(), v.data(), v.size(), where + ": velocity");
-    backend_->upload(sgd_->velocity(), v.data(), sizeof(float) * v.size());
-  }
+  sgd_->restore(load_optimizer_state(*c, model_->num_params(), where), where);
   BatchSampler::State st;
   st.epoch = c->sampler_epoch();
   st.pos = c->sampler_pos();

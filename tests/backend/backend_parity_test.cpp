@@ -104,6 +104,31 @@ TEST_CASE("parity: gemm, bias, activations, softmax and sgd agree with the cpu b
   }
 }
 
+TEST_CASE("parity: adamw agrees with the cpu backend over several steps, weights and both moments") {
+  if (other_devices().empty()) HEARSAY_SKIP(kNoDevice);
+  for (const auto& name : other_devices()) {
+    CAPTURE(name);
+    Pair p(name);
+    const size_t n = 1000;
+    // A second moment is never negative.
+    const auto w = random_vector(n, 13), m = random_vector(n, 14), v = random_vector(n, 15, 0.0f, 1.0f);
+    float *cw = p.c.put(w), *dw = p.d.put(w), *cm = p.c.put(m), *dm = p.d.put(m), *cv = p.c.put(v), *dv = p.d.put(v);
+    SgdParams sp;
+    sp.kind = OptimizerKind::kAdamW;
+    sp.lr = 0.01f;
+    sp.weight_decay = 0.1f;
+    for (int64_t t = 1; t <= 5; ++t) {
+      CAPTURE(t);
+      const auto g = random_vector(n, 20 + static_cast<uint64_t>(t));
+      p.cpu->adamw_update(cw, p.c.put(g), cm, cv, n, sp, t);
+      p.dev->adamw_update(dw, p.d.put(g), dm, dv, n, sp, t);
+      check_close(p.c.get(cw, n), p.d.get(dw, n), 1e-5, "adamw weights");
+      check_close(p.c.get(cm, n), p.d.get(dm, n), 1e-6, "adamw first moment");
+      check_close(p.c.get(cv, n), p.d.get(dv, n), 1e-6, "adamw second moment");
+    }
+  }
+}
+
 TEST_CASE("parity: im2col, col2im and max pooling agree with the cpu backend") {
   if (other_devices().empty()) HEARSAY_SKIP(kNoDevice);
   for (const auto& name : other_devices()) {

@@ -120,6 +120,26 @@ TEST_CASE("cpu sgd_update follows the heavy-ball and Nesterov rules with weight 
   CHECK(w[0] == doctest::Approx(0.95));
 }
 
+TEST_CASE("cpu adamw_update: decoupled decay, both moments and the bias correction of step t") {
+  // From m = 0.1, v = 0.01 at step t = 3 (lr 0.1, wd 0.2, beta1 0.9, beta2 0.999):
+  //   w = 1 * (1 - 0.02) - 0.1 * (0.11 / (1 - 0.9^3)) / (sqrt(0.01003 / (1 - 0.999^3)) + 1e-8)
+  // (float64 reference 0.957812091); a zero gradient with zero moments only decays.
+  auto b = cpu();
+  std::vector<float> w{1.0f, -0.5f}, m{0.1f, 0.0f}, v{0.01f, 0.0f};
+  const std::vector<float> g{0.2f, 0.0f};
+  SgdParams p;
+  p.kind = OptimizerKind::kAdamW;
+  p.lr = 0.1f;
+  p.weight_decay = 0.2f;
+  b->adamw_update(w.data(), g.data(), m.data(), v.data(), 2, p, 3);
+  CHECK(m[0] == doctest::Approx(0.11));
+  CHECK(v[0] == doctest::Approx(0.01003));
+  CHECK(w[0] == doctest::Approx(0.957812091).epsilon(1e-6));
+  CHECK(m[1] == 0.0f);
+  CHECK(v[1] == 0.0f);
+  CHECK(w[1] == doctest::Approx(-0.49).epsilon(1e-7));
+}
+
 TEST_CASE("cpu col2im is the adjoint of im2col") {
   // <im2col(x), c> == <x, col2im(c)> for all x, c: the backward pass is exactly the
   // transpose of the forward gather, padding included.

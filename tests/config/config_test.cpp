@@ -42,6 +42,36 @@ TEST_CASE("config: out-of-range values name the field and its line") {
   CHECK_THROWS_WITH_AS(parse_config("data { format: LIBSVM }", "h"), doctest::Contains("train_path"), InputError);
 }
 
+TEST_CASE("config: optim.kind ADAMW reaches the optimizer with its betas and eps, and their checks name the place") {
+  const auto sgd = sgd_params(parse_config("optim { lr: 0.1 momentum: 0.5 nesterov: true }", "a").optim());
+  CHECK(sgd.kind == OptimizerKind::kSgd);
+  CHECK(sgd.momentum == doctest::Approx(0.5));
+  CHECK(sgd.nesterov);
+  const auto c = parse_config("optim {\n  kind: ADAMW\n  lr: 0.001\n  weight_decay: 0.1\n  beta2: 0.95\n}\n", "b");
+  const auto p = sgd_params(c.optim());
+  CHECK(p.kind == OptimizerKind::kAdamW);
+  CHECK(p.lr == doctest::Approx(0.001));
+  CHECK(p.weight_decay == doctest::Approx(0.1));
+  CHECK(p.beta1 == doctest::Approx(0.9));  // the defaults: torch.optim.AdamW's
+  CHECK(p.beta2 == doctest::Approx(0.95));
+  CHECK(p.eps == doctest::Approx(1e-8));
+  CHECK(p.momentum == 0.0f);  // the default momentum 0.9 is SGD's and does not reach AdamW
+  CHECK_THROWS_WITH_AS(parse_config("optim {\n  kind: ADAMW\n  beta1: 1.0\n}\n", "c.textproto"),
+                       doctest::Contains("c.textproto:3:3: optim.beta1: must be in [0, 1), got 1"), InputError);
+  CHECK_THROWS_WITH_AS(parse_config("optim { kind: ADAMW beta2: -0.1 }", "d.textproto"),
+                       doctest::Contains("d.textproto:1:21: optim.beta2: must be in [0, 1)"), InputError);
+  CHECK_THROWS_WITH_AS(parse_config("optim { kind: ADAMW eps: 0 }", "e.textproto"),
+                       doctest::Contains("e.textproto:1:21: optim.eps: must be a positive number"), InputError);
+  CHECK_THROWS_WITH_AS(parse_config("optim { kind: ADAMW nesterov: true }", "f.textproto"),
+                       doctest::Contains("f.textproto:1:21: optim.nesterov: applies to kind SGD only"), InputError);
+  CHECK_THROWS_WITH_AS(parse_config("optim { beta2: 0.95 }", "g.textproto"),
+                       doctest::Contains("g.textproto:1:9: optim.beta2: applies to kind ADAMW only"), InputError);
+  CHECK_THROWS_WITH_AS(parse_config("optim { kind: ADAM }", "h.textproto"), doctest::Contains("ADAM"), InputError);
+  // --set switches a config to AdamW and is checked like the file.
+  CHECK(sgd_params(parse_config("optim { lr: 0.1 momentum: 0.9 }", "i", {"optim { kind: ADAMW }"}).optim()).kind ==
+        OptimizerKind::kAdamW);
+}
+
 TEST_CASE("config: checks of nested and repeated fields give the line and column of the field itself") {
   // Once "cluster.gossip: choco: consensus_step ..." at the gossip block, or the first
   // site link for any site link's error; now the field that is wrong.

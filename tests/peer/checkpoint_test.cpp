@@ -10,8 +10,10 @@
 #include <regex>
 #include <thread>
 
+#include "hearsay/backend.h"
 #include "hearsay/checkpoint.h"
 #include "hearsay/error.h"
+#include "hearsay/optim.h"
 #include "test_util.h"
 
 using namespace hearsay;
@@ -46,6 +48,64 @@ TEST_CASE("checkpoint: a file round-trips, a damaged, truncated or foreign one i
   refused(bytes.substr(0, bytes.size() - 5), "truncated");
   refused("HSCK", "shorter than its header");
   refused(std::string(40, 'x'), "bad magic");
+}
+
+TEST_CASE("checkpoint: AdamW's moments and step count round-trip through a file, and a foreign kind is refused") {
+  TempDir dir;
+  const std::string path = dir.file("opt.ckpt");
+  auto b = create_backend("cpu", 1);
+  const size_t n = 4;
+  SgdParams ap;
+  ap.kind = OptimizerKind::kAdamW;
+  ap.weight_decay = 0.05f;
+  Sgd a(*b, n, ap);
+  std::vector<float> w{0.5f, -1.0f, 2.0f, 0.25f}, g(n);
+  for (int s = 0; s < 6; ++s) {
+    for (size_t i = 0; i < n; ++i) g[i] = 0.3f * w[i] - 0.1f * float(s) + float(i) * 0.2f;
+    a.step(w.data(), g.data(), 0.01f);
+  }
+  ckpt::Checkpoint c;
+  c.set_num_params(n);
+  save_optimizer_state(a.state(), c);
+  write_checkpoint(path, c);
+  const auto back = read_checkpoint(path);
+  REQUIRE(back.has_value());
+  CHECK(back->optimizer() == "adamw");
+  CHECK(back->optimizer_steps() == 6);
+  CHECK(back->velocity().empty());
+  const Sgd::State s = load_optimizer_state(*back, n, "checkpoint " + path);
+  const Sgd::State want = a.state();
+  CHECK(s.kind == OptimizerKind::kAdamW);
+  CHECK(s.steps == 6);
+  CHECK(s.m == want.m);
+  CHECK(s.v == want.v);
+  Sgd r(*b, n, ap);
+  r.restore(s, "checkpoint " + path);
+  std::vector<float> wr = w;
+  a.step(w.data(), g.data(), 0.01f);
+  r.step(wr.data(), g.data(), 0.01f);
+  CHECK(wr == w);
+
+  // For another model, a damaged kind, or an SGD config.
+  CHECK_THROWS_WITH_AS(load_optimizer_state(*back, n + 1, "ck"), doctest::Contains("ck: adam_m"), InputError);
+  ckpt::Checkpoint odd = *back;
+  odd.set_optimizer("lion");
+  CHECK_THROWS_WITH_AS(load_optimizer_state(odd, n, "ck"), doctest::Contains("ck: holds the state of an unknown optimizer 'lion'"), InputError);
+  Sgd sgd(*b, n, SgdParams{0.1f, 0.9f, 0.0f, false});
+  CHECK_THROWS_WITH_AS(sgd.restore(s, "checkpoint " + path),
+                       doctest::Contains("holds the state of optimizer 'adamw', but this config's optim.kind is 'sgd'"), InputError);
+
+  // A checkpoint from before AdamW (no optimizer field) holds SGD's velocity: an AdamW
+  // config refuses it rather than starting its moments from nothing.
+  ckpt::Checkpoint old;
+  const std::vector<float> vel{1, 2, 3, 4};
+  old.set_velocity(floats_to_bytes(vel.data(), vel.size()));
+  const Sgd::State os = load_optimizer_state(old, n, "old");
+  CHECK(os.kind == OptimizerKind::kSgd);
+  CHECK(os.velocity == vel);
+  CHECK_THROWS_WITH_AS(r.restore(os, "old"), doctest::Contains("optimizer 'sgd', but this config's optim.kind is 'adamw'"), InputError);
+  sgd.restore(os, "old");
+  CHECK(sgd.state().velocity == vel);
 }
 
 namespace {

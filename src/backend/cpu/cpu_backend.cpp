@@ -230,6 +230,22 @@ class CpuBackend final : public Backend {
       }
     }
   }
+
+  void adamw_update(float* __restrict w, const float* __restrict g, float* __restrict m, float* __restrict v,
+                    size_t n, const SgdParams& p, int64_t t) override {
+    HEARSAY_CHECK(t >= 1 && m != nullptr && v != nullptr, "adamw_update: t = " + std::to_string(t));
+    const float lr = p.lr, decay = 1.0f - p.lr * p.weight_decay, b1 = p.beta1, b2 = p.beta2, eps = p.eps;
+    const float c1 = static_cast<float>(1.0 - std::pow(static_cast<double>(b1), static_cast<double>(t)));
+    const float c2 = static_cast<float>(1.0 - std::pow(static_cast<double>(b2), static_cast<double>(t)));
+    for (size_t i = 0; i < n; ++i) {
+      const float gi = g[i];
+      const float mi = b1 * m[i] + (1.0f - b1) * gi;
+      const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+      m[i] = mi;
+      v[i] = vi;
+      w[i] = w[i] * decay - lr * (mi / c1) / (std::sqrt(vi / c2) + eps);
+    }
+  }
 };
 
 }  // namespace
