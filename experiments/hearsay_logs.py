@@ -138,6 +138,30 @@ def peer_summary(events, target):
     }
 
 
+def bytes_at(events, t):
+    """A peer's bytes sent by time t: linear between the gossip events around t (each
+    carries the running total); the last total once t is past them."""
+    points = [(0.0, 0)] + [(e["t"], e["bytes_sent"]) for e in events
+                           if e.get("event") == "gossip" and e.get("bytes_sent") is not None]
+    end = next((e for e in reversed(events) if e.get("event") == "end" and e.get("bytes_sent") is not None), None)
+    if end is not None:
+        points.append((end["t"], end["bytes_sent"]))
+    for (t0, b0), (t1, b1) in zip(points, points[1:]):
+        if t0 <= t <= t1:
+            return b0 + (b1 - b0) * ((t - t0) / (t1 - t0) if t1 > t0 else 1.0)
+    return points[-1][1]
+
+
+def median_step_s(events):
+    """The median over a peer's step windows of its time per step (computation and waiting
+    on neighbours, evaluations excluded), from samples_per_s and the start event's batch."""
+    start = next((e for e in events if e.get("event") == "start"), None)
+    if start is None or not start.get("batch_size"):
+        return None
+    w = [start["batch_size"] / e["samples_per_s"] for e in events if e.get("event") == "step" and (e.get("samples_per_s") or 0) > 0]
+    return statistics.median(w[1:] if len(w) > 2 else w) if w else None
+
+
 def run_summary(directory, target):
     """The fields of summary.json for one run: time_to_target_s is when the peers' mean test
     accuracy first reached the target (mean_accuracy_series), final_test_acc the peers' mean."""
@@ -162,6 +186,7 @@ def run_summary(directory, target):
     reached = sum(1 for p in peers.values() if p["time_to_target_s"] is not None)
     ttt = time_to_target(mean_accuracy_series(all_events), target)
     accs = [p["final_test_acc"] for p in peers.values() if p["final_test_acc"] is not None]
+    step_s = [v for v in (median_step_s(ev) for ev in all_events.values()) if v is not None]
     return {
         "time_to_target_s": ttt,
         "target_test_acc": target,
@@ -170,6 +195,10 @@ def run_summary(directory, target):
         "final_test_acc_min": min(accs) if accs else None,
         "final_test_acc_max": max(accs) if accs else None,
         "bytes_sent_total": sum(p["bytes_sent"] for p in peers.values()),
+        # Bytes every peer had sent when the mean accuracy reached the target (None: never).
+        "bytes_to_target_total": round(sum(bytes_at(ev, ttt) for ev in all_events.values())) if ttt is not None else None,
+        # The slowest peer's median time per step (synchronous peers all wait for it).
+        "step_s_max_median": max(step_s) if step_s else None,
         "steps_total": sum(p["steps"] for p in peers.values()),
         "staleness": {
             "p50": statistics.median(taus["p50"]) if taus["p50"] else None,
