@@ -138,9 +138,23 @@ def peer_summary(events, target):
     }
 
 
+def start_offsets(peer_events):
+    """Each peer's first start on the run's clock (seconds after the earliest peer's, from
+    the start events' unix_time; all 0 when a log lacks it), as mean_accuracy_series
+    places them."""
+    first = {}
+    for name, events in peer_events.items():
+        s = next((e for e in events if e.get("event") == "start" and _is_number(e.get("unix_time"))), None)
+        first[name] = s["unix_time"] - s["t"] if s else None
+    if any(v is None for v in first.values()) or not first:
+        return {name: 0.0 for name in peer_events}
+    base = min(first.values())
+    return {name: v - base for name, v in first.items()}
+
+
 def bytes_at(events, t):
-    """A peer's bytes sent by time t: linear between the gossip events around t (each
-    carries the running total); the last total once t is past them."""
+    """A peer's bytes sent by time t of its own log: linear between the gossip events
+    around t (each carries the running total); the last total once t is past them."""
     points = [(0.0, 0)] + [(e["t"], e["bytes_sent"]) for e in events
                            if e.get("event") == "gossip" and e.get("bytes_sent") is not None]
     end = next((e for e in reversed(events) if e.get("event") == "end" and e.get("bytes_sent") is not None), None)
@@ -187,6 +201,7 @@ def run_summary(directory, target):
     ttt = time_to_target(mean_accuracy_series(all_events), target)
     accs = [p["final_test_acc"] for p in peers.values() if p["final_test_acc"] is not None]
     step_s = [v for v in (median_step_s(ev) for ev in all_events.values()) if v is not None]
+    offsets = start_offsets(all_events)
     return {
         "time_to_target_s": ttt,
         "target_test_acc": target,
@@ -196,7 +211,8 @@ def run_summary(directory, target):
         "final_test_acc_max": max(accs) if accs else None,
         "bytes_sent_total": sum(p["bytes_sent"] for p in peers.values()),
         # Bytes every peer had sent when the mean accuracy reached the target (None: never).
-        "bytes_to_target_total": round(sum(bytes_at(ev, ttt) for ev in all_events.values())) if ttt is not None else None,
+        "bytes_to_target_total": (round(sum(bytes_at(ev, ttt - offsets[name]) for name, ev in all_events.items()))
+                                  if ttt is not None else None),
         # The slowest peer's median time per step (synchronous peers all wait for it).
         "step_s_max_median": max(step_s) if step_s else None,
         "steps_total": sum(p["steps"] for p in peers.values()),

@@ -242,6 +242,25 @@ class HearsayPlot(unittest.TestCase):
             del events[0]["unix_time"]
         self.assertAlmostEqual(hearsay_logs.time_to_target(hearsay_logs.mean_accuracy_series(logs), 0.85), 2.0)
 
+    def test_bytes_to_target_are_every_peers_bytes_when_the_mean_reached_it(self):
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "experiments"))
+        import hearsay_logs
+
+        def gossip(t, b):
+            return {"t": t, "event": "gossip", "bytes_sent": b}
+        a = [{"t": 0.0, "event": "start", "unix_time": 1000.0, "batch_size": 10}, gossip(1.0, 100), gossip(3.0, 300),
+             {"t": 1.0, "event": "step", "samples_per_s": 100.0}, {"t": 2.0, "event": "step", "samples_per_s": 50.0},
+             {"t": 3.0, "event": "step", "samples_per_s": 40.0}, {"t": 4.0, "event": "step", "samples_per_s": 25.0}]
+        b = [{"t": 0.0, "event": "start", "unix_time": 1001.0, "batch_size": 10}, gossip(1.0, 1000), gossip(2.0, 3000)]
+        offsets = hearsay_logs.start_offsets({"a": a, "b": b})
+        self.assertEqual(offsets, {"a": 0.0, "b": 1.0})
+        # At run time 2.5: a is at 250 (between 100 at 1 s and 300 at 3 s); b, started 1 s
+        # later, is at its own 1.5 s: 2000.
+        self.assertAlmostEqual(hearsay_logs.bytes_at(a, 2.5 - offsets["a"]) + hearsay_logs.bytes_at(b, 2.5 - offsets["b"]), 2250)
+        self.assertEqual(hearsay_logs.bytes_at(b, 10.0), 3000)  # past the last event: its total
+        # The median window after the first: 10 / 50, 10 / 40, 10 / 25 -> 0.25 s per step.
+        self.assertAlmostEqual(hearsay_logs.median_step_s(a), 0.25)
+
     def test_a_directory_without_logs_is_an_error_naming_it(self):
         with tempfile.TemporaryDirectory() as empty:
             r = subprocess.run([PLOT, empty], capture_output=True, text=True, timeout=60)
