@@ -36,14 +36,17 @@ def main():
     ap.add_argument("root", help="a hearsay-run output directory with one subdirectory per run")
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
-    target = None
     with open(os.path.join(args.root, "summary.json"), encoding="utf-8") as f:
         top = json.load(f)
+    # Runs come point by point, each point's repeats in a row (repeat 0 starts a point);
+    # two points may share a label (one sweep value with different also_set fragments),
+    # so a point is named by its first run's directory, index included.
     groups = {}
+    key = None
     for point in top.get("points", []):
         run_dir = point["run_dir"]
-        target = point.get("target_test_acc", target)
-        key = re.sub(r"-r\d+$", "", os.path.basename(run_dir))
+        if key is None or point.get("repeat", 0) == 0:
+            key = re.sub(r"-r\d+$", "", os.path.basename(run_dir))
         s = hearsay_logs.run_summary(run_dir, point.get("target_test_acc") or 0)
         groups.setdefault(key, []).append(s)
     rows = [("run", "seeds", "time to target s", "MB to target", "step ms (slowest peer)", "final acc %")]
