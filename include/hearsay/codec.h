@@ -133,4 +133,22 @@ struct CodecChoice {
 CodecChoice choose_codec(const AdaptiveSpec& adaptive, const CodecSpec& base, size_t elements, double bandwidth_Bps,
                          double step_s, bool dense_only = false);
 
+// PowerSGD's factor math, for an all-reduce that sums the factors across peers instead of
+// sending them (src/peer/algorithms/powersgd_allreduce.cpp). Matrices are row major.
+struct PowerSgdMatrix {
+  size_t start = 0, rows = 0, cols = 0;  // where in the flat tensor, and its shape
+  size_t rank = 0;                       // min(r, rows, cols)
+};
+// The weight matrices of `layout` (within a tensor of n elements) that a rank-r product
+// makes smaller; everything else travels as it is.
+std::vector<PowerSgdMatrix> powersgd_layout(const std::vector<ParamView>& layout, size_t n, size_t r);
+// p (rows x rank) = M q, q (cols x rank).
+void powersgd_project(const float* m, const PowerSgdMatrix& shape, const float* q, float* p);
+// q (cols x rank) = M^T p.
+void powersgd_back_project(const float* m, const PowerSgdMatrix& shape, const float* p, float* q);
+// Gram-Schmidt on p's columns, in place.
+void powersgd_orthonormalize(float* p, const PowerSgdMatrix& shape);
+// out (rows x cols) = alpha p q^T + beta out.
+void powersgd_product(const float* p, const float* q, const PowerSgdMatrix& shape, float alpha, float beta, float* out);
+
 }  // namespace hearsay

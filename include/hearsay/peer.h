@@ -85,6 +85,8 @@ class Peer {
   const TrainTest& data() const { return data_; }
 
  private:
+  // The next minibatch of this peer's shard into batch_x_ / batch_y_ (on the device).
+  void next_batch(int batch, int64_t* idx);
   // checkpoint.dir/NAME.ckpt, or "" without checkpoints.
   std::string checkpoint_path() const;
   void save_checkpoint(int64_t step, double wall_s);

@@ -188,3 +188,30 @@ std::string decode_powersgd(const wire::CodecParams& prm, const uint8_t* p, size
 }
 
 }  // namespace hearsay::codec
+
+namespace hearsay {
+
+std::vector<PowerSgdMatrix> powersgd_layout(const std::vector<ParamView>& layout, size_t n, size_t r) {
+  std::vector<PowerSgdMatrix> out;
+  for (const auto& m : codec::powersgd_matrices(layout, 0, n, r)) out.push_back({m.start, m.rows, m.cols, codec::rank_of(r, m)});
+  return out;
+}
+
+void powersgd_project(const float* m, const PowerSgdMatrix& s, const float* q, float* p) {
+  const int rows = static_cast<int>(s.rows), cols = static_cast<int>(s.cols), r = static_cast<int>(s.rank);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, r, cols, 1.0f, m, cols, q, r, 0.0f, p, r);
+}
+
+void powersgd_back_project(const float* m, const PowerSgdMatrix& s, const float* p, float* q) {
+  const int rows = static_cast<int>(s.rows), cols = static_cast<int>(s.cols), r = static_cast<int>(s.rank);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, r, rows, 1.0f, m, cols, p, r, 0.0f, q, r);
+}
+
+void powersgd_orthonormalize(float* p, const PowerSgdMatrix& s) { codec::orthonormalize(p, s.rows, s.rank); }
+
+void powersgd_product(const float* p, const float* q, const PowerSgdMatrix& s, float alpha, float beta, float* out) {
+  const int rows = static_cast<int>(s.rows), cols = static_cast<int>(s.cols), r = static_cast<int>(s.rank);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, r, alpha, p, r, q, r, beta, out, cols);
+}
+
+}  // namespace hearsay

@@ -47,19 +47,23 @@ void Peer::stop() {
   if (engine_) engine_->stop();
 }
 
+void Peer::next_batch(int batch, int64_t* idx) {
+  sampler_->next(batch, idx);
+  if (backend_->is_host()) {
+    gather_batch(data_.train, idx, batch, batch_x_.f32(), batch_y_.i32());
+  } else {
+    gather_batch(data_.train, idx, batch, host_x_.data(), host_y_.data());
+    backend_->upload(batch_x_.data(), host_x_.data(), sizeof(float) * batch * data_.train.dim());
+    backend_->upload(batch_y_.data(), host_y_.data(), sizeof(int32_t) * batch);
+  }
+}
+
 double Peer::measure_step_s(int steps) {
   const int batch = cfg_.train().batch_size();
   std::vector<int64_t> idx(static_cast<size_t>(batch));
   std::vector<double> times;
   for (int i = 0; i < steps + 3; ++i) {  // three to warm caches and allocators
-    sampler_->next(batch, idx.data());
-    if (backend_->is_host()) {
-      gather_batch(data_.train, idx.data(), batch, batch_x_.f32(), batch_y_.i32());
-    } else {
-      gather_batch(data_.train, idx.data(), batch, host_x_.data(), host_y_.data());
-      backend_->upload(batch_x_.data(), host_x_.data(), sizeof(float) * batch * data_.train.dim());
-      backend_->upload(batch_y_.data(), host_y_.data(), sizeof(int32_t) * batch);
-    }
+    next_batch(batch, idx.data());
     const auto t0 = std::chrono::steady_clock::now();
     model_->forward_backward(batch_x_.f32(), batch_y_.i32(), batch);
     sgd_->step(model_->params(), model_->grads(), cfg_.optim().lr());
@@ -164,14 +168,7 @@ TrainResult Peer::run() {
   const int64_t checkpoint_every = cfg_.checkpoint().every_steps();
   for (int64_t step = first_step; step < total_steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
-    sampler_->next(batch, idx.data());
-    if (backend_->is_host()) {
-      gather_batch(data_.train, idx.data(), batch, batch_x_.f32(), batch_y_.i32());
-    } else {
-      gather_batch(data_.train, idx.data(), batch, host_x_.data(), host_y_.data());
-      backend_->upload(batch_x_.data(), host_x_.data(), sizeof(float) * batch * data_.train.dim());
-      backend_->upload(batch_y_.data(), host_y_.data(), sizeof(int32_t) * batch);
-    }
+    next_batch(batch, idx.data());
     const float lr = schedule.at(step);
     BatchStats s;
     if (engine_) {

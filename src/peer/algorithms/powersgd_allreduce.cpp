@@ -5,10 +5,8 @@
 // with Q warm-started from the previous step's averaged Q (the same on every peer, so
 // every peer orthonormalizes the same P and ends with the same product). Vectors
 // (biases) and matrices too small to gain are all-reduced as they are, with the P sums.
-#include <cblas.h>
-
-#include "../../codec/codec_impl.h"
 #include "../algorithm.h"
+#include "hearsay/codec.h"
 #include "hearsay/rng.h"
 
 namespace hearsay {
@@ -17,14 +15,14 @@ PowerSgdAllReduce::PowerSgdAllReduce(int rank) : rank_(static_cast<size_t>(rank)
 
 std::vector<float> PowerSgdAllReduce::average(GossipEngine& e, std::vector<float> g, uint64_t round) {
   const size_t n = g.size();
-  const auto mats = codec::powersgd_matrices(e.model().param_views(), 0, n, rank_);
+  const auto mats = powersgd_layout(e.model().param_views(), n, rank_);
   if (error_.size() != n) error_.assign(n, 0.0f);
   if (warm_.size() != mats.size()) {
     // The first Q: the same Gaussian on every peer (a fixed seed, not the peer's).
     warm_.clear();
     Rng rng(0x9047, 1);
     for (const auto& m : mats) {
-      std::vector<float> q(m.cols * codec::rank_of(rank_, m));
+      std::vector<float> q(m.cols * m.rank);
       for (auto& x : q) x = static_cast<float>(rng.normal());
       warm_.push_back(std::move(q));
     }
@@ -35,11 +33,8 @@ std::vector<float> PowerSgdAllReduce::average(GossipEngine& e, std::vector<float
   std::vector<bool> in_matrix(n, false);
   for (size_t k = 0; k < mats.size(); ++k) {
     const auto& m = mats[k];
-    const size_t r = codec::rank_of(rank_, m);
-    std::vector<float> p(m.rows * r);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m.rows), static_cast<int>(r), static_cast<int>(m.cols),
-                1.0f, g.data() + m.start, static_cast<int>(m.cols), warm_[k].data(), static_cast<int>(r), 0.0f, p.data(),
-                static_cast<int>(r));
+    std::vector<float> p(m.rows * m.rank);
+    powersgd_project(g.data() + m.start, m, warm_[k].data(), p.data());
     first.insert(first.end(), p.begin(), p.end());
     std::fill(in_matrix.begin() + static_cast<long>(m.start), in_matrix.begin() + static_cast<long>(m.start + m.rows * m.cols), true);
   }
@@ -62,33 +57,27 @@ std::vector<float> PowerSgdAllReduce::average(GossipEngine& e, std::vector<float
   size_t p_at = 0;
   for (size_t k = 0; k < mats.size(); ++k) {
     const auto& m = mats[k];
-    const size_t r = codec::rank_of(rank_, m);
     float* p = first.data() + p_at;
-    codec::orthonormalize(p, m.rows, r);
+    powersgd_orthonormalize(p, m);
     std::vector<float>& q = warm_[k];
     const float* M = g.data() + m.start;
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(m.cols), static_cast<int>(r), static_cast<int>(m.rows), 1.0f,
-                M, static_cast<int>(m.cols), p, static_cast<int>(r), 0.0f, q.data(), static_cast<int>(r));
+    powersgd_back_project(M, m, p, q.data());
     // e = M - P Q^T (this peer's own approximation).
     float* err = error_.data() + m.start;
     std::copy(M, M + m.rows * m.cols, err);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m.rows), static_cast<int>(m.cols), static_cast<int>(r), -1.0f, p,
-                static_cast<int>(r), q.data(), static_cast<int>(r), 1.0f, err, static_cast<int>(m.cols));
+    powersgd_product(p, q.data(), m, -1.0f, 1.0f, err);
     second.insert(second.end(), q.begin(), q.end());
-    p_at += m.rows * r;
+    p_at += m.rows * m.rank;
   }
   second = allreduce_sum(e, std::move(second), round, kSecondPhase, false);
   p_at = 0;
   size_t q_at = 0;
   for (size_t k = 0; k < mats.size(); ++k) {
     const auto& m = mats[k];
-    const size_t r = codec::rank_of(rank_, m);
     std::vector<float>& q = warm_[k];
     for (size_t i = 0; i < q.size(); ++i) q[i] = second[q_at + i] * inv;  // the mean Q: next step's start
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m.rows), static_cast<int>(m.cols), static_cast<int>(r), 1.0f,
-                first.data() + p_at, static_cast<int>(r), q.data(), static_cast<int>(r), 0.0f, out.data() + m.start,
-                static_cast<int>(m.cols));
-    p_at += m.rows * r;
+    powersgd_product(first.data() + p_at, q.data(), m, 1.0f, 0.0f, out.data() + m.start);
+    p_at += m.rows * m.rank;
     q_at += q.size();
   }
   return out;
@@ -105,14 +94,14 @@ std::string PowerSgdAllReduce::save() const {
 void PowerSgdAllReduce::load(StateReader& r, GossipEngine& e) {
   const size_t n = e.model().num_params();
   error_ = r.get_floats(n);
-  const auto mats = codec::powersgd_matrices(e.model().param_views(), 0, n, rank_);
+  const auto mats = powersgd_layout(e.model().param_views(), n, rank_);
   const double count = r.get();
   if (count != static_cast<double>(mats.size())) {
     throw InputError("checkpoint: allreduce PowerSGD state holds " + std::to_string(count) + " matrices, this model and rank have " +
                      std::to_string(mats.size()));
   }
   warm_.clear();
-  for (const auto& m : mats) warm_.push_back(r.get_floats(m.cols * codec::rank_of(rank_, m)));
+  for (const auto& m : mats) warm_.push_back(r.get_floats(m.cols * m.rank));
 }
 
 }  // namespace hearsay
