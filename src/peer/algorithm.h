@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "hearsay/codec.h"
 #include "hearsay/error.h"
 
 #include "message.h"
@@ -106,7 +107,11 @@ class PowerSgdAllReduce {
   void load(StateReader& r, GossipEngine& e);
 
  private:
+  // The model's matrices and the stretches outside them (fixed for a model): once.
+  void plan(GossipEngine& e);
   size_t rank_;
+  std::vector<PowerSgdMatrix> mats_;
+  std::vector<std::pair<size_t, size_t>> raw_;  // (start, length) of what travels as it is
   std::vector<float> error_;               // e: what the approximations left out, summed
   std::vector<std::vector<float>> warm_;   // each matrix's Q, the mean of the last step's
 };

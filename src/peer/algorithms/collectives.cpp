@@ -23,21 +23,10 @@ struct Collective {
   uint64_t total;  // the whole vector's length (offsets are within it)
   bool raw;        // fp32 as it is; else gossip.codec (encode_once)
 
-  // Sends v[offset, offset + len) to peer `to` as (round, phase); returns what the
-  // receiver will decode (the values themselves when raw).
-  std::vector<float> post(int to, const float* v, size_t offset, size_t len, uint32_t phase) {
-    std::vector<float> part(v + offset, v + offset + len);
-    if (raw) {
-      e.send(to, wire::GRADIENT, part, 0, true, round, phase, false, offset, total);
-      return part;
-    }
-    auto enc = e.encode_once(part, offset);
-    e.send_encoded(to, header(offset, phase), enc);
-    return enc->decoded;
-  }
-  // Encodes v[offset, offset + len) once and sends the same bytes to each of `to`; the
-  // decoded values replace v's, so the sender holds what the receivers will.
-  void post_all(const std::vector<int>& to, std::vector<float>& v, size_t offset, size_t len, uint32_t phase, bool exact = false) {
+  // Sends v[offset, offset + len) to each of `to` as (round, phase): encoded once, the
+  // same bytes to all, and the decoded values replace v's, so the sender holds what the
+  // receivers will; as fp32 when raw, or `exact`.
+  void post(const std::vector<int>& to, std::vector<float>& v, size_t offset, size_t len, uint32_t phase, bool exact = false) {
     std::vector<float> part(v.begin() + static_cast<long>(offset), v.begin() + static_cast<long>(offset + len));
     if (raw || exact) {
       for (int j : to) e.send(j, wire::GRADIENT, part, 0, true, round, phase, false, offset, total);
@@ -77,9 +66,10 @@ struct Collective {
       const int k = ((c % n) + n) % n;
       return len * static_cast<size_t>(k + 1) / n - len * static_cast<size_t>(k) / n;
     };
-    // Reduce-scatter: after n-1 phases this peer holds the whole sum of chunk me+1.
+    // Reduce-scatter: after n-1 phases this peer holds the whole sum of chunk me+1. (A
+    // chunk sent here is overwritten by the all-gather, so post's rounding of it is moot.)
     for (int s = 0; s < n - 1; ++s) {
-      post(right, v.data(), begin(me - s), size(me - s), phase0 + static_cast<uint32_t>(s));
+      post({right}, v, begin(me - s), size(me - s), phase0 + static_cast<uint32_t>(s));
       take(left, v, phase0 + static_cast<uint32_t>(s), false);
     }
     // All-gather: the owner of each finished chunk sends it, encoded once, to everyone.
@@ -89,7 +79,7 @@ struct Collective {
       if (j != e.me()) others.push_back(j);
     }
     const uint32_t gather = phase0 + static_cast<uint32_t>(n - 1);
-    post_all(others, v, begin(mine), size(mine), gather);
+    post(others, v, begin(mine), size(mine), gather);
     for (int k = 0; k < n; ++k) {
       if (k != me) take(ring[k], v, gather, true);
     }
@@ -116,7 +106,7 @@ std::vector<float> allreduce_sum(GossipEngine& e, std::vector<float> v, uint64_t
   for (const auto& [s, members] : sites) leaders.push_back(members.front());
   const uint32_t up = phase0, across = phase0 + 1, down = phase0 + 1 + static_cast<uint32_t>(leaders.size());
   if (e.me() != leader) {
-    c.post(leader, v.data(), 0, v.size(), up);
+    c.post({leader}, v, 0, v.size(), up);  // v is then replaced by the site's result
     c.take(leader, v, down, true);
     return v;
   }
@@ -125,7 +115,7 @@ std::vector<float> allreduce_sum(GossipEngine& e, std::vector<float> v, uint64_t
   const std::vector<int> members(site.begin() + 1, site.end());
   // Down inside the site as fp32: a re-encoding would differ between sites (codecs with
   // random rounding), and the site's own links are not the WAN.
-  if (!members.empty()) c.post_all(members, v, 0, v.size(), down, true);
+  if (!members.empty()) c.post(members, v, 0, v.size(), down, true);
   return v;
 }
 

@@ -13,9 +13,22 @@ namespace hearsay {
 
 PowerSgdAllReduce::PowerSgdAllReduce(int rank) : rank_(static_cast<size_t>(rank)) {}
 
+void PowerSgdAllReduce::plan(GossipEngine& e) {
+  const size_t n = e.model().num_params();
+  if (!mats_.empty() || !raw_.empty()) return;
+  mats_ = powersgd_layout(e.model().param_views(), n, rank_);
+  size_t from = 0;  // the matrices come in the layout's order, so the gaps are what is raw
+  for (const auto& m : mats_) {
+    if (m.start > from) raw_.emplace_back(from, m.start - from);
+    from = m.start + m.rows * m.cols;
+  }
+  if (n > from) raw_.emplace_back(from, n - from);
+}
+
 std::vector<float> PowerSgdAllReduce::average(GossipEngine& e, std::vector<float> g, uint64_t round) {
+  plan(e);
   const size_t n = g.size();
-  const auto mats = powersgd_layout(e.model().param_views(), n, rank_);
+  const auto& mats = mats_;
   if (error_.size() != n) error_.assign(n, 0.0f);
   if (warm_.size() != mats.size()) {
     // The first Q: the same Gaussian on every peer (a fixed seed, not the peer's).
@@ -30,27 +43,21 @@ std::vector<float> PowerSgdAllReduce::average(GossipEngine& e, std::vector<float
   for (size_t i = 0; i < n; ++i) g[i] += error_[i];  // M = g + e, everywhere
   // First all-reduce: every P, then every element outside the matrices.
   std::vector<float> first;
-  std::vector<bool> in_matrix(n, false);
   for (size_t k = 0; k < mats.size(); ++k) {
     const auto& m = mats[k];
-    std::vector<float> p(m.rows * m.rank);
-    powersgd_project(g.data() + m.start, m, warm_[k].data(), p.data());
-    first.insert(first.end(), p.begin(), p.end());
-    std::fill(in_matrix.begin() + static_cast<long>(m.start), in_matrix.begin() + static_cast<long>(m.start + m.rows * m.cols), true);
+    const size_t at = first.size();
+    first.resize(at + m.rows * m.rank);
+    powersgd_project(g.data() + m.start, m, warm_[k].data(), first.data() + at);
   }
   const size_t p_total = first.size();
-  for (size_t i = 0; i < n; ++i) {
-    if (!in_matrix[i]) first.push_back(g[i]);
-  }
+  for (const auto& [from, len] : raw_) first.insert(first.end(), g.begin() + static_cast<long>(from), g.begin() + static_cast<long>(from + len));
   first = allreduce_sum(e, std::move(first), round, 0, false);
   const float inv = 1.0f / static_cast<float>(e.peers().size());
   std::vector<float> out(n);
   size_t at = p_total;
-  for (size_t i = 0; i < n; ++i) {
-    if (!in_matrix[i]) {
-      out[i] = first[at++] * inv;
-      error_[i] = 0.0f;  // sent exactly
-    }
+  for (const auto& [from, len] : raw_) {
+    for (size_t i = from; i < from + len; ++i) out[i] = first[at++] * inv;
+    std::fill(error_.begin() + static_cast<long>(from), error_.begin() + static_cast<long>(from + len), 0.0f);  // sent exactly
   }
   // Q = M^T P per matrix (P orthonormalized), the local error, then the second all-reduce.
   std::vector<float> second;
@@ -92,9 +99,9 @@ std::string PowerSgdAllReduce::save() const {
 }
 
 void PowerSgdAllReduce::load(StateReader& r, GossipEngine& e) {
-  const size_t n = e.model().num_params();
-  error_ = r.get_floats(n);
-  const auto mats = powersgd_layout(e.model().param_views(), n, rank_);
+  plan(e);
+  const auto& mats = mats_;
+  error_ = r.get_floats(e.model().num_params());
   const double count = r.get();
   if (count != static_cast<double>(mats.size())) {
     throw InputError("checkpoint: allreduce PowerSGD state holds " + std::to_string(count) + " matrices, this model and rank have " +

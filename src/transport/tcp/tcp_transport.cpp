@@ -377,7 +377,7 @@ TcpConnection::TcpConnection(TcpTransport& t, tcp::socket sock, std::string addr
     // Buffers released while idle until admission, so unadmitted connections stay small.
     SSL_set_mode(ssl_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER | SSL_MODE_RELEASE_BUFFERS);
     TlsContext::attach(ssl_, &tls_note_);
-    decoder_.accept_unchecked_payloads(true);
+    decoder_.accept_unchecked_payloads(t.omits_crc());  // TLS: the record MAC checks instead
   }
 }
 
