@@ -66,7 +66,7 @@ cluster {{
   transport: "tcp"
   tls: false
 {peers}
-  gossip {{ algorithm: "allreduce" topology: "ring" sync_lr_scaling: "none" }}
+  gossip {{ algorithm: "allreduce" topology: "ring" [hearsay.algorithms.allreduce] {{ sync_lr_scaling: "none" }} }}
 }}
 """
     path = os.path.join(work, "hearsay.textproto")

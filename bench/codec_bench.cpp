@@ -3,10 +3,10 @@
 // same size measured in the same rounds (one thread).
 #include <cmath>
 #include <cstring>
-#include <sstream>
 
 #include "bench_util.h"
 #include "hearsay/codec.h"
+#include "hearsay/command_line.h"
 #include "hearsay/error.h"
 #include "hearsay/rng.h"
 
@@ -22,32 +22,12 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 0; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) throw InputError("codec bench: " + a + " needs a value");
-      return argv[++i];
-    };
-    auto list = [](const std::string& s) {
-      std::vector<std::string> v;
-      std::stringstream ss(s);
-      std::string item;
-      while (std::getline(ss, item, ',')) v.push_back(item);
-      return v;
-    };
-    if (a == "--sizes") {
-      o.sizes.clear();
-      for (const auto& s : list(next())) o.sizes.push_back(std::stoull(s));
-    } else if (a == "--codecs") {
-      o.codecs = list(next());
-    } else if (a == "--repeats") {
-      o.repeats = std::stoi(next());
-    } else if (a == "--round-s") {
-      o.round_s = std::stod(next());
-    } else {
-      throw InputError("codec bench: unknown option '" + a + "'");
-    }
-  }
+  CommandLine("codec bench")
+      .size_list("--sizes", &o.sizes, 1, size_t{1} << 31, "a list of element counts")
+      .text_list("--codecs", &o.codecs, "a list of codec names")
+      .integer("--repeats", &o.repeats, 1, 1000, "a number of rounds")
+      .number("--round-s", &o.round_s, 1e-3, 3600, "a number of seconds")
+      .parse(argc, argv, 0);
   return o;
 }
 
@@ -92,7 +72,7 @@ int run_codec_bench(int argc, char** argv) {
       std::string label;
       std::unique_ptr<Codec> codec;
       std::vector<uint8_t> payload;
-      wire::CodecParams params;
+      CodecParams params;
     };
     std::vector<Case> cases;
     for (const auto& name : o.codecs) {

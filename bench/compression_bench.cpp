@@ -6,6 +6,7 @@
 
 #include "bench_util.h"
 #include "hearsay/cluster.h"
+#include "hearsay/command_line.h"
 #include "hearsay/config.h"
 #include "hearsay/error.h"
 
@@ -32,41 +33,19 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 0; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) throw InputError("compression bench: " + a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--codecs") {
-      o.codecs.clear();
-      std::stringstream ss(next());
-      std::string item;
-      while (std::getline(ss, item, ',')) o.codecs.push_back(item);
-    } else if (a == "--algorithm") {
-      o.algorithm = next();
-    } else if (a == "--weighting") {
-      o.weighting = next();
-    } else if (a == "--topology") {
-      o.topology = next();
-    } else if (a == "--target") {
-      o.target = std::stod(next());
-    } else if (a == "--epochs") {
-      o.epochs = std::stod(next());
-    } else if (a == "--peers") {
-      o.peers = std::stoi(next());
-    } else if (a == "--average-every") {
-      o.average_every = std::stoi(next());
-    } else if (a == "--gossip-every") {
-      o.gossip_every = std::stoi(next());
-    } else if (a == "--repeats") {
-      o.repeats = std::stoi(next());
-    } else if (a == "--set") {
-      o.set.push_back(next());
-    } else {
-      throw InputError("compression bench: unknown option '" + a + "'");
-    }
-  }
+  CommandLine("compression bench")
+      .text_list("--codecs", &o.codecs, "a list of codecs (name or name:knob)")
+      .text("--algorithm", &o.algorithm, "an algorithm")
+      .text("--weighting", &o.weighting, "a weighting")
+      .text("--topology", &o.topology, "a topology")
+      .number("--target", &o.target, 0, 1, "a test accuracy")
+      .number("--epochs", &o.epochs, 1e-3, 1e6, "a number of epochs")
+      .integer("--peers", &o.peers, 1, 1024, "a number of peers")
+      .integer("--average-every", &o.average_every, 0, 1000000, "a number of steps")
+      .integer("--gossip-every", &o.gossip_every, 0, 1000000, "a number of steps")
+      .integer("--repeats", &o.repeats, 1, 1000, "a number of repeats")
+      .texts("--set", &o.set, "a text-format fragment")
+      .parse(argc, argv, 0);
   return o;
 }
 
@@ -115,7 +94,7 @@ Outcome run(const Options& o, const std::string& algorithm, const std::string& t
   s.gossip.topology.kind = topology;
   s.gossip.codec = codec;
   if (algorithm != "allreduce") s.gossip.gossip_every = o.gossip_every;
-  s.gossip.average_every = o.average_every;
+  if (algorithm == "gossip_grad") s.gossip.options = "average_every: " + std::to_string(o.average_every);
   s.gossip.mixer.weighting = parse_weighting(o.weighting);
   // Whole models (gossip_grad's averaging) travel at the codec's precision where it is a
   // dense one, else as int8.

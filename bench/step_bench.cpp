@@ -4,13 +4,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "bench_util.h"
 #include "subprocess.h"
 #include "hearsay/backend.h"
+#include "hearsay/command_line.h"
 #include "hearsay/data.h"
 #include "hearsay/error.h"
 #include "hearsay/model.h"
@@ -29,27 +29,12 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 0; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) throw InputError("step bench: " + a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--batches") {
-      o.batches.clear();
-      std::stringstream ss(next());
-      std::string item;
-      while (std::getline(ss, item, ',')) o.batches.push_back(std::stoi(item));
-    } else if (a == "--repeats") {
-      o.repeats = std::stoi(next());
-    } else if (a == "--round-s") {
-      o.round_s = std::stod(next());
-    } else if (a == "--no-torch") {
-      o.torch = false;
-    } else {
-      throw InputError("step bench: unknown option '" + a + "'");
-    }
-  }
+  CommandLine("step bench")
+      .integer_list("--batches", &o.batches, 1, 1 << 16, "a list of batch sizes")
+      .integer("--repeats", &o.repeats, 1, 1000, "a number of rounds")
+      .number("--round-s", &o.round_s, 1e-3, 3600, "a number of seconds")
+      .flag({"--no-torch"}, [&o] { o.torch = false; })
+      .parse(argc, argv, 0);
   return o;
 }
 
@@ -95,7 +80,10 @@ int run_step_bench(int argc, char** argv) {
   for (const int batch : o.batches) {
     const std::string case_name = model_name + "/b" + std::to_string(batch);
     Model model(spec, *backend, batch, 1);
-    Sgd sgd(*backend, model.num_params(), SgdParams{0.05f, 0.9f, 0.0f, true});
+    OptimizerSpec sgd_spec;
+    sgd_spec.momentum = 0.9f;
+    sgd_spec.nesterov = true;
+    const auto optimizer = create_optimizer(*backend, model.num_params(), sgd_spec);
 
     // Pre-gathered batches, cycled: the step alone is timed, as in torch_step.py.
     constexpr int kBatches = 32;
@@ -111,7 +99,7 @@ int run_step_bench(int argc, char** argv) {
     int which = 0;
     auto step = [&] {
       model.forward_backward(xs[which].f32(), ys[which].i32(), batch);
-      sgd.step(model.params(), model.grads(), 0.05f);
+      optimizer->step(model.params(), model.grads(), 0.05f);
       which = (which + 1) % kBatches;
     };
 

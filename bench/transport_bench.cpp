@@ -17,7 +17,9 @@
 #include <thread>
 #include <vector>
 
+#include "hearsay/wire.pb.h"
 #include "bench_util.h"
+#include "hearsay/command_line.h"
 #include "hearsay/error.h"
 #include "hearsay/transport.h"
 
@@ -232,30 +234,13 @@ int run_transport_bench(int argc, char** argv) {
   o.transports = available_transports();
   o.transports.erase(std::remove(o.transports.begin(), o.transports.end(), "inproc"), o.transports.end());
   o.transports.insert(o.transports.begin() + 1, "tls");
-  for (int i = 0; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) throw InputError("transport bench: " + a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--sizes") {
-      o.sizes.clear();
-      std::stringstream ss(next());
-      for (std::string item; std::getline(ss, item, ',');) o.sizes.push_back(std::stoull(item));
-    } else if (a == "--transports") {
-      o.transports.clear();
-      std::stringstream ss(next());
-      for (std::string item; std::getline(ss, item, ',');) o.transports.push_back(item);
-    } else if (a == "--seconds") {
-      o.seconds = std::stod(next());
-    } else if (a == "--rounds") {
-      o.rounds = std::stoi(next());
-    } else if (a == "--no-tools") {
-      o.tools = false;
-    } else {
-      throw InputError("transport bench: unknown option '" + a + "'");
-    }
-  }
+  CommandLine("transport bench")
+      .size_list("--sizes", &o.sizes, 1, size_t{1} << 30, "a list of message sizes in bytes")
+      .text_list("--transports", &o.transports, "a list of transports")
+      .number("--seconds", &o.seconds, 1e-3, 3600, "a number of seconds")
+      .integer("--rounds", &o.rounds, 1, 1000, "a number of rounds")
+      .flag({"--no-tools"}, [&o] { o.tools = false; })
+      .parse(argc, argv, 0);
   int port = 26000 + static_cast<int>(getpid() % 2000);
   for (const auto& kind : o.transports) {
     Pair p(kind);

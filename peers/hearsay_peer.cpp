@@ -5,13 +5,13 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include <google/protobuf/text_format.h>
 
 #include "hearsay/build_config.h"
+#include "hearsay/command_line.h"
 #include "hearsay/config.h"
 #include "hearsay/error.h"
 #include "hearsay/log.h"
@@ -41,7 +41,7 @@ void on_signal(int) { g_stop = true; }
 // Every run of the experiment, each checked by loading the config with its fragments.
 std::string plan_json(const hearsay::config::Config& cfg, const std::string& path, const std::vector<std::string>& overrides) {
   using hearsay::JsonObject;
-  std::string points = "[";
+  std::vector<JsonObject> points;
   for (const auto& p : hearsay::sweep_points(cfg)) {
     std::vector<std::string> all = overrides;
     all.insert(all.end(), p.sets.begin(), p.sets.end());
@@ -59,25 +59,15 @@ std::string plan_json(const hearsay::config::Config& cfg, const std::string& pat
     }
     JsonObject values;
     for (const auto& [k, v] : p.values) values.add(k, v);
-    std::string sets = "[";
-    for (const auto& f : p.sets) {
-      if (sets.size() > 1) sets += ',';
-      sets += '"';
-      sets += hearsay::json_escape(f);
-      sets += '"';
-    }
     JsonObject o;
-    sets += ']';
-    o.add("index", p.index).add("repeat", p.repeat).add_raw("values", values.str()).add_raw("sets", sets);
-    if (points.size() > 1) points += ',';
-    points += o.str();
+    o.add("index", p.index).add("repeat", p.repeat).add("values", values).add("sets", p.sets);
+    points.push_back(std::move(o));
   }
-  std::string peers = "[";
+  std::vector<JsonObject> peers;
   for (const auto& p : cfg.cluster().peers()) {
     JsonObject o;
     o.add("name", p.name()).add("site", p.site()).add("address", p.address()).add("slowdown", p.slowdown());
-    if (peers.size() > 1) peers += ',';
-    peers += o.str();
+    peers.push_back(std::move(o));
   }
   const auto& e = cfg.experiment();
   JsonObject out;
@@ -87,12 +77,8 @@ std::string plan_json(const hearsay::config::Config& cfg, const std::string& pat
   out.add("progress_every_s", e.progress_every_s()).add("out_dir", e.out_dir());
   out.add("emulate_compute", e.emulate_compute()).add("emulated_step_s", cfg.train().emulated_step_s());
   out.add("checkpoint_dir", cfg.checkpoint().dir()).add("checkpoint_every_steps", static_cast<int64_t>(cfg.checkpoint().every_steps()));
-  peers += ']';
-  points += ']';
-  out.add_raw("peers", peers).add_raw("points", points);
-  std::string text = out.str();
-  text += '\n';
-  return text;
+  out.add("peers", peers).add("points", points);
+  return out.str() + "\n";
 }
 
 int usage_error(const std::string& why) {
@@ -117,53 +103,30 @@ int main(int argc, char** argv) {
   std::vector<std::string> overrides;
   bool quiet = false, list_peers = false, print_config = false, plan = false;
   int measure_steps = 0;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&](const char* flag) -> const char* {
-      if (i + 1 >= argc) return nullptr;
-      (void)flag;
-      return argv[++i];
-    };
-    if (arg == "--help" || arg == "-h") {
+  hearsay::CommandLine cli;
+  cli.stop({"--help", "-h"})
+      .stop({"--version"})
+      .text("--config", &config_path, "a file")
+      .text("--log", &log_path, "a path")
+      .texts("--set", &overrides, "a text-format fragment")
+      .text("--peer", &peer_name, "a name")
+      .flag("--list-peers", &list_peers)
+      .flag("--print-config", &print_config)
+      .flag("--plan", &plan)
+      .flag("--quiet", &quiet)
+      .integer("--measure-step", &measure_steps, 1, 100000, "a number of steps");
+  try {
+    const std::string stopped_at = cli.parse(argc, argv);
+    if (stopped_at == "--help") {
       std::fputs(kUsage, stdout);
       return 0;
-    } else if (arg == "--version") {
+    }
+    if (stopped_at == "--version") {
       std::printf("hearsay-peer %s\n", HEARSAY_VERSION);
       return 0;
-    } else if (arg == "--config") {
-      const char* v = value("--config");
-      if (v == nullptr) return usage_error("--config needs a file");
-      config_path = v;
-    } else if (arg == "--log") {
-      const char* v = value("--log");
-      if (v == nullptr) return usage_error("--log needs a path");
-      log_path = v;
-    } else if (arg == "--set") {
-      const char* v = value("--set");
-      if (v == nullptr) return usage_error("--set needs a text-format fragment");
-      overrides.push_back(v);
-    } else if (arg == "--peer") {
-      const char* v = value("--peer");
-      if (v == nullptr) return usage_error("--peer needs a name");
-      peer_name = v;
-    } else if (arg == "--list-peers") {
-      list_peers = true;
-    } else if (arg == "--print-config") {
-      print_config = true;
-    } else if (arg == "--plan") {
-      plan = true;
-    } else if (arg == "--quiet") {
-      quiet = true;
-    } else if (arg == "--measure-step") {
-      const char* v = value("--measure-step");
-      if (v == nullptr) return usage_error("--measure-step needs a number of steps");
-      char* end = nullptr;
-      const long n = std::strtol(v, &end, 10);
-      if (end == v || *end != '\0' || n < 1 || n > 100000) return usage_error("--measure-step: '" + std::string(v) + "' is not a number of steps in [1, 100000]");
-      measure_steps = static_cast<int>(n);
-    } else {
-      return usage_error("unknown argument '" + arg + "'");
     }
+  } catch (const hearsay::UsageError& e) {
+    return usage_error(e.what());
   }
   if (config_path.empty()) return usage_error("--config is required");
   // A closed pipe or socket is an error to report, not a reason to die.
@@ -189,8 +152,9 @@ int main(int argc, char** argv) {
       // One peer's step alone, on this machine (hearsay-run's emulated compute time).
       hearsay::EventLog log("", cfg.name());
       hearsay::Peer peer(cfg, log, nullptr);
-      std::printf("{\"step_s\": %.9g, \"steps\": %d, \"device\": \"%s\"}\n", peer.measure_step_s(measure_steps), measure_steps,
-                  cfg.device().c_str());
+      hearsay::JsonObject measured;
+      measured.add("step_s", peer.measure_step_s(measure_steps)).add("steps", measure_steps).add("device", cfg.device());
+      std::printf("%s\n", measured.str().c_str());
       return 0;
     }
     if (log_path.empty()) log_path = cfg.log().path();

@@ -27,8 +27,20 @@ from the schema's comments: every field, with its default.
 """
 
 
-def render(src):
-    out = [HEADER]
+ALGORITHM_OPTIONS = """
+# Algorithm options
+
+Each gossip algorithm declares its own options message beside it
+(`proto/hearsay/algorithms/NAME.proto`, an extension of `GossipConfig`), written in the
+gossip block in brackets; only the chosen algorithm's options apply, so a config swept
+over algorithms may carry several:
+
+    cluster { gossip { algorithm: "diloco" [hearsay.algorithms.diloco] { outer_lr: 0.5 } } }
+"""
+
+
+def render(src, out=None):
+    out = [HEADER] if out is None else out
     for block in re.finditer(r"message (\w+) \{(.*?)\n\}", src, re.S):
         name, body = block.group(1), block.group(2)
         out.append(f"\n## `{name}`\n\n| field | type | default | meaning |\n|---|---|---|---|")
@@ -69,10 +81,29 @@ def render(src):
     return "\n".join(out) + "\n"
 
 
+def render_algorithm_options():
+    """One table per algorithm's options message, headed by how a config names it."""
+    out = [ALGORITHM_OPTIONS]
+    folder = os.path.join(ROOT, "proto/hearsay/algorithms")
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".proto"):
+            continue
+        src = open(os.path.join(folder, name), encoding="utf-8").read()
+        ext = re.search(r"extend hearsay\.config\.GossipConfig \{\s*optional (\w+) (\w+) = \d+;", src)
+        if not ext:
+            continue
+        table = render(src.split("extend ")[0], out=[])
+        table = table.replace(f"\n## `{ext.group(1)}`", f"\n## `[hearsay.algorithms.{ext.group(2)}]` ({ext.group(1)})")
+        if "| `" not in table:
+            table = table.rstrip("\n").rsplit("\n", 2)[0] + "\n\nNo options of its own yet.\n"
+        out.append(table.rstrip("\n"))
+    return "\n".join(out) + "\n"
+
+
 def main():
     src = open(os.path.join(ROOT, "proto/hearsay/config.proto"), encoding="utf-8").read()
     path = os.path.join(ROOT, "docs/CONFIG.md")
-    text = render(src)
+    text = render(src) + render_algorithm_options()
     if "--check" in sys.argv:
         current = open(path, encoding="utf-8").read() if os.path.exists(path) else ""
         if current != text:

@@ -20,22 +20,23 @@ namespace hearsay {
 
 enum class Activation : uint8_t { kNone, kRelu };
 
-// The local optimizer's rule. kSgd: SGD with momentum (heavy-ball or Nesterov) and L2
-// weight decay folded into the gradient. kAdamW: Adam with decoupled weight decay
-// (Loshchilov & Hutter 2019), the inner optimizer of DiLoCo; momentum and nesterov do not
-// apply to it.
-enum class OptimizerKind : uint8_t { kSgd, kAdamW };
-
+// sgd_update's rule: SGD with momentum (heavy-ball or Nesterov) and L2 weight decay folded
+// into the gradient.
 struct SgdParams {
   float lr = 0.01f;
   float momentum = 0.0f;
   float weight_decay = 0.0f;
   bool nesterov = false;
-  OptimizerKind kind = OptimizerKind::kSgd;
-  // kAdamW only: the moments' decay rates and the denominator's epsilon.
-  float beta1 = 0.9f;
+};
+
+// adamw_update's rule: Adam with decoupled weight decay (Loshchilov & Hutter 2019), the
+// inner optimizer of DiLoCo.
+struct AdamWParams {
+  float lr = 0.001f;
+  float weight_decay = 0.0f;
+  float beta1 = 0.9f;  // the moments' decay rates
   float beta2 = 0.999f;
-  float eps = 1e-8f;
+  float eps = 1e-8f;  // added to the denominator sqrt(v)
 };
 
 class Backend {
@@ -106,7 +107,7 @@ class Backend {
   // c1 and c2 are computed in double on the host and passed to the kernel as fp32, so
   // every backend uses the same values. m and v (n floats each) are both required.
   virtual void adamw_update(float* w, const float* g, float* m, float* v, size_t n,
-                            const SgdParams& p, int64_t t) = 0;
+                            const AdamWParams& p, int64_t t) = 0;
 };
 
 // Creates the backend a device string names: "cpu" or "cuda:N". `threads` is the CPU

@@ -23,12 +23,12 @@ std::string floats_to_bytes(const float* v, size_t n);
 // Throws InputError (naming `what`) when the byte count is not 4 * n.
 void bytes_to_floats(const std::string& bytes, float* out, size_t n, const std::string& what);
 
-// The optimizer's state in a checkpoint: its kind ("sgd", "adamw"), SGD's velocity or
-// AdamW's moments, and its step count.
-void save_optimizer_state(const Sgd::State& s, ckpt::Checkpoint& c);
-// Reads it back for a model of n parameters. Throws InputError naming `where` when the
-// kind is unknown or a buffer's length is not n. Sgd::restore() then checks the kind
-// against the configured one.
-Sgd::State load_optimizer_state(const ckpt::Checkpoint& c, size_t n, const std::string& where);
+// The optimizer's state in a checkpoint: its name, step count and named buffers.
+void save_optimizer_state(const OptimizerState& s, ckpt::Checkpoint& c);
+// Reads it back; a checkpoint from before optimizer_buffers gives its velocity, adam_m and
+// adam_v as the buffers "velocity", "m" and "v". Throws InputError naming `where` when the
+// optimizer is not a registered one, a buffer is named twice, or its bytes are not whole
+// floats. Optimizer::load_state() then checks the name and the lengths against its own.
+OptimizerState load_optimizer_state(const ckpt::Checkpoint& c, const std::string& where);
 
 }  // namespace hearsay

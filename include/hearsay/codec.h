@@ -20,7 +20,6 @@
 #include <vector>
 
 #include "hearsay/model.h"
-#include "hearsay/wire.pb.h"
 
 namespace hearsay {
 
@@ -58,6 +57,31 @@ void check_codec_spec(const CodecSpec& spec);
 // Whether error feedback is on for this spec.
 bool uses_error_feedback(const CodecSpec& spec);
 
+// How a payload encodes its tensor segment: the codec's wire id and version, its numbers
+// (scale, density, levels, rank...: by the codec's own order) and the seed sender and
+// receiver share (docs/WIRE.md, CodecParams). A runtime type with the accessors of the
+// wire message of the same name; the engine converts at the frame (src/peer/mailboxes.cpp).
+class CodecParams {
+ public:
+  uint32_t codec_id() const { return codec_id_; }
+  void set_codec_id(uint32_t v) { codec_id_ = v; }
+  uint32_t codec_version() const { return codec_version_; }
+  void set_codec_version(uint32_t v) { codec_version_ = v; }
+  int values_size() const { return static_cast<int>(values_.size()); }
+  double values(int i) const { return values_[static_cast<size_t>(i)]; }
+  void set_values(int i, double v) { values_[static_cast<size_t>(i)] = v; }
+  void add_values(double v) { values_.push_back(v); }
+  const std::vector<double>& all_values() const { return values_; }
+  uint64_t seed() const { return seed_; }
+  void set_seed(uint64_t v) { seed_ = v; }
+  bool operator==(const CodecParams&) const = default;
+
+ private:
+  uint32_t codec_id_ = 0, codec_version_ = 0;
+  std::vector<double> values_;
+  uint64_t seed_ = 0;
+};
+
 // [0, n) cut into consecutive (offset, length) pieces of at most max_elements; one empty
 // piece for n = 0 (an empty message still travels as one segment).
 std::vector<std::pair<size_t, size_t>> even_segments(size_t n, size_t max_elements);
@@ -72,7 +96,7 @@ class Codec {
   // Encodes x[0..n), which sits at element `offset` of the whole tensor, into `out`
   // (replaced) and fills `params` (codec id, version, values, seed).
   virtual void encode(const float* x, size_t n, size_t offset, std::vector<uint8_t>& out,
-                      wire::CodecParams& params) = 0;
+                      CodecParams& params) = 0;
 };
 
 // `layout` gives the tensor's layers (powersgd needs their shapes; others ignore it).
@@ -83,11 +107,11 @@ std::unique_ptr<Codec> make_codec(const CodecSpec& spec, const std::vector<Param
 // (unknown codec, length that does not match, index out of range or not increasing,
 // NaN or Inf scale, ...) returns the reason, naming the codec, and leaves y untouched.
 // Returns an empty string on success.
-std::string decode_accumulate(const wire::CodecParams& params, const uint8_t* payload, size_t bytes, float scale,
+std::string decode_accumulate(const CodecParams& params, const uint8_t* payload, size_t bytes, float scale,
                               float* y, size_t n);
 
 // Checks a payload exactly as decode_accumulate does, writing nothing.
-std::string check_payload(const wire::CodecParams& params, const uint8_t* payload, size_t bytes, size_t n);
+std::string check_payload(const CodecParams& params, const uint8_t* payload, size_t bytes, size_t n);
 
 class LinkEncoder {
  public:
@@ -101,7 +125,7 @@ class LinkEncoder {
   // what is encoded is x plus the residual, and the residual keeps what the payload
   // did not carry.
   void encode(const float* x, size_t n, size_t offset, size_t total, std::vector<uint8_t>& out,
-              wire::CodecParams& params);
+              CodecParams& params);
   const std::vector<float>& residual() const { return residual_; }
   std::vector<float>& residual() { return residual_; }
 

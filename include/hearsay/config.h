@@ -42,7 +42,11 @@ std::vector<SweepPoint> sweep_points(const config::Config& c);
 TrainTest load_data(const config::DataConfig& data, uint64_t seed);
 // The model spec for the config, shaped by the data (input shape, class count).
 ModelSpec model_spec(const config::ModelConfig& model, const Dataset& train);
-SgdParams sgd_params(const config::OptimConfig& optim);
+// The optimizer's registry name: optim.optimizer, or, where only the deprecated optim.kind
+// is given, the name it stands for. Throws InputError when both are given and disagree.
+std::string optimizer_name(const config::OptimConfig& optim);
+// The optimizer the config names, with its hyper-parameters (create_optimizer() makes it).
+OptimizerSpec optimizer_spec(const config::OptimConfig& optim);
 LrSchedule lr_schedule(const config::OptimConfig& optim, int64_t total_steps);
 
 }  // namespace hearsay

@@ -17,7 +17,7 @@ class DeviceCodec {
  public:
   virtual ~DeviceCodec() = default;
   // As Codec::encode, with x in device memory.
-  virtual void encode(const float* x_dev, size_t n, size_t offset, std::vector<uint8_t>& out, wire::CodecParams& params) = 0;
+  virtual void encode(const float* x_dev, size_t n, size_t offset, std::vector<uint8_t>& out, CodecParams& params) = 0;
 };
 
 // The same spec and seed give the same payloads as make_codec's codec, bit for bit for
@@ -25,7 +25,7 @@ class DeviceCodec {
 std::unique_ptr<DeviceCodec> make_device_codec(const CodecSpec& spec, const std::vector<ParamView>& layout, uint64_t seed);
 
 // As decode_accumulate, with y in device memory.
-std::string device_decode_accumulate(const wire::CodecParams& params, const uint8_t* payload, size_t bytes, float scale,
+std::string device_decode_accumulate(const CodecParams& params, const uint8_t* payload, size_t bytes, float scale,
                                      float* y_dev, size_t n);
 
 }  // namespace hearsay

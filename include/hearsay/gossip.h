@@ -32,7 +32,7 @@
 #include "hearsay/codec.h"
 #include "hearsay/log.h"
 #include "hearsay/mixer.h"
-#include "hearsay/model.h"
+#include "hearsay/trainable.h"
 #include "hearsay/optim.h"
 #include "hearsay/topology.h"
 #include "hearsay/transport.h"
@@ -53,24 +53,22 @@ struct UpdateGuardSpec {
   double quarantine_s = 30;   // how long a quarantine lasts before the neighbour is readmitted
 };
 
+// What a gossip message carries (docs/WIRE.md, Update.kind): parameters travel as
+// models, never tagged as gradients.
+enum class MessageKind { kGradient, kModel, kModelDelta, kPushSum };
+const char* message_kind_name(MessageKind kind);
+
 struct GossipSpec {
+  // A registered algorithm's name (src/peer/algorithm_registry.h; docs/ALGORITHMS.md).
   std::string algorithm = "adpsgd";
+  // The algorithm's own options: its options message in protobuf text format, e.g.
+  // "outer_lr: 0.5 local_steps: 16" for diloco; empty: its defaults. The config loader
+  // fills it from the config's extension ([hearsay.algorithms.diloco] { ... }).
+  std::string options;
   TopologySpec topology;
   MixerSpec mixer;
   int gossip_every = 1;        // steps between sends (async algorithms)
-  int average_every = 10;      // gossip_grad: steps between model averaging
-  int local_steps = 8;         // local_sgd, diloco: H
-  double outer_lr = 0.7;       // diloco
-  double outer_momentum = 0.9; // diloco (Nesterov)
   double sync_timeout_s = 60;  // synchronous algorithms: how long to wait for a peer
-  // allreduce: the learning rate for the mean of n gradients: "linear" (lr grows to n lr
-  // over sync_lr_warmup_steps; Goyal et al., 2017) or "none" (lr as it is).
-  std::string sync_lr_scaling = "linear";
-  int sync_lr_warmup_steps = 100;
-  double consensus_step = 0.5; // choco: gamma
-  // sgp: the overlap's delay bound tau, in the sender's steps: a peer does not start step
-  // k while a push it made at step k - tau or earlier is still unsent. 0: no bound.
-  int overlap_tau = 0;
   size_t segment_elements = 1 << 20;  // updates larger than this travel in segments
   CodecSpec codec;                    // gradients and model deltas (asynchronous algorithms)
   std::string model_codec = "none";   // whole models: none, fp16, bf16, int8
@@ -82,11 +80,14 @@ struct GossipSpec {
   std::string byzantine = "none";
 };
 
-// Throws InputError naming the problem.
+// Throws InputError naming the problem (the algorithm's own options are checked where the
+// algorithm declares them).
 void check_gossip_spec(const GossipSpec& spec, int peers);
-// Throws InputError when the algorithm cannot run on the topology: dpsgd's weights need
-// an undirected graph (every neighbour relation both ways).
+// Throws InputError when the algorithm cannot run on the topology: dpsgd's and choco's
+// weights need an undirected graph (every neighbour relation both ways).
 void check_algorithm_topology(const GossipSpec& spec, int peers);
+// The registered algorithms' names, sorted, and whether one is synchronous (false for a
+// name not registered).
 std::vector<std::string> gossip_algorithms();
 bool is_synchronous(const std::string& algorithm);
 
@@ -101,13 +102,13 @@ class GossipEngine {
   // `peers` lists every peer's id in cluster order; `me` is this peer's index. The
   // transport must already be connecting to the neighbours; the engine installs its
   // receiver on it. Model, optimizer, transport and log must outlive the engine.
-  GossipEngine(const GossipSpec& spec, std::vector<std::string> peers, int me, Transport& transport, Model& model,
-               Sgd& sgd, Clock& clock, EventLog& log, uint64_t seed);
+  GossipEngine(const GossipSpec& spec, std::vector<std::string> peers, int me, Transport& transport, Trainable& model,
+               Optimizer& optimizer, Clock& clock, EventLog& log, uint64_t seed);
   ~GossipEngine();
 
   // One training step on a minibatch already on the device, with the algorithm's
   // communication around it. Returns the batch's stats.
-  BatchStats step(const float* x, const int32_t* labels, int batch, float lr);
+  BatchStats step(const Batch& batch, float lr);
   // Seconds of computation (forward and backward) in the last step, waits excluded: what
   // a compute slowdown stretches.
   double last_compute_s() const { return compute_s_; }
@@ -151,20 +152,17 @@ class GossipEngine {
   // --- for the algorithms (src/peer/algorithms) --------------------------------------
   struct Message;
   struct Encoded;
-  Model& model() { return model_; }
-  Sgd& sgd() { return sgd_; }
+  Trainable& model() { return model_; }
+  Optimizer& optimizer() { return optimizer_; }
   Mixer& mixer() { return mixer_; }
   Topology& topology() { return *topology_; }
   Rng& rng() { return rng_; }
   const GossipSpec& spec() const { return spec_; }
   uint64_t samples_seen() const { return samples_seen_; }
-  // Sends a copy of `data` (host) to peer index `to`.
-  void send(int to, wire::PayloadKind kind, const std::vector<float>& data, double push_sum_weight = 0,
-            bool synchronous = false, uint64_t round = 0, uint32_t phase = 0, bool reply_requested = false,
-            uint64_t offset = 0, uint64_t total = 0);
-  // Sends `data` to peer index `to` as the message `header` describes (kind, flags, round,
-  // share...); the engine fills in the sender, clocks, step and tensor length.
-  void send_message(int to, Message header, std::vector<float> data);
+  // Sends `data` (host) to peer index `to` as the message `header` describes, by name:
+  //   e.send(j, {.kind = MessageKind::kModel, .synchronous = true, .round = step}, x);
+  // the engine fills in the sender, clocks, step and tensor length.
+  void send(int to, Message header, std::vector<float> data);
   // Encodes `data` (a whole tensor) once with the configured codec (gossip.codec, no
   // error feedback: the caller keeps what was not sent; random-k unscaled). The result's
   // `decoded` is, bit for bit, what each receiver's take_async gives for it. `offset`:
@@ -227,8 +225,8 @@ class GossipEngine {
   std::vector<std::string> peers_;
   int me_;
   Transport& transport_;
-  Model& model_;
-  Sgd& sgd_;
+  Trainable& model_;
+  Optimizer& optimizer_;
   Clock& clock_;
   EventLog& log_;
   Mixer mixer_;
@@ -236,6 +234,7 @@ class GossipEngine {
   Rng rng_;
   std::unique_ptr<Inbox> inbox_;
   std::vector<std::unique_ptr<Outbox>> outboxes_;
+  const struct AlgorithmEntry* entry_ = nullptr;  // the registry's; it outlives every engine
   std::unique_ptr<Algorithm> algorithm_;
   DeviceBuffer scratch_;
   std::atomic<uint64_t> logical_clock_{0};

@@ -1,43 +1,70 @@
-// The event log (JSON Lines, one object per event; schema in docs/LOGS.md) and the live
-// progress display. Every event carries `t` (seconds since the log was opened), `peer`
-// and `event`; the rest depends on the event.
+// The event log (JSON Lines, one object per event) and the live progress display. Every
+// event carries `t` (seconds since the log was opened), `peer` and `event`; what else it
+// carries is fixed by the event schema (src/log/event_schema.cpp, documented in
+// docs/LOGS.md), which EventLog::write enforces.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
 
 namespace hearsay {
 
-// Builds one JSON object. Non-finite numbers become null (JSON has no NaN).
+// One JSON object, built field by field in the order the fields are added and rendered by
+// nlohmann::json. Non-finite numbers become null (JSON has no NaN). Adding a key again
+// replaces its value, which is what a JSON reader would keep of a repeated key. Strings
+// are UTF-8; bytes that are not valid UTF-8 are written as U+FFFD, so a line always parses.
 class JsonObject {
  public:
+  JsonObject();
+  ~JsonObject();
+  JsonObject(const JsonObject& other);
+  JsonObject& operator=(const JsonObject& other);
+  JsonObject(JsonObject&& other) noexcept;
+  JsonObject& operator=(JsonObject&& other) noexcept;
+
   JsonObject& add(const std::string& key, double value);
   JsonObject& add(const std::string& key, int64_t value);
   JsonObject& add(const std::string& key, int value) { return add(key, static_cast<int64_t>(value)); }
   JsonObject& add(const std::string& key, const std::string& value);
   JsonObject& add(const std::string& key, const char* value) { return add(key, std::string(value)); }
   JsonObject& add(const std::string& key, bool value);
+  // A nested object, and arrays of strings or of objects.
+  JsonObject& add(const std::string& key, const JsonObject& value);
+  JsonObject& add(const std::string& key, const std::vector<std::string>& values);
+  JsonObject& add(const std::string& key, const std::vector<JsonObject>& values);
   JsonObject& add_null(const std::string& key);
-  // Adds pre-rendered JSON (an object or array) verbatim.
+  // Adds JSON text (an object or array rendered elsewhere). It is parsed, so the line stays
+  // valid JSON; text that does not parse is a bug in the caller (HEARSAY_CHECK). Prefer
+  // add(key, JsonObject) and the array overloads.
   JsonObject& add_raw(const std::string& key, const std::string& json);
-  std::string str() const { return body_ + "}"; }
+  // The object on one line, without a line break.
+  std::string str() const;
+  // Reads one JSON object (a log line); nullopt when the text is not one.
+  static std::optional<JsonObject> parse(const std::string& text);
+  // The value itself, for code that reads it (the event schema's check).
+  const nlohmann::ordered_json& json() const { return *value_; }
 
  private:
-  void key(const std::string& k);
-  std::string body_ = "{";
+  std::unique_ptr<nlohmann::ordered_json> value_;  // never null, always an object
 };
 
+// `s` as the inside of a JSON string literal (quotes not included).
 std::string json_escape(const std::string& s);
 
 // Appends events to a JSON Lines file. Thread-safe; each event is one write and flushed,
 // so a crashed peer's log is complete up to its last event.
 class EventLog {
  public:
-  // path empty: events are only counted, not written. Throws InputError if the file
-  // cannot be created (parent directories are created).
+  // path empty: events are checked against the schema, not written. Throws InputError if
+  // the file cannot be created (parent directories are created).
   EventLog(const std::string& path, std::string peer);
   ~EventLog();
   EventLog(const EventLog&) = delete;
@@ -47,6 +74,9 @@ class EventLog {
   double elapsed() const;
   // Starts an event with t, peer and event filled in.
   JsonObject event(const std::string& name) const;
+  // Appends the event as one line. An event that does not follow the schema (unknown
+  // event, a field the schema lacks or of another type, a required field missing) is a
+  // bug (HEARSAY_CHECK), also when the log writes nowhere, so that tests catch it.
   void write(const JsonObject& event);
   const std::string& peer() const { return peer_; }
   const std::string& path() const { return path_; }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "hearsay/backend.h"
+#include "hearsay/trainable.h"
 
 namespace hearsay {
 
@@ -30,25 +31,9 @@ struct ModelSpec {
   int input_dim() const { return height * width * channels; }
 };
 
-// A named slice of the flat parameter (and gradient) buffer.
-struct ParamView {
-  std::string name;  // "fc1.weight"
-  size_t offset = 0;
-  size_t size = 0;
-  std::vector<int> shape;  // weights are [out, in] (conv: [out, k*k*in])
-};
-
-struct BatchStats {
-  double loss_sum = 0.0;  // sum over the batch of per-sample cross-entropy
-  int64_t correct = 0;
-  int64_t count = 0;
-  double loss() const { return count > 0 ? loss_sum / count : 0.0; }
-  double accuracy() const { return count > 0 ? static_cast<double>(correct) / count : 0.0; }
-};
-
 class Layer;
 
-class Model {
+class Model final : public Trainable {
  public:
   // Builds the model, allocates parameters, gradients and activations for up to max_batch
   // samples on `backend` (which must outlive the model), and initialises the parameters
@@ -59,13 +44,13 @@ class Model {
   Model& operator=(const Model&) = delete;
 
   const ModelSpec& spec() const { return spec_; }
-  Backend& backend() const { return backend_; }
-  size_t num_params() const { return num_params_; }
-  int max_batch() const { return max_batch_; }
-  const std::vector<ParamView>& param_views() const { return views_; }
-  // Device pointers to the flat buffers (num_params() floats each).
-  float* params() const { return params_.f32(); }
-  float* grads() const { return grads_.f32(); }
+  Backend& backend() const override { return backend_; }
+  BatchKind batch_kind() const override { return BatchKind::kFeatures; }
+  size_t num_params() const override { return num_params_; }
+  int max_batch() const override { return max_batch_; }
+  const std::vector<ParamView>& param_views() const override { return views_; }
+  float* params() const override { return params_.f32(); }
+  float* grads() const override { return grads_.f32(); }
 
   // One forward and backward pass over a minibatch already on the device: x is
   // [batch, input_dim], labels [batch]. Overwrites grads() with the gradient of the mean
@@ -73,15 +58,16 @@ class Model {
   BatchStats forward_backward(const float* x, const int32_t* labels, int batch);
   // Forward pass only.
   BatchStats evaluate(const float* x, const int32_t* labels, int batch);
-
-  // Host copies of the flat parameters, for checkpoints, tests and gossip.
-  std::vector<float> get_params() const;
-  void set_params(const std::vector<float>& host);
+  // The same through the Trainable interface (x: floats).
+  BatchStats forward_backward(const Batch& b) override {
+    return forward_backward(static_cast<const float*>(b.x), b.y, b.rows);
+  }
+  BatchStats evaluate(const Batch& b) override { return evaluate(static_cast<const float*>(b.x), b.y, b.rows); }
 
   // Floating-point operations of the matrix products in one training step, per sample.
-  double gemm_flops_per_sample() const;
+  double gemm_flops_per_sample() const override;
   // One line per layer: "conv1 28x28x1 -> 28x28x16 (416 params)".
-  std::string summary() const;
+  std::string summary() const override;
 
  private:
   void forward(const float* x, int batch);
@@ -98,6 +84,10 @@ class Model {
   std::vector<DeviceBuffer> dacts_;  // dacts_[i]: gradient w.r.t. acts_[i]
   DeviceBuffer stats_;
 };
+
+// The one place that knows which models exist: builds the model `spec` names (today the
+// LOGREG, MLP and CNN kinds of `Model`) behind the Trainable interface.
+std::unique_ptr<Trainable> create_model(const ModelSpec& spec, Backend& backend, int max_batch, uint64_t seed);
 
 // Number of classes and input shape come from the data; this fills them in and checks the
 // spec. Throws InputError naming the problem.

@@ -1,9 +1,13 @@
-// The local optimizer over a model's flat buffers: SGD with momentum (heavy-ball or
-// Nesterov) and weight decay, or AdamW (SgdParams::kind); and the learning-rate schedule
-// that drives it.
+// The local optimizer: the rule that turns a step's gradient into a parameter update over
+// a model's flat buffers, chosen by name from a registry ("sgd", "adamw"; each is its own
+// file in src/optim, and src/optim/registry.cpp is the one list of them); and the
+// learning-rate schedule, kept apart from it, that gives every step its rate.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,58 +22,73 @@ struct LrSchedule {
   int64_t warmup_steps = 0;  // linear ramp from base_lr/warmup_steps up to base_lr
   int64_t step_size = 0;     // kStep: multiply by gamma every step_size steps
   float gamma = 0.1f;
-  int64_t total_steps = 0;   // kCosine: decay from base_lr to min_lr over total_steps
+  int64_t total_steps = 0;  // kCosine: decay from base_lr to min_lr over total_steps
   float min_lr = 0.0f;
 
   // Learning rate for the given 0-based step.
   float at(int64_t step) const;
 };
 
-// "sgd" or "adamw": the name checkpoints and messages use for a kind.
-const char* optimizer_kind_name(OptimizerKind kind);
+// Which optimizer, and every hyper-parameter one may read. Each optimizer reads the
+// fields that apply to it and ignores the others, so one config block serves them all
+// (as CodecSpec does for codecs); a new optimizer adds its own fields here.
+struct OptimizerSpec {
+  std::string name = "sgd";  // a name optimizer_names() lists
+  float momentum = 0.0f;     // sgd: in [0, 1)
+  bool nesterov = false;     // sgd: needs momentum > 0
+  // sgd adds weight_decay * w to the gradient; adamw decays decoupled from it.
+  float weight_decay = 0.0f;
+  float beta1 = 0.9f;  // adamw: the moments' decay rates, in [0, 1)
+  float beta2 = 0.999f;
+  float eps = 1e-8f;  // adamw: added to the denominator sqrt(v), > 0
+};
 
-// One optimizer class for every kind (the engine calls step() and nothing else), named
-// after its first kind. Its state lives on the backend: SGD's velocity (when momentum >
-// 0), AdamW's first and second moments and its step count.
-class Sgd {
+// An optimizer's state on the host, as a checkpoint keeps it: the name of the optimizer
+// that saved it, the steps it had taken, and its buffers by name (sgd: "velocity" when it
+// has momentum; adamw: "m" and "v"), each of the model's parameter count.
+struct OptimizerState {
+  std::string optimizer;
+  int64_t steps = 0;
+  std::map<std::string, std::vector<float>> buffers;
+};
+
+// The local optimizer of one peer, over n parameters on one backend. Its state (momentum
+// buffers, moments) lives on that backend, allocated at construction and zero; the
+// backend must outlive it. Used from the peer's step loop only, like the backend.
+class Optimizer {
  public:
-  // Host copy of the optimizer's state, for checkpoints. Buffers a kind does not use are
-  // empty.
-  struct State {
-    OptimizerKind kind = OptimizerKind::kSgd;
-    std::vector<float> velocity;  // kSgd with momentum > 0
-    std::vector<float> m, v;      // kAdamW
-    int64_t steps = 0;            // steps taken (AdamW's bias correction counts them)
-  };
+  virtual ~Optimizer() = default;
 
-  // Allocates the state buffers (n floats each) on `backend`: the velocity for kSgd when
-  // momentum > 0, the two moments for kAdamW; all start at zero.
-  Sgd(Backend& backend, size_t n, SgdParams params);
-
-  // w -= lr * update(g); `lr` overrides params.lr for this step (from the schedule).
-  void step(float* w, const float* g, float lr);
-  const SgdParams& params() const { return params_; }
-  OptimizerKind kind() const { return params_.kind; }
-  // Device buffers, null where the kind does not use them.
-  float* velocity() const { return velocity_.f32(); }
-  float* first_moment() const { return m_.f32(); }
-  float* second_moment() const { return v_.f32(); }
-  int64_t steps() const { return steps_; }
+  // Its registry name: "sgd", "adamw".
+  virtual const std::string& name() const = 0;
+  // One update of w (n floats on the backend) from the gradient g, with learning rate
+  // `lr` (the schedule's rate for this step; the optimizer keeps no rate of its own).
+  virtual void step(float* w, const float* g, float lr) = 0;
+  // Steps taken since construction, or since the state load_state() restored.
+  virtual int64_t steps() const = 0;
 
   // Downloads the state (synchronizes the backend).
-  State state() const;
-  // Uploads a saved state. Throws InputError, naming `where`, when its kind is not this
-  // optimizer's or a buffer's length is not n. An SGD state without a velocity (saved
-  // without momentum) leaves the velocity at zero.
-  void restore(const State& s, const std::string& where);
-
- private:
-  Backend& backend_;
-  size_t n_;
-  SgdParams params_;
-  DeviceBuffer velocity_;
-  DeviceBuffer m_, v_;
-  int64_t steps_ = 0;
+  virtual OptimizerState save_state() const = 0;
+  // Uploads a state save_state() gave. Throws InputError, naming `where` (a checkpoint
+  // file), when it is another optimizer's, or holds a buffer this optimizer does not
+  // keep, or one whose length is not n, or a negative step count; nothing is changed
+  // then.
+  virtual void load_state(const OptimizerState& state, const std::string& where) = 0;
 };
+
+// Makes an optimizer for n parameters on a backend from a spec whose name is its own.
+using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(Backend& backend, size_t n,
+                                                                  const OptimizerSpec& spec)>;
+
+// Adds an optimizer under `name`, beside hearsay's own (a program's or a test's); from
+// then on configs may name it. Thread-safe. Throws std::logic_error when the name is taken.
+void register_optimizer(const std::string& name, OptimizerFactory factory);
+// Names of the registered optimizers, hearsay's own first: "sgd", "adamw", then any
+// registered since, in that order.
+std::vector<std::string> optimizer_names();
+// Creates the optimizer spec.name names for n parameters on `backend`. Throws InputError
+// when the name is not registered (listing those that are) or a hyper-parameter it reads
+// is out of range (naming the field).
+std::unique_ptr<Optimizer> create_optimizer(Backend& backend, size_t n, const OptimizerSpec& spec);
 
 }  // namespace hearsay

@@ -79,7 +79,7 @@ class Peer {
   // from. Trains the model as it measures; call it on a peer that will not run().
   double measure_step_s(int steps);
 
-  Model& model() { return *model_; }
+  Trainable& model() { return *model_; }
   // The gossip engine; null for a peer that trains alone.
   GossipEngine* engine() { return engine_.get(); }
   const TrainTest& data() const { return data_; }
@@ -98,8 +98,8 @@ class Peer {
   Progress* progress_;
   TrainTest data_;
   std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Model> model_;
-  std::unique_ptr<Sgd> sgd_;
+  std::unique_ptr<Trainable> model_;
+  std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<BatchSampler> sampler_;
   RealClock clock_;
   std::unique_ptr<GossipEngine> engine_;

@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hearsay/wire.h"
@@ -89,6 +90,66 @@ struct LinkEvent {
   std::string reason;
 };
 
+// Where a buffer lives: host memory, or a GPU's (a device pointer).
+enum class MemoryKind { kHost, kDevice };
+
+// A buffer made known to a transport for zero-copy I/O: RDMA providers may need the memory
+// registered with the NIC (libfabric's FI_MR_LOCAL), and a NIC reads GPU memory only once
+// it is registered. Move-only; destroying it, or release(), deregisters. It must not
+// outlive the transport that made it, nor be released while that transport closes.
+class MemoryRegistration {
+ public:
+  MemoryRegistration() = default;
+  // `note` says how the transport handled the memory (for logs and tests); `descriptor`
+  // is the provider's local descriptor; `release` undoes the registration, and is empty
+  // when the transport registered nothing.
+  MemoryRegistration(void* data, size_t bytes, MemoryKind kind, std::string note, void* descriptor = nullptr,
+                     std::function<void()> release = nullptr)
+      : data_(data), bytes_(bytes), kind_(kind), note_(std::move(note)), descriptor_(descriptor),
+        release_(std::move(release)) {}
+  MemoryRegistration(MemoryRegistration&& o) noexcept { *this = std::move(o); }
+  MemoryRegistration& operator=(MemoryRegistration&& o) noexcept {
+    if (this != &o) {
+      release();
+      data_ = std::exchange(o.data_, nullptr);
+      bytes_ = std::exchange(o.bytes_, 0);
+      kind_ = o.kind_;
+      note_ = std::move(o.note_);
+      descriptor_ = std::exchange(o.descriptor_, nullptr);
+      release_ = std::exchange(o.release_, nullptr);
+    }
+    return *this;
+  }
+  MemoryRegistration(const MemoryRegistration&) = delete;
+  MemoryRegistration& operator=(const MemoryRegistration&) = delete;
+  ~MemoryRegistration() { release(); }
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  MemoryKind kind() const { return kind_; }
+  // true: the transport registered the memory with its provider, until release(). false:
+  // it needs no registration and uses the memory as it is.
+  bool registered() const { return static_cast<bool>(release_); }
+  // The provider's local descriptor for sends and receives from this memory (fi_mr_desc);
+  // null when nothing is registered.
+  void* descriptor() const { return descriptor_; }
+  // "fabric(verbs): registered with fi_mr_reg (...)", "tcp: no registration (...)".
+  const std::string& note() const { return note_; }
+  // Deregisters now; idempotent.
+  void release() {
+    descriptor_ = nullptr;
+    if (auto undo = std::exchange(release_, nullptr)) undo();
+  }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  MemoryKind kind_ = MemoryKind::kHost;
+  std::string note_;
+  void* descriptor_ = nullptr;
+  std::function<void()> release_;
+};
+
 class Transport {
  public:
   using Receiver = std::function<void(const std::string& from_peer, InFrame&& frame)>;
@@ -116,6 +177,12 @@ class Transport {
   virtual LinkStats link_stats(const std::string& peer_id) const = 0;
   virtual std::vector<std::string> connected_peers() const = 0;
   virtual TransportCounters counters() const = 0;
+  // Registers `bytes` at `data` for this transport's sends and receives, for as long as
+  // the returned handle lives. A transport that needs no registration says so in the
+  // handle (registered() false); this default is that, for host memory. Throws InputError
+  // for memory this transport cannot use (device memory, on every transport built today)
+  // or that its provider refuses. Any thread; register once and reuse, not per send.
+  virtual MemoryRegistration register_memory(void* data, size_t bytes, MemoryKind kind);
   // Says Bye to every peer, stops the threads, fails what is still queued. Idempotent.
   virtual void close() = 0;
 };

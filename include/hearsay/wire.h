@@ -15,9 +15,15 @@
 #include <utility>
 #include <vector>
 
-#include "hearsay/wire.pb.h"
-
 namespace hearsay {
+
+// The protobuf messages of the frame header (proto/hearsay/wire.proto). Code that builds
+// or reads them includes the header protoc generates for wire.proto; this header and the
+// transports' interface only pass them along.
+namespace wire {
+class Envelope;
+class Update;
+}  // namespace wire
 
 inline constexpr uint32_t kFrameMagic = 0x59535248;  // "HRSY" in memory order
 inline constexpr uint16_t kWireVersion = 1;
@@ -85,9 +91,10 @@ struct UninitializedAllocator : std::allocator<T> {
 };
 using PayloadBytes = std::vector<uint8_t, UninitializedAllocator<uint8_t>>;
 
-// A received, checked frame.
+// A received, checked frame. The envelope is held by pointer so that this header needs
+// no protobuf; a decoded frame always has one.
 struct InFrame {
-  wire::Envelope envelope;
+  std::shared_ptr<wire::Envelope> envelope;
   PayloadBytes payload;
 };
 

@@ -74,7 +74,7 @@ std::unique_ptr<Codec> make_codec(const CodecSpec& s, const std::vector<ParamVie
   throw InputError("codec '" + s.name + "': unknown");
 }
 
-std::string decode_accumulate(const wire::CodecParams& p, const uint8_t* payload, size_t bytes, float scale, float* y,
+std::string decode_accumulate(const CodecParams& p, const uint8_t* payload, size_t bytes, float scale, float* y,
                               size_t n) {
   if (p.codec_id() >= kCodecCount) return "codec id " + std::to_string(p.codec_id()) + ": unknown";
   if (p.codec_version() > 1) {
@@ -84,7 +84,7 @@ std::string decode_accumulate(const wire::CodecParams& p, const uint8_t* payload
   return kDecoders[p.codec_id()](p, payload, bytes, scale, y, n);
 }
 
-std::string check_payload(const wire::CodecParams& p, const uint8_t* payload, size_t bytes, size_t n) {
+std::string check_payload(const CodecParams& p, const uint8_t* payload, size_t bytes, size_t n) {
   return decode_accumulate(p, payload, bytes, 1.0f, nullptr, n);
 }
 
@@ -92,7 +92,7 @@ namespace codec {
 
 std::string fault(CodecId id, const std::string& reason) { return std::string("codec ") + codec_name(static_cast<uint32_t>(id)) + ": " + reason; }
 
-std::string check_values(CodecId id, const wire::CodecParams& p, int count) {
+std::string check_values(CodecId id, const CodecParams& p, int count) {
   if (p.values_size() < count) {
     return fault(id, "needs " + std::to_string(count) + " parameter values, got " + std::to_string(p.values_size()));
   }
@@ -119,7 +119,7 @@ void LinkEncoder::set_spec(const CodecSpec& spec) {
 }
 
 void LinkEncoder::encode(const float* x, size_t n, size_t offset, size_t total, std::vector<uint8_t>& out,
-                         wire::CodecParams& params) {
+                         CodecParams& params) {
   if (!error_feedback_) {
     codec_->encode(x, n, offset, out, params);
     return;

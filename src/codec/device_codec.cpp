@@ -71,7 +71,7 @@ class CublasHandle {
 class DenseDevice final : public DeviceCodec {
  public:
   DenseDevice(CodecId id, int block) : id_(id), block_(static_cast<size_t>(block)) {}
-  void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, wire::CodecParams& p) override {
+  void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, CodecParams& p) override {
     codec::begin_params(p, id_);
     switch (id_) {
       case CodecId::kNone:
@@ -106,7 +106,7 @@ class DenseDevice final : public DeviceCodec {
 class QsgdDevice final : public DeviceCodec {
  public:
   QsgdDevice(int levels, int bucket, uint64_t seed) : s_(levels), bucket_(static_cast<size_t>(bucket)), seed_(seed) {}
-  void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, wire::CodecParams& p) override {
+  void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, CodecParams& p) override {
     const size_t bits = static_cast<size_t>(codec::qsgd_bits(s_));
     const size_t buckets = (n + bucket_ - 1) / bucket_, words = (n * bits + 31) / 32, packed = (n * bits + 7) / 8;
     const uint64_t seed = codec::qsgd_call_seed(seed_, ++calls_);
@@ -130,7 +130,7 @@ class QsgdDevice final : public DeviceCodec {
 
 class SignDevice final : public DeviceCodec {
  public:
-  void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, wire::CodecParams& p) override {
+  void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, CodecParams& p) override {
     const size_t words = (n + 31) / 32;
     uint32_t* w = words_.get<uint32_t>(words);
     double* sum = sum_.get<double>(1);
@@ -176,7 +176,7 @@ class TopkDevice final : public DeviceCodec {
  public:
   TopkDevice(double density, bool exact, int value_bits, uint64_t seed)
       : density_(density), exact_(exact), value_bits_(value_bits), seed_(seed) {}
-  void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, wire::CodecParams& p) override {
+  void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, CodecParams& p) override {
     const size_t kk = n == 0 ? 0 : std::clamp<size_t>(static_cast<size_t>(std::llround(density_ * n)), 1, n);
     const size_t m = std::max<size_t>(2048, static_cast<size_t>(64.0 / density_));  // as the CPU codec
     std::vector<uint32_t> idx;
@@ -220,7 +220,7 @@ class TopkDevice final : public DeviceCodec {
 class RandomkDevice final : public DeviceCodec {
  public:
   RandomkDevice(double density, bool unbiased, uint64_t seed) : density_(density), unbiased_(unbiased), seed_(seed) {}
-  void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, wire::CodecParams& p) override {
+  void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, CodecParams& p) override {
     const uint64_t kk = n == 0 ? 0 : std::clamp<uint64_t>(static_cast<uint64_t>(std::llround(density_ * n)), 1, n);
     const uint64_t s = codec::randomk_call_seed(seed_, ++calls_);
     float* d = vals_.get<float>(kk);
@@ -243,7 +243,7 @@ class PowerSgdDevice final : public DeviceCodec {
  public:
   PowerSgdDevice(int rank, std::vector<ParamView> layout, uint64_t seed)
       : r_(static_cast<size_t>(rank)), layout_(std::move(layout)), rng_(seed, 0x9047) {}
-  void encode(const float* x, size_t n, size_t offset, std::vector<uint8_t>& out, wire::CodecParams& p) override {
+  void encode(const float* x, size_t n, size_t offset, std::vector<uint8_t>& out, CodecParams& p) override {
     const auto mats = codec::powersgd_matrices(layout_, offset, n, r_);
     size_t factors = 0, covered = 0;
     for (const auto& m : mats) {
@@ -312,7 +312,7 @@ std::unique_ptr<DeviceCodec> make_device_codec(const CodecSpec& s, const std::ve
   return std::make_unique<PowerSgdDevice>(s.rank, layout, seed);
 }
 
-std::string device_decode_accumulate(const wire::CodecParams& p, const uint8_t* payload, size_t bytes, float scale, float* y,
+std::string device_decode_accumulate(const CodecParams& p, const uint8_t* payload, size_t bytes, float scale, float* y,
                                      size_t n) {
   if (std::string err = check_payload(p, payload, bytes, n); !err.empty()) return err;
   if (!std::isfinite(scale)) return "codec: the receiver's scale is not finite";

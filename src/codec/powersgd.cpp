@@ -41,7 +41,7 @@ class PowerSgdCodec final : public Codec {
     return out;
   }
 
-  void encode(const float* x, size_t n, size_t offset, std::vector<uint8_t>& out, wire::CodecParams& p) override {
+  void encode(const float* x, size_t n, size_t offset, std::vector<uint8_t>& out, CodecParams& p) override {
     const std::vector<Matrix> mats = powersgd_matrices(layout_, offset, n, r_);
     size_t bytes = 0, covered = 0;
     for (const auto& m : mats) {
@@ -107,7 +107,7 @@ std::vector<Matrix> powersgd_matrices(const std::vector<ParamView>& layout, size
   return mats;
 }
 
-void powersgd_params(size_t r, const std::vector<Matrix>& mats, wire::CodecParams& p) {
+void powersgd_params(size_t r, const std::vector<Matrix>& mats, CodecParams& p) {
   begin_params(p, CodecId::kPowerSgd).add_values(static_cast<double>(r));
   p.add_values(static_cast<double>(mats.size()));
   for (const auto& m : mats) {
@@ -117,7 +117,7 @@ void powersgd_params(size_t r, const std::vector<Matrix>& mats, wire::CodecParam
   }
 }
 
-std::vector<Matrix> powersgd_matrices_of(const wire::CodecParams& p) {
+std::vector<Matrix> powersgd_matrices_of(const CodecParams& p) {
   std::vector<Matrix> mats;
   for (int i = 2; i + 2 < p.values_size(); i += 3) {
     mats.push_back({static_cast<size_t>(p.values(i)), static_cast<size_t>(p.values(i + 1)), static_cast<size_t>(p.values(i + 2))});
@@ -144,7 +144,7 @@ std::unique_ptr<Codec> make_powersgd(int rank, std::vector<ParamView> layout, ui
   return std::make_unique<PowerSgdCodec>(rank, std::move(layout), seed);
 }
 
-std::string decode_powersgd(const wire::CodecParams& prm, const uint8_t* p, size_t bytes, float scale, float* y, size_t n) {
+std::string decode_powersgd(const CodecParams& prm, const uint8_t* p, size_t bytes, float scale, float* y, size_t n) {
   constexpr CodecId id = CodecId::kPowerSgd;
   if (auto e = check_values(id, prm, 2); !e.empty()) return e;
   if (!whole(prm.values(0), 1, 256)) return fault(id, "rank " + std::to_string(prm.values(0)) + " is not an integer in [1, 256]");

@@ -24,7 +24,7 @@ std::string check_size(CodecId id, size_t bytes, size_t want, size_t n) {
 class NoneCodec final : public Codec {
  public:
   CodecId id() const override { return CodecId::kNone; }
-  void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, wire::CodecParams& p) override {
+  void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, CodecParams& p) override {
     begin_params(p, id());
     out.resize(n * 4);
     if (n > 0) std::memcpy(out.data(), x, n * 4);
@@ -35,7 +35,7 @@ class NoneCodec final : public Codec {
 class Fp16Codec final : public Codec {
  public:
   CodecId id() const override { return CodecId::kFp16; }
-  void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, wire::CodecParams& p) override {
+  void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, CodecParams& p) override {
     begin_params(p, id());
     out.resize(n * 2);
     uint8_t* o = out.data();
@@ -57,7 +57,7 @@ class Fp16Codec final : public Codec {
 class Bf16Codec final : public Codec {
  public:
   CodecId id() const override { return CodecId::kBf16; }
-  void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, wire::CodecParams& p) override {
+  void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, CodecParams& p) override {
     begin_params(p, id());
     out.resize(n * 2);
     uint16_t* o = reinterpret_cast<uint16_t*>(out.data());  // vector storage is suitably aligned
@@ -73,7 +73,7 @@ class Int8Codec final : public Codec {
  public:
   explicit Int8Codec(int block) : block_(static_cast<size_t>(block)) {}
   CodecId id() const override { return CodecId::kInt8; }
-  void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, wire::CodecParams& p) override {
+  void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, CodecParams& p) override {
     begin_params(p, id());
     p.add_values(static_cast<double>(block_));
     const size_t blocks = (n + block_ - 1) / block_;
@@ -185,14 +185,14 @@ float half_to_float(uint16_t h) {
 
 // --- decoders ---------------------------------------------------------------------------
 
-std::string decode_none(const wire::CodecParams&, const uint8_t* p, size_t bytes, float scale, float* y, size_t n) {
+std::string decode_none(const CodecParams&, const uint8_t* p, size_t bytes, float scale, float* y, size_t n) {
   if (auto e = check_size(CodecId::kNone, bytes, n * 4, n); !e.empty() || y == nullptr) return e;
   const float* v = reinterpret_cast<const float*>(p);  // frame payloads are 8-byte aligned
   for (size_t i = 0; i < n; ++i) y[i] += scale * v[i];
   return {};
 }
 
-std::string decode_fp16(const wire::CodecParams&, const uint8_t* p, size_t bytes, float scale, float* y, size_t n) {
+std::string decode_fp16(const CodecParams&, const uint8_t* p, size_t bytes, float scale, float* y, size_t n) {
   if (auto e = check_size(CodecId::kFp16, bytes, n * 2, n); !e.empty() || y == nullptr) return e;
   size_t i = 0;
 #ifdef HEARSAY_CODEC_AVX2
@@ -206,7 +206,7 @@ std::string decode_fp16(const wire::CodecParams&, const uint8_t* p, size_t bytes
   return {};
 }
 
-std::string decode_bf16(const wire::CodecParams&, const uint8_t* p, size_t bytes, float scale, float* y, size_t n) {
+std::string decode_bf16(const CodecParams&, const uint8_t* p, size_t bytes, float scale, float* y, size_t n) {
   if (auto e = check_size(CodecId::kBf16, bytes, n * 2, n); !e.empty() || y == nullptr) return e;
   const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
   for (size_t i = 0; i < n; ++i) {
@@ -218,7 +218,7 @@ std::string decode_bf16(const wire::CodecParams&, const uint8_t* p, size_t bytes
   return {};
 }
 
-std::string decode_int8(const wire::CodecParams& prm, const uint8_t* p, size_t bytes, float scale, float* y, size_t n) {
+std::string decode_int8(const CodecParams& prm, const uint8_t* p, size_t bytes, float scale, float* y, size_t n) {
   if (auto e = check_values(CodecId::kInt8, prm, 1); !e.empty()) return e;
   const double blk = prm.values(0);
   if (blk < 1 || blk > (1 << 20) || blk != std::floor(blk)) return fault(CodecId::kInt8, "block size " + std::to_string(blk) + " is not an integer in [1, 2^20]");

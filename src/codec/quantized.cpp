@@ -20,7 +20,7 @@ class QsgdCodec final : public Codec {
  public:
   QsgdCodec(int levels, int bucket, uint64_t seed) : s_(levels), bucket_(static_cast<size_t>(bucket)), seed_(seed) {}
   CodecId id() const override { return CodecId::kQsgd; }
-  void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, wire::CodecParams& p) override {
+  void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, CodecParams& p) override {
     const int bits = qsgd_bits(s_);
     const size_t buckets = (n + bucket_ - 1) / bucket_;
     out.assign(buckets * 4 + (n * static_cast<size_t>(bits) + 7) / 8, 0);
@@ -81,7 +81,7 @@ class QsgdCodec final : public Codec {
 class SignCodec final : public Codec {
  public:
   CodecId id() const override { return CodecId::kSign; }
-  void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, wire::CodecParams& p) override {
+  void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, CodecParams& p) override {
     out.assign((n + 7) / 8, 0);
     uint8_t* bits = out.data();
     double sum = 0;
@@ -118,7 +118,7 @@ class SignCodec final : public Codec {
 std::unique_ptr<Codec> make_qsgd(int levels, int bucket, uint64_t seed) { return std::make_unique<QsgdCodec>(levels, bucket, seed); }
 std::unique_ptr<Codec> make_sign() { return std::make_unique<SignCodec>(); }
 
-std::string decode_qsgd(const wire::CodecParams& prm, const uint8_t* p, size_t bytes, float scale, float* y, size_t n) {
+std::string decode_qsgd(const CodecParams& prm, const uint8_t* p, size_t bytes, float scale, float* y, size_t n) {
   constexpr CodecId id = CodecId::kQsgd;
   if (auto e = check_values(id, prm, 2); !e.empty()) return e;
   const double sd = prm.values(0), bd = prm.values(1);
@@ -168,7 +168,7 @@ std::string decode_qsgd(const wire::CodecParams& prm, const uint8_t* p, size_t b
   return {};
 }
 
-std::string decode_sign(const wire::CodecParams& prm, const uint8_t* p, size_t bytes, float scale, float* y, size_t n) {
+std::string decode_sign(const CodecParams& prm, const uint8_t* p, size_t bytes, float scale, float* y, size_t n) {
   constexpr CodecId id = CodecId::kSign;
   if (auto e = check_values(id, prm, 1); !e.empty()) return e;
   if (prm.values(0) < 0) return fault(id, "scale " + std::to_string(prm.values(0)) + " is negative");

@@ -91,7 +91,7 @@ class TopkCodec final : public Codec {
       : density_(density), exact_(exact), value_bits_(value_bits), seed_(seed) {}
   CodecId id() const override { return CodecId::kTopk; }
 
-  void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, wire::CodecParams& p) override {
+  void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, CodecParams& p) override {
     const size_t k = n == 0 ? 0 : std::clamp<size_t>(static_cast<size_t>(std::llround(density_ * n)), 1, n);
     idx_.clear();
     // A sample needs about 64 elements above the threshold to place it well.
@@ -122,7 +122,7 @@ class TopkCodec final : public Codec {
     keep_largest(x, idx_, k, scratch_);
   }
 
-  void write(const float* x, size_t n, std::vector<uint8_t>& out, wire::CodecParams& p) {
+  void write(const float* x, size_t n, std::vector<uint8_t>& out, CodecParams& p) {
     values_.resize(idx_.size());
     for (size_t j = 0; j < idx_.size(); ++j) values_[j] = x[idx_[j]];
     write_topk(idx_, values_.data(), n, density_, value_bits_, out, p);
@@ -140,7 +140,7 @@ class RandomkCodec final : public Codec {
  public:
   RandomkCodec(double density, bool unbiased, uint64_t seed) : density_(density), unbiased_(unbiased), seed_(seed) {}
   CodecId id() const override { return CodecId::kRandomk; }
-  void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, wire::CodecParams& p) override {
+  void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, CodecParams& p) override {
     const uint64_t k = n == 0 ? 0 : std::clamp<uint64_t>(static_cast<uint64_t>(std::llround(density_ * n)), 1, n);
     const uint64_t s = randomk_call_seed(seed_, ++calls_);
     out.resize(4 * k);
@@ -162,7 +162,7 @@ class RandomkCodec final : public Codec {
 }  // namespace
 
 void write_topk(const std::vector<uint32_t>& idx, const float* values, size_t n, double density, int value_bits,
-                std::vector<uint8_t>& out, wire::CodecParams& p) {
+                std::vector<uint8_t>& out, CodecParams& p) {
   const size_t k = idx.size(), vb = static_cast<size_t>(value_bits / 8);
   size_t varint_bytes = 0;
   for (size_t j = 0; j < k; ++j) varint_bytes += varint_size(j == 0 ? idx[0] : idx[j] - idx[j - 1]);
@@ -201,7 +201,7 @@ std::unique_ptr<Codec> make_randomk(double density, bool unbiased, uint64_t seed
   return std::make_unique<RandomkCodec>(density, unbiased, seed);
 }
 
-std::string topk_indices(const wire::CodecParams& prm, const uint8_t* p, size_t bytes, size_t n, std::vector<uint32_t>* idx) {
+std::string topk_indices(const CodecParams& prm, const uint8_t* p, size_t bytes, size_t n, std::vector<uint32_t>* idx) {
   constexpr CodecId id = CodecId::kTopk;
   if (auto e = check_values(id, prm, 4); !e.empty()) return e;
   const double kd = prm.values(0), coding = prm.values(1), value_bits = prm.values(3);
@@ -244,7 +244,7 @@ std::string topk_indices(const wire::CodecParams& prm, const uint8_t* p, size_t 
   return fault(id, "index coding " + std::to_string(coding) + " is neither 0 (varint) nor 1 (bitmap)");
 }
 
-std::string decode_topk(const wire::CodecParams& prm, const uint8_t* p, size_t bytes, float scale, float* y, size_t n) {
+std::string decode_topk(const CodecParams& prm, const uint8_t* p, size_t bytes, float scale, float* y, size_t n) {
   // The indices, checked in full before anything is added: O(k) memory, never O(n).
   thread_local std::vector<uint32_t> idx;
   if (auto e = topk_indices(prm, p, bytes, n, y == nullptr ? nullptr : &idx); !e.empty() || y == nullptr) return e;
@@ -263,7 +263,7 @@ std::string decode_topk(const wire::CodecParams& prm, const uint8_t* p, size_t b
   return {};
 }
 
-std::string decode_randomk(const wire::CodecParams& prm, const uint8_t* p, size_t bytes, float scale, float* y, size_t n) {
+std::string decode_randomk(const CodecParams& prm, const uint8_t* p, size_t bytes, float scale, float* y, size_t n) {
   constexpr CodecId id = CodecId::kRandomk;
   if (auto e = check_values(id, prm, 1); !e.empty()) return e;
   const double kd = prm.values(0);

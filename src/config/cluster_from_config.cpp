@@ -1,3 +1,5 @@
+#include <google/protobuf/text_format.h>
+
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -6,6 +8,7 @@
 
 #include "hearsay/config.h"
 #include "hearsay/error.h"
+#include "../peer/algorithm_registry.h"
 
 namespace hearsay {
 
@@ -23,6 +26,25 @@ std::vector<int> site_indices(const config::ClusterConfig& c) {
   return out;
 }
 
+// The algorithm's options as the config gives them (the extension of GossipConfig whose
+// type is the algorithm's options message), in text format; "" when none is set.
+static std::string algorithm_options_text(const config::GossipConfig& g) {
+  const AlgorithmEntry* entry = find_algorithm(g.algorithm());
+  if (entry == nullptr) return "";
+  std::vector<const google::protobuf::FieldDescriptor*> set;
+  g.GetReflection()->ListFields(g, &set);
+  for (const auto* f : set) {
+    if (!f->is_extension() || f->message_type() != entry->options->GetDescriptor()) continue;
+    google::protobuf::TextFormat::Printer printer;
+    printer.SetSingleLineMode(true);
+    std::string text;
+    printer.PrintToString(g.GetReflection()->GetMessage(g, f), &text);
+    while (!text.empty() && text.back() == ' ') text.pop_back();  // single-line mode ends in a space
+    return text;
+  }
+  return "";
+}
+
 GossipSpec gossip_spec(const config::ClusterConfig& c) {
   const auto& g = c.gossip();
   GossipSpec s;
@@ -37,15 +59,8 @@ GossipSpec gossip_spec(const config::ClusterConfig& c) {
   s.mixer.tau_max = g.tau_max();
   s.mixer.weight_by_samples = g.weight_by_samples();
   s.gossip_every = g.gossip_every();
-  s.average_every = g.average_every();
-  s.local_steps = g.local_steps();
-  s.outer_lr = g.outer_lr();
-  s.outer_momentum = g.outer_momentum();
+  s.options = algorithm_options_text(g);
   s.sync_timeout_s = g.sync_timeout_s();
-  s.consensus_step = g.consensus_step();
-  s.overlap_tau = g.overlap_tau();
-  s.sync_lr_scaling = g.sync_lr_scaling();
-  s.sync_lr_warmup_steps = g.sync_lr_warmup_steps();
   const auto& codec = g.codec();
   s.codec.name = codec.name();
   s.codec.density = codec.density();

@@ -17,6 +17,7 @@
 #include "hearsay/codec.h"
 #include "hearsay/config.h"
 #include "hearsay/error.h"
+#include "../peer/algorithm_registry.h"
 
 namespace hearsay {
 namespace {
@@ -48,10 +49,18 @@ class Locator {
   explicit Locator(std::vector<Source> sources) : sources_(std::move(sources)) {}
 
   std::string at(const std::string& path) const {
-    // "a.b[2].c" -> (a, -1), (b, 2), (c, -1)
+    // "a.b[2].c" -> (a, -1), (b, 2), (c, -1); an extension is named in brackets, dots
+    // and all: "cluster.gossip.[hearsay.algorithms.choco].consensus_step".
     std::vector<std::pair<std::string, int>> parts;
-    std::stringstream in(path);
-    for (std::string part; std::getline(in, part, '.');) {
+    for (size_t at = 0; at < path.size();) {
+      size_t end;
+      if (path[at] == '[' && (end = path.find(']', at)) != std::string::npos) {
+        parts.emplace_back(path.substr(at, end + 1 - at), -1);
+        at = end + 2;
+        continue;
+      }
+      end = std::min(path.find('.', at), path.size());
+      std::string part = path.substr(at, end - at);
       int index = -1;
       const auto open = part.find('[');
       if (open != std::string::npos) {
@@ -59,12 +68,17 @@ class Locator {
         part.resize(open);
       }
       parts.emplace_back(part, index);
+      at = end + 1;
     }
     for (auto it = sources_.rbegin(); it != sources_.rend(); ++it) {
       const pb::Descriptor* desc = config::Config::descriptor();
       const pb::TextFormat::ParseInfoTree* tree = it->tree;
       for (size_t i = 0; i < parts.size() && desc != nullptr && tree != nullptr; ++i) {
-        const pb::FieldDescriptor* field = desc->FindFieldByName(parts[i].first);
+        const std::string& name = parts[i].first;
+        const pb::FieldDescriptor* field =
+            name.front() == '['
+                ? pb::DescriptorPool::generated_pool()->FindExtensionByName(name.substr(1, name.size() - 2))
+                : desc->FindFieldByName(name);
         if (field == nullptr) break;
         const int index = field->is_repeated() ? std::max(parts[i].second, 0) : -1;
         if (i + 1 == parts.size()) {
@@ -84,6 +98,30 @@ class Locator {
  private:
   std::vector<Source> sources_;
 };
+
+// The algorithm's options (an extension of GossipConfig, in brackets in the config):
+// its own check runs with its errors placed at the field they name. Other algorithms'
+// options may stand beside them (a sweep over algorithms keeps each one's); they apply
+// only when that algorithm is chosen.
+template <class Fail>
+void check_algorithm_options(const config::ClusterConfig& cl, const AlgorithmEntry& algorithm, const Fail& fail) {
+  const config::GossipConfig& g = cl.gossip();
+  std::vector<const pb::FieldDescriptor*> set;
+  g.GetReflection()->ListFields(g, &set);
+  std::string at = "cluster.gossip";
+  for (const pb::FieldDescriptor* f : set) {
+    if (f->is_extension() && f->message_type() == algorithm.options->GetDescriptor()) at = "cluster.gossip.[" + f->full_name() + "]";
+  }
+  if (!algorithm.check) return;
+  const GossipSpec spec = gossip_spec(cl);
+  try {
+    algorithm.check(*parse_algorithm_options(algorithm, spec.options), spec, std::max(2, cl.peers_size()));
+  } catch (const OptionError& e) {
+    fail(at + "." + e.field, e.why);
+  } catch (const InputError& e) {
+    fail("cluster.gossip", e.what());
+  }
+}
 
 constexpr double kMaxEpochs = 1e6;
 constexpr size_t kMaxConfigBytes = 16u << 20;
@@ -142,14 +180,30 @@ void validate(const config::Config& c, const Locator& at) {
   if (o.schedule() == config::OptimConfig::STEP && o.step_size() < 1) fail("optim.step_size", "must be >= 1 for the STEP schedule");
   if (!(o.gamma() > 0) || !std::isfinite(o.gamma())) fail("optim.gamma", "must be a positive number");
   if (!(o.min_lr() >= 0) || o.min_lr() > o.lr()) fail("optim.min_lr", "must be in [0, lr]");
-  if (o.kind() == config::OptimConfig::ADAMW) {
-    if (o.nesterov()) fail("optim.nesterov", "applies to kind SGD only; ADAMW has no Nesterov variant");
+  // The optimizer by name; the deprecated enum optim.kind counts as the name it stands
+  // for (optimizer_name(), which the peer uses, reads it the same way).
+  if (o.has_kind() && o.has_optimizer()) {
+    const std::string by_kind = o.kind() == config::OptimConfig::ADAMW ? "adamw" : "sgd";
+    if (o.optimizer() != by_kind) {
+      fail("optim.kind", config::OptimConfig::Kind_Name(o.kind()) + " (deprecated) stands for optimizer '" + by_kind +
+                             "', but optim.optimizer is '" + o.optimizer() + "'; name the one you mean with optimizer alone");
+    }
+  }
+  const std::string optimizer = optimizer_name(o);
+  const auto optimizers = optimizer_names();
+  if (std::find(optimizers.begin(), optimizers.end(), optimizer) == optimizers.end()) {
+    std::string known;
+    for (const auto& name : optimizers) known += (known.empty() ? "" : ", ") + name;
+    fail("optim.optimizer", "unknown '" + optimizer + "'; known optimizers: " + known);
+  }
+  if (optimizer == "adamw") {
+    if (o.nesterov()) fail("optim.nesterov", "applies to optimizer sgd only; adamw has no Nesterov variant");
     if (!(o.beta1() >= 0 && o.beta1() < 1)) fail("optim.beta1", "must be in [0, 1), got " + number(o.beta1()));
     if (!(o.beta2() >= 0 && o.beta2() < 1)) fail("optim.beta2", "must be in [0, 1), got " + number(o.beta2()));
     if (!(o.eps() > 0) || !std::isfinite(o.eps())) fail("optim.eps", "must be a positive number, got " + number(o.eps()));
-  } else {
+  } else if (optimizer == "sgd") {
     if (o.nesterov() && o.momentum() == 0) fail("optim.nesterov", "needs momentum > 0");
-    const char* why = "applies to kind ADAMW only (this optim's kind is SGD)";
+    const char* why = "applies to optimizer adamw only (this config's optimizer is sgd)";
     if (o.has_beta1()) fail("optim.beta1", why);
     if (o.has_beta2()) fail("optim.beta2", why);
     if (o.has_eps()) fail("optim.eps", why);
@@ -189,37 +243,26 @@ void validate(const config::Config& c, const Locator& at) {
       if (lies.count(p.byzantine()) == 0) fail(at_i + ".byzantine", "unknown '" + p.byzantine() + "'; use none, scaled, sign_flip or random");
     }
     const auto& g = cl.gossip();
-    const auto algorithms = gossip_algorithms();
-    if (std::find(algorithms.begin(), algorithms.end(), g.algorithm()) == algorithms.end()) {
-      fail("cluster.gossip.algorithm", "unknown '" + g.algorithm() + "'; use adpsgd, gossip_grad, sgp, choco, allreduce, dpsgd, local_sgd or diloco");
+    const AlgorithmEntry* algorithm = find_algorithm(g.algorithm());
+    if (algorithm == nullptr) {
+      std::string known;
+      for (const auto& n : gossip_algorithms()) known += (known.empty() ? "" : ", ") + n;
+      fail("cluster.gossip.algorithm", "unknown '" + g.algorithm() + "'; use " + known);
     }
+    check_algorithm_options(cl, *algorithm, fail);
     const std::set<std::string> topologies{"ring", "torus", "exponential", "complete", "star", "random", "hierarchical", "bandwidth"};
     if (topologies.count(g.topology()) == 0) fail("cluster.gossip.topology", "unknown '" + g.topology() + "'");
-    if (g.algorithm() == "choco" && g.topology() == "exponential" && cl.peers_size() > 2) {
-      fail("cluster.gossip.topology", "'exponential' is directed, and choco needs an undirected topology (CHOCO-SGD's consensus "
-                                      "step needs symmetric weights, and each round waits for every neighbour's delta)");
-    }
     const std::set<std::string> weightings{"constant", "polynomial", "exponential", "inverse"};
     if (weightings.count(g.weighting()) == 0) fail("cluster.gossip.weighting", "unknown '" + g.weighting() + "'");
     if (g.gossip_every() < 1) fail("cluster.gossip.gossip_every", "must be >= 1");
-    if (g.local_steps() < 1) fail("cluster.gossip.local_steps", "must be >= 1");
     if (g.tau_max() < 0) fail("cluster.gossip.tau_max", "must be >= 0");
     // Each field the gossip engine, mixer, topology and codecs check again at run time is
     // checked here first, so the error points at the field, not at the gossip block.
     if (!(g.alpha() >= 0) || !std::isfinite(g.alpha())) fail("cluster.gossip.alpha", "must be a finite number >= 0");
     if (!(g.lambda() >= 0) || !std::isfinite(g.lambda())) fail("cluster.gossip.lambda", "must be a finite number >= 0");
-    if (g.average_every() < 0) fail("cluster.gossip.average_every", "must be >= 0");
-    if (!(g.outer_lr() > 0) || !std::isfinite(g.outer_lr())) fail("cluster.gossip.outer_lr", "must be a positive number");
-    if (!(g.outer_momentum() >= 0 && g.outer_momentum() < 1)) fail("cluster.gossip.outer_momentum", "must be in [0, 1)");
     if (g.cross_every() < 1) fail("cluster.gossip.cross_every", "must be >= 1");
     if (!(g.bandwidth_floor() > 0 && g.bandwidth_floor() <= 1)) fail("cluster.gossip.bandwidth_floor", "must be in (0, 1]");
     if (!(g.sync_timeout_s() > 0) || !std::isfinite(g.sync_timeout_s())) fail("cluster.gossip.sync_timeout_s", "must be a positive number");
-    if (!(g.consensus_step() > 0 && g.consensus_step() <= 1)) fail("cluster.gossip.consensus_step", "must be in (0, 1]");
-    if (g.overlap_tau() < 0) fail("cluster.gossip.overlap_tau", "must be >= 0 (0: no bound), got " + std::to_string(g.overlap_tau()));
-    if (g.sync_lr_scaling() != "linear" && g.sync_lr_scaling() != "none") {
-      fail("cluster.gossip.sync_lr_scaling", "'" + g.sync_lr_scaling() + "': use linear or none");
-    }
-    if (g.sync_lr_warmup_steps() < 0) fail("cluster.gossip.sync_lr_warmup_steps", "must be >= 0, got " + std::to_string(g.sync_lr_warmup_steps()));
     const std::set<std::string> robust{"none", "centered_clip", "trimmed_mean"};
     if (robust.count(g.robust()) == 0) fail("cluster.gossip.robust", "unknown '" + g.robust() + "'; use none, centered_clip or trimmed_mean");
     if (!(g.clip_factor() > 0) || !std::isfinite(g.clip_factor())) fail("cluster.gossip.clip_factor", "must be a positive number");

@@ -50,20 +50,27 @@ ModelSpec model_spec(const config::ModelConfig& m, const Dataset& train) {
   return s;
 }
 
-SgdParams sgd_params(const config::OptimConfig& o) {
-  SgdParams p{o.lr(), o.momentum(), o.weight_decay(), o.nesterov()};
-  switch (o.kind()) {
-    case config::OptimConfig::SGD: p.kind = OptimizerKind::kSgd; break;
-    case config::OptimConfig::ADAMW:
-      p.kind = OptimizerKind::kAdamW;
-      p.momentum = 0.0f;  // does not apply (the moments are beta1 and beta2)
-      p.nesterov = false;
-      break;
+std::string optimizer_name(const config::OptimConfig& o) {
+  if (!o.has_kind()) return o.optimizer();
+  // The deprecated enum names one of the first two optimizers.
+  const std::string by_kind = o.kind() == config::OptimConfig::ADAMW ? "adamw" : "sgd";
+  if (o.has_optimizer() && o.optimizer() != by_kind) {
+    throw InputError("optim.kind: " + config::OptimConfig::Kind_Name(o.kind()) + " (deprecated) stands for optimizer '" +
+                     by_kind + "', but optim.optimizer is '" + o.optimizer() + "'; name the one you mean with optimizer alone");
   }
-  p.beta1 = o.beta1();
-  p.beta2 = o.beta2();
-  p.eps = o.eps();
-  return p;
+  return by_kind;
+}
+
+OptimizerSpec optimizer_spec(const config::OptimConfig& o) {
+  OptimizerSpec s;
+  s.name = optimizer_name(o);
+  s.momentum = o.momentum();
+  s.nesterov = o.nesterov();
+  s.weight_decay = o.weight_decay();
+  s.beta1 = o.beta1();
+  s.beta2 = o.beta2();
+  s.eps = o.eps();
+  return s;
 }
 
 LrSchedule lr_schedule(const config::OptimConfig& o, int64_t total_steps) {

@@ -2,6 +2,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "event_schema.h"
 #include "hearsay/error.h"
 #include "hearsay/log.h"
 
@@ -14,7 +15,8 @@ EventLog::EventLog(const std::string& path, std::string peer)
   std::error_code ec;
   if (!parent.empty()) std::filesystem::create_directories(parent, ec);
   file_ = std::fopen(path_.c_str(), "a");
-  if (file_ == nullptr) throw InputError(path_ + ": cannot open log for writing: " + std::strerror(errno));
+  if (file_ == nullptr)
+    throw InputError(path_ + ": cannot open log for writing: " + std::strerror(errno));
 }
 
 EventLog::~EventLog() {
@@ -32,6 +34,10 @@ JsonObject EventLog::event(const std::string& name) const {
 }
 
 void EventLog::write(const JsonObject& event) {
+  // Checked before the early return: tests mostly log nowhere, and must still catch an
+  // event that readers of real logs would not understand.
+  const std::string problem = log_schema::problem(event);
+  HEARSAY_CHECK(problem.empty(), problem);
   if (file_ == nullptr) return;
   const std::string line = event.str() + "\n";
   std::lock_guard<std::mutex> lock(mu_);

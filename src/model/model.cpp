@@ -169,15 +169,16 @@ BatchStats Model::evaluate(const float* x, const int32_t* labels, int batch) {
   return BatchStats{stats[0], static_cast<int64_t>(stats[1]), batch};
 }
 
-std::vector<float> Model::get_params() const {
-  std::vector<float> host(num_params_);
-  backend_.download(host.data(), params_.data(), sizeof(float) * num_params_);
+std::vector<float> Trainable::get_params() const {
+  std::vector<float> host(num_params());
+  backend().download(host.data(), params(), sizeof(float) * host.size());
   return host;
 }
 
-void Model::set_params(const std::vector<float>& host) {
-  HEARSAY_CHECK(host.size() == num_params_, "set_params: size mismatch");
-  backend_.upload(params_.data(), host.data(), sizeof(float) * num_params_);
+void Trainable::set_params(const std::vector<float>& host) {
+  HEARSAY_CHECK(host.size() == num_params(), "set_params: " + std::to_string(host.size()) + " floats for a model of " +
+                                                 std::to_string(num_params()));
+  backend().upload(params(), host.data(), sizeof(float) * host.size());
 }
 
 double Model::gemm_flops_per_sample() const {
@@ -194,6 +195,20 @@ std::string Model::summary() const {
   }
   out << "total " << num_params_ << " params";
   return out.str();
+}
+
+}  // namespace hearsay
+
+namespace hearsay {
+
+std::unique_ptr<Trainable> create_model(const ModelSpec& spec, Backend& backend, int max_batch, uint64_t seed) {
+  switch (spec.kind) {
+    case ModelSpec::Kind::kLogReg:
+    case ModelSpec::Kind::kMlp:
+    case ModelSpec::Kind::kCnn:
+      return std::make_unique<Model>(spec, backend, max_batch, seed);
+  }
+  throw InputError("model: unknown kind");
 }
 
 }  // namespace hearsay

@@ -1,90 +1,87 @@
+// SGD with momentum, heavy-ball or Nesterov, and L2 weight decay folded into the gradient:
+// the backend's sgd_update, one fused pass over the flat buffers.
+#include <cmath>
+#include <sstream>
+
 #include "hearsay/error.h"
-#include "hearsay/optim.h"
+#include "optimizer_impl.h"
 
-namespace hearsay {
-
-const char* optimizer_kind_name(OptimizerKind kind) {
-  switch (kind) {
-    case OptimizerKind::kSgd: return "sgd";
-    case OptimizerKind::kAdamW: return "adamw";
-  }
-  return "?";
-}
-
-Sgd::Sgd(Backend& backend, size_t n, SgdParams params) : backend_(backend), n_(n), params_(params) {
-  switch (params_.kind) {
-    case OptimizerKind::kSgd:
-      if (params_.momentum != 0.0f) velocity_ = DeviceBuffer(backend_, sizeof(float) * n);
-      break;
-    case OptimizerKind::kAdamW:
-      m_ = DeviceBuffer(backend_, sizeof(float) * n);
-      v_ = DeviceBuffer(backend_, sizeof(float) * n);
-      break;
-  }
-}
-
-void Sgd::step(float* w, const float* g, float lr) {
-  SgdParams p = params_;
-  p.lr = lr;
-  ++steps_;
-  switch (params_.kind) {
-    case OptimizerKind::kSgd: backend_.sgd_update(w, g, velocity_.f32(), n_, p); break;
-    case OptimizerKind::kAdamW: backend_.adamw_update(w, g, m_.f32(), v_.f32(), n_, p, steps_); break;
-  }
-}
-
+namespace hearsay::optim {
 namespace {
 
-std::vector<float> download_all(Backend& b, const float* src, size_t n) {
-  std::vector<float> out;
-  if (src == nullptr) return out;
-  out.resize(n);
-  b.download(out.data(), src, sizeof(float) * n);
-  return out;
+const std::string kSgdName = "sgd";
+const std::string kVelocity = "velocity";
+
+std::string shown(double v) {
+  std::ostringstream out;
+  out << v;
+  return out.str();
 }
 
-void upload_checked(Backend& b, float* dst, const std::vector<float>& src, size_t n, const std::string& where,
-                    const char* what) {
-  if (src.size() != n) {
-    throw InputError(where + ": the optimizer's " + what + " holds " + std::to_string(src.size()) +
-                     " values, the model has " + std::to_string(n) + " parameters");
+class Sgd final : public Optimizer {
+ public:
+  Sgd(Backend& backend, size_t n, const SgdParams& params)
+      : backend_(backend), n_(n), params_(params) {
+    // Without momentum the rule keeps no state: the kernel takes a null velocity.
+    if (params_.momentum != 0.0f) velocity_ = DeviceBuffer(backend_, sizeof(float) * n_);
   }
-  b.upload(dst, src.data(), sizeof(float) * n);
-}
+
+  const std::string& name() const override { return kSgdName; }
+
+  void step(float* w, const float* g, float lr) override {
+    SgdParams p = params_;
+    p.lr = lr;
+    ++steps_;
+    backend_.sgd_update(w, g, velocity_.f32(), n_, p);
+  }
+
+  int64_t steps() const override { return steps_; }
+
+  OptimizerState save_state() const override {
+    OptimizerState s;
+    s.optimizer = kSgdName;
+    s.steps = steps_;
+    if (velocity_.f32() != nullptr)
+      s.buffers[kVelocity] = download_floats(backend_, velocity_.f32(), n_);
+    return s;
+  }
+
+  void load_state(const OptimizerState& s, const std::string& where) override {
+    check_state(s, kSgdName, {kVelocity}, n_, where);
+    // A state saved without momentum (no velocity) leaves ours at zero; one saved with
+    // momentum and resumed without it has nothing to restore into.
+    const auto it = s.buffers.find(kVelocity);
+    if (velocity_.f32() != nullptr && it != s.buffers.end()) {
+      backend_.upload(velocity_.f32(), it->second.data(), sizeof(float) * n_);
+    }
+    steps_ = s.steps;
+  }
+
+ private:
+  Backend& backend_;
+  size_t n_;
+  SgdParams params_;  // lr is replaced by the schedule's rate at each step
+  DeviceBuffer velocity_;
+  int64_t steps_ = 0;
+};
 
 }  // namespace
 
-Sgd::State Sgd::state() const {
-  State s;
-  s.kind = params_.kind;
-  s.steps = steps_;
-  s.velocity = download_all(backend_, velocity_.f32(), n_);
-  s.m = download_all(backend_, m_.f32(), n_);
-  s.v = download_all(backend_, v_.f32(), n_);
-  return s;
+std::unique_ptr<Optimizer> make_sgd(Backend& backend, size_t n, const OptimizerSpec& spec) {
+  auto bad = [](const std::string& field, const std::string& why) {
+    return InputError("optimizer 'sgd': " + field + " " + why);
+  };
+  if (!(spec.momentum >= 0 && spec.momentum < 1))
+    throw bad("momentum", "must be in [0, 1), got " + shown(spec.momentum));
+  if (spec.nesterov && spec.momentum == 0) throw bad("nesterov", "needs momentum > 0");
+  if (!(spec.weight_decay >= 0) || !std::isfinite(spec.weight_decay)) {
+    throw bad("weight_decay", "must be a finite number >= 0, got " + shown(spec.weight_decay));
+  }
+  SgdParams p;
+  p.momentum = spec.momentum;
+  p.weight_decay = spec.weight_decay;
+  p.nesterov = spec.nesterov;
+  return std::make_unique<Sgd>(backend, n, p);
 }
 
-void Sgd::restore(const State& s, const std::string& where) {
-  if (s.kind != params_.kind) {
-    throw InputError(where + ": holds the state of optimizer '" + optimizer_kind_name(s.kind) +
-                     "', but this config's optim.kind is '" + optimizer_kind_name(params_.kind) +
-                     "'; resume with the same optimizer, or start afresh without this checkpoint");
-  }
-  if (s.steps < 0) throw InputError(where + ": the optimizer's step count is negative (" + std::to_string(s.steps) + ")");
-  switch (params_.kind) {
-    case OptimizerKind::kSgd:
-      // Saved without momentum (no velocity) or resumed without it: the velocity starts
-      // at zero or is not kept.
-      if (velocity_.f32() != nullptr && !s.velocity.empty()) {
-        upload_checked(backend_, velocity_.f32(), s.velocity, n_, where, "velocity");
-      }
-      break;
-    case OptimizerKind::kAdamW:
-      upload_checked(backend_, m_.f32(), s.m, n_, where, "first moment (m)");
-      upload_checked(backend_, v_.f32(), s.v, n_, where, "second moment (v)");
-      break;
-  }
-  steps_ = s.steps;
-}
-
-}  // namespace hearsay
+}  // namespace hearsay::optim

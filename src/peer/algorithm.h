@@ -18,7 +18,7 @@ namespace hearsay {
 class Algorithm {
  public:
   virtual ~Algorithm() = default;
-  virtual BatchStats step(GossipEngine& e, const float* x, const int32_t* labels, int batch, float lr, uint64_t step) = 0;
+  virtual BatchStats step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) = 0;
   // The algorithm's own state, for checkpoints (little-endian floats and doubles; empty
   // when it keeps none). load throws InputError when the bytes do not fit this model.
   virtual std::string save() const { return {}; }
@@ -76,24 +76,20 @@ class StateReader {
   size_t at_ = 0;
 };
 
-std::unique_ptr<Algorithm> make_adpsgd();
-std::unique_ptr<Algorithm> make_gossip_grad();
-std::unique_ptr<Algorithm> make_sgp();
-std::unique_ptr<Algorithm> make_choco();
-std::unique_ptr<Algorithm> make_allreduce(const GossipSpec& spec);
-std::unique_ptr<Algorithm> make_dpsgd();
-std::unique_ptr<Algorithm> make_local_sgd(bool diloco);
-
 // The plain local step: gradient, then the optimizer.
-BatchStats local_step(GossipEngine& e, const float* x, const int32_t* labels, int batch, float lr);
+BatchStats local_step(GossipEngine& e, const Batch& batch, float lr);
 // Gradient only (into the model's gradient buffer).
-BatchStats gradient_only(GossipEngine& e, const float* x, const int32_t* labels, int batch);
-// Sum of `v` over all peers (collectives.cpp): a ring within one site; with sites, up to
-// each site's leader, a ring among the leaders, and back down. With `compressed`, each
-// hop travels under gossip.codec (none, fp16, bf16, int8), else as fp32; every peer ends
-// with bit-identical sums. Uses the synchronous phases phase0 .. phase0 + n + 1 of
-// `round`; waits for the peers.
-std::vector<float> allreduce_sum(GossipEngine& e, std::vector<float> v, uint64_t round, uint32_t phase0, bool compressed);
+BatchStats gradient_only(GossipEngine& e, const Batch& batch);
+// Sum of `v` (messages of `kind`) over all peers (collectives.cpp): a ring within one
+// site; with sites, up to each site's leader, a ring among the leaders, and back down.
+// With `compressed`, each hop travels under gossip.codec (none, fp16, bf16, int8), else
+// as fp32; every peer ends with bit-identical sums. Uses the synchronous phases phase0 ..
+// phase0 + n + 1 of `round`; waits for the peers.
+std::vector<float> allreduce_sum(GossipEngine& e, MessageKind kind, std::vector<float> v, uint64_t round, uint32_t phase0,
+                                 bool compressed);
+// The mean of every peer's parameters (fp32, phases 0.. of `round`): local_sgd's and
+// diloco's average.
+std::vector<float> average_models(GossipEngine& e, uint64_t round);
 
 // allreduce with codec powersgd (powersgd_allreduce.cpp): the mean of every peer's
 // gradient, each weight matrix as a rank-r product, with error feedback; two all-reduces

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -111,32 +112,42 @@ void bytes_to_floats(const std::string& bytes, float* out, size_t n, const std::
   if (n > 0) std::memcpy(out, bytes.data(), 4 * n);
 }
 
-void save_optimizer_state(const Sgd::State& s, ckpt::Checkpoint& c) {
-  c.set_optimizer(optimizer_kind_name(s.kind));
+void save_optimizer_state(const OptimizerState& s, ckpt::Checkpoint& c) {
+  c.set_optimizer(s.optimizer);
   c.set_optimizer_steps(s.steps);
-  if (!s.velocity.empty()) c.set_velocity(floats_to_bytes(s.velocity.data(), s.velocity.size()));
-  if (!s.m.empty()) c.set_adam_m(floats_to_bytes(s.m.data(), s.m.size()));
-  if (!s.v.empty()) c.set_adam_v(floats_to_bytes(s.v.data(), s.v.size()));
+  for (const auto& [name, values] : s.buffers) {
+    ckpt::OptimizerBuffer* b = c.add_optimizer_buffers();
+    b->set_name(name);
+    b->set_values(floats_to_bytes(values.data(), values.size()));
+  }
 }
 
-Sgd::State load_optimizer_state(const ckpt::Checkpoint& c, size_t n, const std::string& where) {
-  Sgd::State s;
-  auto floats = [&](const std::string& bytes, const std::string& what) {
-    std::vector<float> out(n);
-    bytes_to_floats(bytes, out.data(), n, where + ": " + what);
-    return out;
-  };
-  if (c.optimizer() == optimizer_kind_name(OptimizerKind::kSgd)) {
-    s.kind = OptimizerKind::kSgd;
-    if (!c.velocity().empty()) s.velocity = floats(c.velocity(), "velocity");
-  } else if (c.optimizer() == optimizer_kind_name(OptimizerKind::kAdamW)) {
-    s.kind = OptimizerKind::kAdamW;
-    s.m = floats(c.adam_m(), "adam_m");
-    s.v = floats(c.adam_v(), "adam_v");
-  } else {
-    throw InputError(where + ": holds the state of an unknown optimizer '" + c.optimizer() + "' (known: sgd, adamw)");
+OptimizerState load_optimizer_state(const ckpt::Checkpoint& c, const std::string& where) {
+  const auto known = optimizer_names();
+  if (std::find(known.begin(), known.end(), c.optimizer()) == known.end()) {
+    std::string list;
+    for (const auto& name : known) list += (list.empty() ? "" : ", ") + name;
+    throw InputError(where + ": holds the state of an unknown optimizer '" + c.optimizer() + "' (known: " + list + ")");
   }
+  OptimizerState s;
+  s.optimizer = c.optimizer();
   s.steps = c.optimizer_steps();
+  auto add = [&](const std::string& name, const std::string& bytes) {
+    if (bytes.size() % 4 != 0) {
+      throw InputError(where + ": the optimizer's buffer '" + name + "' has " + std::to_string(bytes.size()) +
+                       " bytes, not a whole number of floats");
+    }
+    std::vector<float> values(bytes.size() / 4);
+    bytes_to_floats(bytes, values.data(), values.size(), where + ": optimizer buffer '" + name + "'");
+    if (!s.buffers.emplace(name, std::move(values)).second) {
+      throw InputError(where + ": the optimizer's buffer '" + name + "' appears twice");
+    }
+  };
+  // Before optimizer_buffers, SGD's velocity and AdamW's moments had fields of their own.
+  if (!c.velocity().empty()) add("velocity", c.velocity());
+  if (!c.adam_m().empty()) add("m", c.adam_m());
+  if (!c.adam_v().empty()) add("v", c.adam_v());
+  for (const ckpt::OptimizerBuffer& b : c.optimizer_buffers()) add(b.name(), b.values());
   return s;
 }
 

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "algorithm.h"
+#include "algorithm_registry.h"
 #include "hearsay/checkpoint.h"
 #include "hearsay/error.h"
 #include "mailboxes.h"
@@ -12,29 +13,12 @@
 
 namespace hearsay {
 
-std::vector<std::string> gossip_algorithms() {
-  return {"adpsgd", "gossip_grad", "sgp", "choco", "allreduce", "dpsgd", "local_sgd", "diloco"};
-}
-
-bool is_synchronous(const std::string& a) {
-  return a == "allreduce" || a == "dpsgd" || a == "local_sgd" || a == "diloco";
-}
-
 void check_gossip_spec(const GossipSpec& s, int peers) {
-  const auto all = gossip_algorithms();
-  if (std::find(all.begin(), all.end(), s.algorithm) == all.end()) {
-    throw InputError("algorithm '" + s.algorithm + "': unknown; use adpsgd, gossip_grad, sgp, choco, allreduce, dpsgd, local_sgd or diloco");
-  }
+  const AlgorithmEntry& entry = algorithm_entry(s.algorithm);
   if (peers < 2) throw InputError("algorithm '" + s.algorithm + "': needs at least 2 peers");
   if (s.gossip_every < 1) throw InputError("gossip_every must be >= 1");
-  if (s.average_every < 0) throw InputError("average_every must be >= 0");
-  if (s.local_steps < 1) throw InputError("local_steps must be >= 1");
-  if (!(s.outer_lr > 0) || !(s.outer_momentum >= 0 && s.outer_momentum < 1)) {
-    throw InputError("diloco: outer_lr must be > 0 and outer_momentum in [0, 1)");
-  }
+  if (!(s.sync_timeout_s > 0)) throw InputError("sync_timeout_s must be > 0");
   if (s.segment_elements < 1024) throw InputError("segment_elements must be >= 1024");
-  if (!(s.consensus_step > 0 && s.consensus_step <= 1)) throw InputError("choco: consensus_step must be in (0, 1]");
-  if (s.overlap_tau < 0) throw InputError("sgp: overlap_tau must be >= 0 (0: no bound)");
   if (s.byzantine != "none" && s.byzantine != "scaled" && s.byzantine != "sign_flip" && s.byzantine != "random") {
     throw InputError("byzantine '" + s.byzantine + "': use none, scaled, sign_flip or random");
   }
@@ -42,17 +26,6 @@ void check_gossip_spec(const GossipSpec& s, int peers) {
     throw InputError("guard: max_norm_ratio and quarantine_s must be >= 0 and strikes >= 0");
   }
   check_codec_spec(s.codec);
-  if (s.algorithm == "allreduce") {
-    const std::string& c = s.codec.name;
-    if (c != "none" && c != "fp16" && c != "bf16" && c != "int8" && c != "powersgd") {
-      throw InputError("allreduce: codec '" + c + "' cannot be summed on the way; use none, fp16, bf16, int8 or powersgd");
-    }
-    if (s.adaptive.enabled) throw InputError("allreduce: adaptive compression is for the asynchronous algorithms; name one codec");
-  }
-  if (s.sync_lr_scaling != "linear" && s.sync_lr_scaling != "none") {
-    throw InputError("sync_lr_scaling '" + s.sync_lr_scaling + "': use linear or none");
-  }
-  if (s.sync_lr_warmup_steps < 0) throw InputError("sync_lr_warmup_steps must be >= 0");
   if (s.model_codec != "none" && s.model_codec != "fp16" && s.model_codec != "bf16" && s.model_codec != "int8") {
     throw InputError("codec.model_codec '" + s.model_codec + "': use none, fp16, bf16 or int8 (whole models are not sparsified)");
   }
@@ -61,16 +34,25 @@ void check_gossip_spec(const GossipSpec& s, int peers) {
     throw InputError("codec: adaptive needs step_fraction > 0 and 0 < min_density <= max_density <= 1");
   }
   check_algorithm_topology(s, peers);
+  if (entry.check) {
+    const auto options = parse_algorithm_options(entry, s.options);
+    try {
+      entry.check(*options, s, peers);
+    } catch (const OptionError& e) {
+      throw InputError(s.algorithm + " options: " + e.what());
+    }
+  }
 }
 
 void check_algorithm_topology(const GossipSpec& s, int peers) {
-  if (s.algorithm != "dpsgd" || peers < 2) return;
+  const AlgorithmEntry* entry = find_algorithm(s.algorithm);
+  if (entry == nullptr || !entry->undirected_topology || peers < 2) return;
   const auto t = make_topology(s.topology, peers);
   for (int i = 0; i < peers; ++i) {
     for (int j : t->neighbours(i)) {
       const auto back = t->neighbours(j);
       if (std::find(back.begin(), back.end(), i) != back.end()) continue;
-      throw InputError("dpsgd needs an undirected topology, and '" + s.topology.kind + "' on " + std::to_string(peers) +
+      throw InputError(s.algorithm + " needs an undirected topology, and '" + s.topology.kind + "' on " + std::to_string(peers) +
                        " peers is directed (peer " + std::to_string(i) + " sends to peer " + std::to_string(j) +
                        ", which never sends back): its Metropolis-Hastings weights would not be doubly stochastic and "
                        "each round would wait for messages that never come; use ring, torus, complete, random, "
@@ -80,8 +62,8 @@ void check_algorithm_topology(const GossipSpec& s, int peers) {
 }
 
 GossipEngine::GossipEngine(const GossipSpec& spec, std::vector<std::string> peers, int me, Transport& transport,
-                           Model& model, Sgd& sgd, Clock& clock, EventLog& log, uint64_t seed)
-    : spec_(spec), peers_(std::move(peers)), me_(me), transport_(transport), model_(model), sgd_(sgd), clock_(clock),
+                           Trainable& model, Optimizer& optimizer, Clock& clock, EventLog& log, uint64_t seed)
+    : spec_(spec), peers_(std::move(peers)), me_(me), transport_(transport), model_(model), optimizer_(optimizer), clock_(clock),
       log_(log), mixer_(spec.mixer), topology_(make_topology(spec.topology, static_cast<int>(peers_.size()))),
       rng_(seed, 500 + me), inbox_(std::make_unique<Inbox>(mixer_)),
       guard_(std::make_unique<UpdateGuard>(spec.guard, peers_.size())),
@@ -102,15 +84,8 @@ GossipEngine::GossipEngine(const GossipSpec& spec, std::vector<std::string> peer
     lc->model = std::make_unique<LinkEncoder>(model_spec, model_.param_views(), seed * 1000 + i);
     link_codecs_.push_back(std::move(lc));
   }
-  const std::string& a = spec_.algorithm;
-  if (a == "adpsgd") algorithm_ = make_adpsgd();
-  if (a == "gossip_grad") algorithm_ = make_gossip_grad();
-  if (a == "sgp") algorithm_ = make_sgp();
-  if (a == "choco") algorithm_ = make_choco();
-  if (a == "allreduce") algorithm_ = make_allreduce(spec_);
-  if (a == "dpsgd") algorithm_ = make_dpsgd();
-  if (a == "local_sgd") algorithm_ = make_local_sgd(false);
-  if (a == "diloco") algorithm_ = make_local_sgd(true);
+  entry_ = &algorithm_entry(spec_.algorithm);
+  algorithm_ = entry_->make(spec_, *parse_algorithm_options(*entry_, spec_.options));
   scratch_ = DeviceBuffer(model_.backend(), sizeof(float) * model_.num_params());
   transport_.set_receiver([this](const std::string& from, InFrame&& f) { on_frame(from, std::move(f)); });
 }
@@ -137,10 +112,11 @@ void GossipEngine::put_on_wire(int i, Message&& m, std::function<void(const Send
   LinkCodecs& lc = *link_codecs_[i];
   std::unique_lock<std::mutex> codec_lock(lc.mu);  // one message per link at a time anyway
   LinkEncoder* enc = nullptr;
-  const bool push_sum = m.kind == wire::PUSH_SUM_WEIGHT && !m.synchronous;
+  const bool push_sum = m.kind == MessageKind::kPushSum && !m.synchronous;
   std::vector<float> rounding;  // push-sum: what a lossy codec took off the numerator
-  if (!m.synchronous && n > 0) {
-    const bool update = m.kind == wire::GRADIENT || m.kind == wire::MODEL_DELTA;
+  const Compression compression = m.synchronous || n == 0 ? Compression::kNone : entry_->compression_of(m.kind);
+  if (compression != Compression::kNone) {
+    const bool update = compression == Compression::kUpdate;
     if (spec_.adaptive.enabled) adapt_codec(i, n, update);
     enc = update ? lc.update.get() : lc.model.get();
     if (enc->spec().name == "none" && !enc->error_feedback()) enc = nullptr;
@@ -166,18 +142,20 @@ void GossipEngine::put_on_wire(int i, Message&& m, std::function<void(const Send
     u->set_segment_index(s);
     if (m.encoded) {
       const auto& seg = m.encoded->segments[s];
-      *u->mutable_codec() = seg.params;
+      write_codec_params(seg.params, u->mutable_codec());
       frames.push_back(make_frame(e, seg.payload->data(), seg.payload->size(), seg.payload));
     } else if (enc == nullptr) {
       frames.push_back(make_frame(e, reinterpret_cast<const uint8_t*>(data->data() + begin), len * sizeof(float), data));
     } else {
       auto payload = std::make_shared<std::vector<uint8_t>>();
-      enc->encode(data->data() + begin, len, m.offset + begin, m.total, *payload, *u->mutable_codec());
+      CodecParams params;
+      enc->encode(data->data() + begin, len, m.offset + begin, m.total, *payload, params);
+      write_codec_params(params, u->mutable_codec());
       if (push_sum) {
         // The numerator becomes exactly what the receiver will decode, and the rounding
         // goes back to the sender's own x: one push moves mass, it never loses any.
         std::vector<float> sent(len, 0.0f);
-        decode_accumulate(u->codec(), payload->data(), payload->size(), 1.0f, sent.data(), len);
+        decode_accumulate(params, payload->data(), payload->size(), 1.0f, sent.data(), len);
         rounding.resize(n, 0.0f);
         for (size_t k = 0; k < len; ++k) {
           float& x = (*data)[begin + k];
@@ -250,9 +228,9 @@ void GossipEngine::adapt_codec(int i, size_t n, bool update) {
 }
 
 void GossipEngine::on_frame(const std::string& from, InFrame&& frame) {
-  if (!frame.envelope.has_update()) return;
+  if (!frame.envelope->has_update()) return;
   const int idx = index_of(from);
-  const auto& u = frame.envelope.update();
+  const auto& u = frame.envelope->update();
   // An asynchronous update is always the whole model's size; a synchronous one may be a
   // smaller vector of a collective (PowerSGD's factors), never a larger one.
   const bool fits = u.synchronous() ? u.tensor_length() <= model_.num_params() : u.tensor_length() == model_.num_params();
@@ -294,13 +272,13 @@ std::vector<GossipEngine::Message> GossipEngine::screen(std::vector<Message> arr
     }
     double sq = 0;
     for (float v : m.data) sq += static_cast<double>(v) * v;
-    if (model_norm < 0 && m.kind != wire::GRADIENT) {
+    if (model_norm < 0 && m.kind != MessageKind::kGradient) {
       double x2 = 0;
       for (float v : params_host()) x2 += static_cast<double>(v) * v;
       model_norm = std::sqrt(x2);
     }
     // Folded gradients and deltas are sums of their parts; a folded model is the newest one.
-    const uint64_t parts = m.kind == wire::MODEL ? 1 : m.coalesced + 1;
+    const uint64_t parts = m.kind == MessageKind::kModel ? 1 : m.coalesced + 1;
     const std::string why = check_update_norm(spec_.guard, m.kind, std::sqrt(sq), parts, model_norm, own_grad_norm_.load());
     if (!why.empty()) {
       refuse(m.from, why);
@@ -335,18 +313,18 @@ constexpr uint64_t kJoinRound = ~uint64_t{0};
 bool GossipEngine::connected(int peer) const { return transport_.link_stats(peers_[peer]).connected; }
 
 void GossipEngine::serve_join_requests() {
-  for (int j : inbox_->take_senders_of(kJoinRound, 0)) send(j, wire::MODEL, params_host(), 0, true, kJoinRound, 1);
+  for (int j : inbox_->take_senders_of(kJoinRound, 0)) send(j, {.kind = MessageKind::kModel, .synchronous = true, .round = kJoinRound, .phase = 1}, params_host());
 }
 
 void GossipEngine::join(double timeout_s) {
-  if (is_synchronous(spec_.algorithm)) return;  // they start together by construction
+  if (!entry_->joins_from_neighbour) return;  // synchronous ones start together by construction
   std::vector<int> live;
   for (int j : topology_->neighbours(me_)) {
     if (connected(j)) live.push_back(j);
   }
   if (live.empty()) return;
   const int j = live[rng_.below(live.size())];
-  send(j, wire::MODEL, {}, 0, true, kJoinRound, 0);
+  send(j, {.kind = MessageKind::kModel, .synchronous = true, .round = kJoinRound, .phase = 0}, {});
   const double deadline = clock_.now() + timeout_s;
   while (clock_.now() < deadline && !stopped_) {
     serve_join_requests();  // peers starting together must not wait on each other
@@ -378,7 +356,7 @@ std::vector<int> GossipEngine::live_targets(int64_t round) {
   return out;
 }
 
-BatchStats GossipEngine::step(const float* x, const int32_t* labels, int batch, float lr) {
+BatchStats GossipEngine::step(const Batch& batch, float lr) {
   const double now = clock_.now();
   if (last_step_at_ > 0) {
     const double dt = now - last_step_at_, old = step_s_.load();
@@ -389,25 +367,10 @@ BatchStats GossipEngine::step(const float* x, const int32_t* labels, int batch, 
   ++logical_clock_;
   compute_s_ = 0;
   mixed_this_step_.clear();
-  const BatchStats s = algorithm_->step(*this, x, labels, batch, lr, steps_);
+  const BatchStats s = algorithm_->step(*this, batch, lr, steps_);
   ++steps_;
-  samples_seen_ += static_cast<uint64_t>(batch);
+  samples_seen_ += static_cast<uint64_t>(batch.rows);
   return s;
-}
-
-void GossipEngine::send(int to, wire::PayloadKind kind, const std::vector<float>& data, double push_sum_weight,
-                        bool synchronous, uint64_t round, uint32_t phase, bool reply_requested, uint64_t offset,
-                        uint64_t total) {
-  Message m;
-  m.kind = kind;
-  m.push_sum_weight = push_sum_weight;
-  m.synchronous = synchronous;
-  m.round = round;
-  m.phase = phase;
-  m.reply_requested = reply_requested;
-  m.offset = offset;
-  m.total = total;
-  send_message(to, std::move(m), data);
 }
 
 std::shared_ptr<const GossipEngine::Encoded> GossipEngine::encode_once(const std::vector<float>& data, uint64_t offset) {
@@ -435,10 +398,10 @@ std::shared_ptr<const GossipEngine::Encoded> GossipEngine::encode_once(const std
 
 void GossipEngine::send_encoded(int to, Message m, std::shared_ptr<const Encoded> update) {
   m.encoded = std::move(update);
-  send_message(to, std::move(m), {});
+  send(to, std::move(m), {});
 }
 
-void GossipEngine::send_message(int to, Message m, std::vector<float> data) {
+void GossipEngine::send(int to, Message m, std::vector<float> data) {
   m.from = me_;
   m.clock = logical_clock_;
   m.step = steps_;
@@ -477,7 +440,7 @@ void GossipEngine::give_back(const std::vector<float>& x, uint64_t offset, doubl
 GossipEngine::Message GossipEngine::take_returned() {
   Message m;
   m.from = me_;
-  m.kind = wire::PUSH_SUM_WEIGHT;
+  m.kind = MessageKind::kPushSum;
   std::lock_guard<std::mutex> lock(returned_mu_);
   m.data = std::move(returned_x_);
   m.push_sum_weight = returned_w_;

@@ -11,11 +11,11 @@ namespace hearsay {
 
 void GossipEngine::Message::absorb(Message&& newer) {
   const uint64_t folded = coalesced + newer.coalesced + 1;
-  if (kind == wire::MODEL || data.size() != newer.data.size() || offset != newer.offset) {
+  if (kind == MessageKind::kModel || data.size() != newer.data.size() || offset != newer.offset) {
     const bool reply = reply_requested || newer.reply_requested;
     *this = std::move(newer);
     reply_requested = reply;
-  } else if (kind == wire::GRADIENT) {
+  } else if (kind == MessageKind::kGradient) {
     // The mean of the parts, each message weighted by how many it holds: a sender whose
     // gradients pile up on a slow link counts, per message taken, for one gradient.
     const double a = static_cast<double>(coalesced + 1), b = static_cast<double>(newer.coalesced + 1);
@@ -34,12 +34,50 @@ void GossipEngine::Message::absorb(Message&& newer) {
   coalesced = folded;
 }
 
+// The engine's message kinds and the wire's, both ways: the one mapping.
+static wire::PayloadKind wire_kind(MessageKind k) {
+  switch (k) {
+    case MessageKind::kGradient: return wire::GRADIENT;
+    case MessageKind::kModel: return wire::MODEL;
+    case MessageKind::kModelDelta: return wire::MODEL_DELTA;
+    case MessageKind::kPushSum: return wire::PUSH_SUM_WEIGHT;
+  }
+  return wire::GRADIENT;
+}
+
+static MessageKind message_kind(wire::PayloadKind k) {
+  switch (k) {
+    case wire::GRADIENT: return MessageKind::kGradient;
+    case wire::MODEL: return MessageKind::kModel;
+    case wire::MODEL_DELTA: return MessageKind::kModelDelta;
+    case wire::PUSH_SUM_WEIGHT: return MessageKind::kPushSum;
+  }
+  return MessageKind::kGradient;  // proto2 keeps an unknown enum value out of kind()
+}
+
+void write_codec_params(const CodecParams& p, wire::CodecParams* w) {
+  w->Clear();
+  w->set_codec_id(p.codec_id());
+  w->set_codec_version(p.codec_version());
+  for (double v : p.all_values()) w->add_values(v);
+  if (p.seed() != 0) w->set_seed(p.seed());  // 0 is what a receiver reads when it is absent
+}
+
+CodecParams read_codec_params(const wire::CodecParams& w) {
+  CodecParams p;
+  p.set_codec_id(w.codec_id());
+  p.set_codec_version(w.codec_version());
+  for (double v : w.values()) p.add_values(v);
+  p.set_seed(w.seed());
+  return p;
+}
+
 void write_header(const GossipEngine::Message& m, const std::string& sender, wire::Update* u) {
   u->set_sender(sender);
   u->set_clock(m.clock);
   u->set_step(m.step);
   u->set_samples_seen(m.samples);
-  u->set_kind(m.kind);
+  u->set_kind(wire_kind(m.kind));
   u->set_tensor_length(m.total);
   u->set_push_sum_weight(m.push_sum_weight);
   u->set_synchronous(m.synchronous);
@@ -52,7 +90,7 @@ void write_header(const GossipEngine::Message& m, const std::string& sender, wir
 GossipEngine::Message read_header(const wire::Update& u, int from) {
   GossipEngine::Message m;
   m.from = from;
-  m.kind = u.kind();
+  m.kind = message_kind(u.kind());
   m.clock = u.clock();
   m.step = u.step();
   m.samples = u.samples_seen();
@@ -185,7 +223,7 @@ std::string Inbox::add_segment(int from, const wire::Update& u, const uint8_t* p
   const size_t n = u.segment_length();
   const size_t old = p.m.data.size();
   p.m.data.resize(old + n);
-  std::string err = decode_accumulate(u.codec(), payload, bytes, 1.0f, p.m.data.data() + old, n);
+  std::string err = decode_accumulate(read_codec_params(u.codec()), payload, bytes, 1.0f, p.m.data.data() + old, n);
   // Checked as it is decoded (the values are still in cache): nothing non-finite is mixed.
   if (err.empty()) {
     if (const std::string where = find_non_finite(p.m.data.data() + old, n); !where.empty()) {
@@ -229,7 +267,7 @@ std::string Inbox::complete(GossipEngine::Message&& m) {
              "); refused round " + std::to_string(m.round) + " phase " + std::to_string(m.phase);
     }
     sync_[{m.from, m.round, m.phase}] = std::move(m);
-  } else if (m.kind == wire::MODEL_DELTA) {
+  } else if (m.kind == MessageKind::kModelDelta) {
     // Model deltas (choco's q) are taken one by one, in the order sent: a public copy stays
     // the sender's equal bit for bit only if it adds exactly the sender's deltas in turn.
     auto& queue = deltas_[m.from];

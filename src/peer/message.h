@@ -7,13 +7,14 @@
 #include <string>
 #include <vector>
 
+#include "hearsay/wire.pb.h"
 #include "hearsay/gossip.h"
 
 namespace hearsay {
 
 struct GossipEngine::Message {
   int from = -1;
-  wire::PayloadKind kind = wire::MODEL;
+  MessageKind kind = MessageKind::kModel;
   uint64_t clock = 0, step = 0, samples = 0;
   double push_sum_weight = 0;
   bool synchronous = false, reply_requested = false;
@@ -42,7 +43,7 @@ struct GossipEngine::Message {
 struct GossipEngine::Encoded {
   struct Segment {
     uint64_t offset = 0, length = 0;  // in elements, within the whole tensor
-    wire::CodecParams params;
+    CodecParams params;
     std::shared_ptr<const std::vector<uint8_t>> payload;
   };
   std::vector<Segment> segments;
@@ -53,6 +54,9 @@ struct GossipEngine::Encoded {
 // The Update fields that describe a message (all but the segment's place and codec), and
 // the message a first segment describes. The one mapping both ways.
 void write_header(const GossipEngine::Message& m, const std::string& sender, wire::Update* u);
+// A codec's parameters onto the wire and back (the codecs use the runtime type).
+void write_codec_params(const CodecParams& p, wire::CodecParams* w);
+CodecParams read_codec_params(const wire::CodecParams& w);
 GossipEngine::Message read_header(const wire::Update& u, int from);
 
 }  // namespace hearsay

@@ -17,8 +17,8 @@ Peer::Peer(const config::Config& cfg, EventLog& log, Progress* progress, const P
   const int batch = cfg_.train().batch_size();
   const int max_batch = std::max(batch, cfg_.train().eval_batch_size());
   const uint64_t init_seed = network != nullptr && network->init_seed ? *network->init_seed : cfg_.seed();
-  model_ = std::make_unique<Model>(spec, *backend_, max_batch, init_seed);
-  sgd_ = std::make_unique<Sgd>(*backend_, model_->num_params(), sgd_params(cfg_.optim()));
+  model_ = create_model(spec, *backend_, max_batch, init_seed);
+  optimizer_ = create_optimizer(*backend_, model_->num_params(), optimizer_spec(cfg_.optim()));
 
   const auto& d = cfg_.data();
   const Partition partition = d.partition() == config::DataConfig::DIRICHLET ? Partition::kDirichlet : Partition::kIid;
@@ -30,7 +30,7 @@ Peer::Peer(const config::Config& cfg, EventLog& log, Progress* progress, const P
     if (network_.transport == nullptr) throw InputError("peer: a network needs a transport");
     if (!(network_.slowdown >= 1.0)) throw InputError("peer: slowdown must be >= 1");
     engine_ = std::make_unique<GossipEngine>(network_.gossip, network_.peers, network_.me, *network_.transport, *model_,
-                                             *sgd_, clock_, log_, cfg_.seed());
+                                             *optimizer_, clock_, log_, cfg_.seed());
   }
   batch_x_ = DeviceBuffer(*backend_, sizeof(float) * static_cast<size_t>(max_batch) * data_.train.dim());
   batch_y_ = DeviceBuffer(*backend_, sizeof(int32_t) * static_cast<size_t>(max_batch));
@@ -65,8 +65,8 @@ double Peer::measure_step_s(int steps) {
   for (int i = 0; i < steps + 3; ++i) {  // three to warm caches and allocators
     next_batch(batch, idx.data());
     const auto t0 = std::chrono::steady_clock::now();
-    model_->forward_backward(batch_x_.f32(), batch_y_.i32(), batch);
-    sgd_->step(model_->params(), model_->grads(), cfg_.optim().lr());
+    model_->forward_backward(Batch{batch_x_.f32(), batch_y_.i32(), batch});
+    optimizer_->step(model_->params(), model_->grads(), cfg_.optim().lr());
     backend_->synchronize();
     if (i >= 3) times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
@@ -84,7 +84,7 @@ BatchStats Peer::evaluate() {
     if (backend_->is_host()) {
       // Test rows are contiguous: hand them to the model without copying.
       const auto* labels = test.labels.data() + start;
-      const BatchStats s = model_->evaluate(test.row(start), labels, n);
+      const BatchStats s = model_->evaluate(Batch{test.row(start), labels, n});
       total.loss_sum += s.loss_sum;
       total.correct += s.correct;
       total.count += s.count;
@@ -92,7 +92,7 @@ BatchStats Peer::evaluate() {
     }
     backend_->upload(batch_x_.data(), test.row(start), sizeof(float) * static_cast<size_t>(n) * test.dim());
     backend_->upload(batch_y_.data(), test.labels.data() + start, sizeof(int32_t) * n);
-    const BatchStats s = model_->evaluate(batch_x_.f32(), batch_y_.i32(), n);
+    const BatchStats s = model_->evaluate(Batch{batch_x_.f32(), batch_y_.i32(), n});
     total.loss_sum += s.loss_sum;
     total.correct += s.correct;
     total.count += s.count;
@@ -173,13 +173,13 @@ TrainResult Peer::run() {
     BatchStats s;
     if (engine_) {
       try {
-        s = engine_->step(batch_x_.f32(), batch_y_.i32(), batch, lr);
+        s = engine_->step(Batch{batch_x_.f32(), batch_y_.i32(), batch}, lr);
       } catch (const StopRequested&) {
         break;  // stopped mid-round: end the run normally, with its end event
       }
     } else {
-      s = model_->forward_backward(batch_x_.f32(), batch_y_.i32(), batch);
-      sgd_->step(model_->params(), model_->grads(), lr);
+      s = model_->forward_backward(Batch{batch_x_.f32(), batch_y_.i32(), batch});
+      optimizer_->step(model_->params(), model_->grads(), lr);
     }
     const double base_s = t.emulated_step_s();
     if (network_.slowdown > 1.0 || base_s > 0) {
@@ -315,7 +315,7 @@ void Peer::save_checkpoint(int64_t step, double wall_s) {
   c.set_step(step);
   const auto params = model_->get_params();
   c.set_params(floats_to_bytes(params.data(), params.size()));
-  save_optimizer_state(sgd_->state(), c);
+  save_optimizer_state(optimizer_->save_state(), c);
   const auto sampler = sampler_->state();
   c.set_sampler_epoch(sampler.epoch);
   c.set_sampler_pos(sampler.pos);
@@ -339,7 +339,7 @@ int64_t Peer::resume() {
   std::vector<float> params(model_->num_params());
   bytes_to_floats(c->params(), params.data(), params.size(), where + ": params");
   model_->set_params(params);
-  sgd_->restore(load_optimizer_state(*c, model_->num_params(), where), where);
+  optimizer_->load_state(load_optimizer_state(*c, where), where);
   BatchSampler::State st;
   st.epoch = c->sampler_epoch();
   st.pos = c->sampler_pos();

@@ -17,7 +17,7 @@ std::string find_non_finite(const float* x, size_t n) {
   return {};
 }
 
-std::string check_update_norm(const UpdateGuardSpec& spec, wire::PayloadKind kind, double norm, uint64_t parts,
+std::string check_update_norm(const UpdateGuardSpec& spec, MessageKind kind, double norm, uint64_t parts,
                               double model_norm, double grad_norm) {
   if (spec.max_norm_ratio <= 0) return {};
   // A model, a model delta or push-sum mass is measured against the receiver's model (at
@@ -25,7 +25,7 @@ std::string check_update_norm(const UpdateGuardSpec& spec, wire::PayloadKind kin
   // against the receiver's own recent gradient, times the number of gradients summed in it.
   double reference, bound;
   const char* against;
-  if (kind == wire::GRADIENT) {
+  if (kind == MessageKind::kGradient) {
     if (grad_norm <= 0) return {};  // no gradient of our own yet: nothing to compare with
     reference = grad_norm;
     bound = spec.max_norm_ratio * static_cast<double>(parts) * grad_norm;

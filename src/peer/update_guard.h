@@ -22,7 +22,7 @@ std::string find_non_finite(const float* x, size_t n);
 // The plausibility rule, alone (docs/ALGORITHMS.md): an update of `kind` whose L2 norm is
 // `norm`, summed from `parts` messages, against the receiver's model norm and its own
 // recent gradient norm (<= 0 while unknown). Empty when it passes, else why not.
-std::string check_update_norm(const UpdateGuardSpec& spec, wire::PayloadKind kind, double norm, uint64_t parts,
+std::string check_update_norm(const UpdateGuardSpec& spec, MessageKind kind, double norm, uint64_t parts,
                               double model_norm, double grad_norm);
 
 class UpdateGuard {

@@ -1,14 +1,12 @@
 // The TCP plumbing the tcp transport and the fabric bootstrap share: opening a listening
-// socket and dialling an address (the back-off is in backoff.h, shared with inproc).
+// socket and one attempt to dial an address (dialer.h keeps dialling, with backoff.h).
 #pragma once
 
 #include <asio.hpp>
 #include <functional>
 #include <memory>
-#include <random>
 #include <string>
 
-#include "backoff.h"
 #include "hearsay/transport.h"
 
 namespace hearsay {

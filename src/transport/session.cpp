@@ -133,7 +133,7 @@ void Session::on_hello(const wire::Hello& h) {
 void Session::on_frame(InFrame&& frame) {
   if (rejected_) return;
   last_heard_ = std::chrono::steady_clock::now();
-  const auto& e = frame.envelope;
+  const auto& e = *frame.envelope;
   switch (e.body_case()) {
     case wire::Envelope::kHello:
       on_hello(e.hello());

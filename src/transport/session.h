@@ -8,6 +8,7 @@
 #include <functional>
 #include <string>
 
+#include "hearsay/wire.pb.h"
 #include "hearsay/transport.h"
 
 namespace hearsay {

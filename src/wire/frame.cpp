@@ -1,5 +1,6 @@
 #include <cstring>
 
+#include "hearsay/wire.pb.h"
 #include "hearsay/error.h"
 #include "hearsay/wire.h"
 

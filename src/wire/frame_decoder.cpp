@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "hearsay/wire.pb.h"
 #include "hearsay/wire.h"
 
 namespace hearsay {
@@ -113,7 +114,8 @@ FrameError FrameDecoder::feed(const uint8_t* data, size_t n, const std::function
       data += take;
       n -= take;
       if (header_.size() < header_len_) return FrameError::kNone;
-      if (!frame_.envelope.ParseFromString(header_)) return fail(FrameError::kBadProtobuf, "envelope does not parse");
+      frame_.envelope = std::make_shared<wire::Envelope>();
+      if (!frame_.envelope->ParseFromString(header_)) return fail(FrameError::kBadProtobuf, "envelope does not parse");
       state_ = State::kPayload;
     }
     if (state_ == State::kPayload) {

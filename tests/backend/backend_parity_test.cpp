@@ -113,8 +113,7 @@ TEST_CASE("parity: adamw agrees with the cpu backend over several steps, weights
     // A second moment is never negative.
     const auto w = random_vector(n, 13), m = random_vector(n, 14), v = random_vector(n, 15, 0.0f, 1.0f);
     float *cw = p.c.put(w), *dw = p.d.put(w), *cm = p.c.put(m), *dm = p.d.put(m), *cv = p.c.put(v), *dv = p.d.put(v);
-    SgdParams sp;
-    sp.kind = OptimizerKind::kAdamW;
+    AdamWParams sp;
     sp.lr = 0.01f;
     sp.weight_decay = 0.1f;
     for (int64_t t = 1; t <= 5; ++t) {

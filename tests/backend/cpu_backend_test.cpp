@@ -127,8 +127,7 @@ TEST_CASE("cpu adamw_update: decoupled decay, both moments and the bias correcti
   auto b = cpu();
   std::vector<float> w{1.0f, -0.5f}, m{0.1f, 0.0f}, v{0.01f, 0.0f};
   const std::vector<float> g{0.2f, 0.0f};
-  SgdParams p;
-  p.kind = OptimizerKind::kAdamW;
+  AdamWParams p;
   p.lr = 0.1f;
   p.weight_decay = 0.2f;
   b->adamw_update(w.data(), g.data(), m.data(), v.data(), 2, p, 3);

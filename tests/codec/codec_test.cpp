@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include <cstring>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -27,7 +29,7 @@ CodecSpec spec_of(const std::string& name) {
 
 struct Encoded {
   std::vector<uint8_t> bytes;
-  wire::CodecParams params;
+  CodecParams params;
 };
 
 Encoded encode(Codec& c, const std::vector<float>& x, size_t offset = 0) {
@@ -234,7 +236,7 @@ TEST_CASE("codec error feedback: what was sent plus the final residual equals th
       // Two segments, as a large update travels.
       for (const auto& [off, len] : enc.codec().segments(n, 2500)) {
         std::vector<uint8_t> bytes;
-        wire::CodecParams p;
+        CodecParams p;
         enc.encode(x.data() + off, len, off, n, bytes, p);
         std::vector<float> y(len, 0.0f);
         REQUIRE(decode_accumulate(p, bytes.data(), bytes.size(), 1.0f, y.data(), len).empty());

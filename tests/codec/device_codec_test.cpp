@@ -50,7 +50,7 @@ TEST_CASE("device codecs encode what the CPU codecs encode and decode to the sam
     auto cpu = make_codec(s, layout(), 5);
     auto dev = make_device_codec(s, layout(), 5);
     std::vector<uint8_t> a, b;
-    wire::CodecParams pa, pb;
+    CodecParams pa, pb;
     cpu->encode(x.data(), n, 0, a, pa);
     dev->encode(dx.f32(), n, 0, b, pb);
     REQUIRE(a.size() == b.size());
@@ -86,7 +86,7 @@ TEST_CASE("device decoding refuses a bad payload and leaves the tensor untouched
   s.exact_topk = true;
   auto cpu = make_codec(s, {}, 1);
   std::vector<uint8_t> payload;
-  wire::CodecParams p;
+  CodecParams p;
   cpu->encode(x.data(), n, 0, payload, p);
   payload.back() = 0;  // a repeated index
   std::vector<float> y(n, 3.0f);

@@ -42,34 +42,61 @@ TEST_CASE("config: out-of-range values name the field and its line") {
   CHECK_THROWS_WITH_AS(parse_config("data { format: LIBSVM }", "h"), doctest::Contains("train_path"), InputError);
 }
 
-TEST_CASE("config: optim.kind ADAMW reaches the optimizer with its betas and eps, and their checks name the place") {
-  const auto sgd = sgd_params(parse_config("optim { lr: 0.1 momentum: 0.5 nesterov: true }", "a").optim());
-  CHECK(sgd.kind == OptimizerKind::kSgd);
+TEST_CASE("config: optim.optimizer names the optimizer, which gets its hyper-parameters, and their checks name the place") {
+  const auto sgd = optimizer_spec(parse_config("optim { lr: 0.1 momentum: 0.5 nesterov: true }", "a").optim());
+  CHECK(sgd.name == "sgd");  // the default
   CHECK(sgd.momentum == doctest::Approx(0.5));
   CHECK(sgd.nesterov);
-  const auto c = parse_config("optim {\n  kind: ADAMW\n  lr: 0.001\n  weight_decay: 0.1\n  beta2: 0.95\n}\n", "b");
-  const auto p = sgd_params(c.optim());
-  CHECK(p.kind == OptimizerKind::kAdamW);
-  CHECK(p.lr == doctest::Approx(0.001));
+  const auto c = parse_config("optim {\n  optimizer: \"adamw\"\n  lr: 0.001\n  weight_decay: 0.1\n  beta2: 0.95\n}\n", "b");
+  const auto p = optimizer_spec(c.optim());
+  CHECK(p.name == "adamw");
   CHECK(p.weight_decay == doctest::Approx(0.1));
   CHECK(p.beta1 == doctest::Approx(0.9));  // the defaults: torch.optim.AdamW's
   CHECK(p.beta2 == doctest::Approx(0.95));
   CHECK(p.eps == doctest::Approx(1e-8));
-  CHECK(p.momentum == 0.0f);  // the default momentum 0.9 is SGD's and does not reach AdamW
-  CHECK_THROWS_WITH_AS(parse_config("optim {\n  kind: ADAMW\n  beta1: 1.0\n}\n", "c.textproto"),
+  CHECK_THROWS_WITH_AS(parse_config("optim {\n  optimizer: \"adamw\"\n  beta1: 1.0\n}\n", "c.textproto"),
                        doctest::Contains("c.textproto:3:3: optim.beta1: must be in [0, 1), got 1"), InputError);
-  CHECK_THROWS_WITH_AS(parse_config("optim { kind: ADAMW beta2: -0.1 }", "d.textproto"),
-                       doctest::Contains("d.textproto:1:21: optim.beta2: must be in [0, 1)"), InputError);
-  CHECK_THROWS_WITH_AS(parse_config("optim { kind: ADAMW eps: 0 }", "e.textproto"),
-                       doctest::Contains("e.textproto:1:21: optim.eps: must be a positive number"), InputError);
-  CHECK_THROWS_WITH_AS(parse_config("optim { kind: ADAMW nesterov: true }", "f.textproto"),
-                       doctest::Contains("f.textproto:1:21: optim.nesterov: applies to kind SGD only"), InputError);
+  CHECK_THROWS_WITH_AS(parse_config("optim { optimizer: \"adamw\" beta2: -0.1 }", "d.textproto"),
+                       doctest::Contains("d.textproto:1:28: optim.beta2: must be in [0, 1)"), InputError);
+  CHECK_THROWS_WITH_AS(parse_config("optim { optimizer: \"adamw\" eps: 0 }", "e.textproto"),
+                       doctest::Contains("e.textproto:1:28: optim.eps: must be a positive number"), InputError);
+  CHECK_THROWS_WITH_AS(parse_config("optim { optimizer: \"adamw\" nesterov: true }", "f.textproto"),
+                       doctest::Contains("f.textproto:1:28: optim.nesterov: applies to optimizer sgd only"), InputError);
   CHECK_THROWS_WITH_AS(parse_config("optim { beta2: 0.95 }", "g.textproto"),
-                       doctest::Contains("g.textproto:1:9: optim.beta2: applies to kind ADAMW only"), InputError);
-  CHECK_THROWS_WITH_AS(parse_config("optim { kind: ADAM }", "h.textproto"), doctest::Contains("ADAM"), InputError);
+                       doctest::Contains("g.textproto:1:9: optim.beta2: applies to optimizer adamw only"), InputError);
+  // An unknown name is refused at its place, with the names the registry knows.
+  CHECK_THROWS_WITH_AS(parse_config("seed: 1\noptim {\n  optimizer: \"lion\"\n}\n", "h.textproto"),
+                       doctest::Contains("h.textproto:3:3: optim.optimizer: unknown 'lion'; known optimizers: sgd, adamw"),
+                       InputError);
   // --set switches a config to AdamW and is checked like the file.
-  CHECK(sgd_params(parse_config("optim { lr: 0.1 momentum: 0.9 }", "i", {"optim { kind: ADAMW }"}).optim()).kind ==
-        OptimizerKind::kAdamW);
+  CHECK(optimizer_spec(parse_config("optim { lr: 0.1 momentum: 0.9 }", "i", {"optim { optimizer: \"adamw\" }"}).optim()).name ==
+        "adamw");
+  CHECK_THROWS_WITH_AS(parse_config("optim { lr: 0.1 }", "j.textproto", {"optim { optimizer: \"adamw\" eps: -1 }"}),
+                       doctest::Contains("optim.eps: must be a positive number, got -1"), InputError);
+}
+
+TEST_CASE("config: the deprecated optim.kind still names the optimizer, and contradicting optim.optimizer is an error") {
+  CHECK(optimizer_spec(parse_config("optim { kind: ADAMW lr: 0.001 }", "a").optim()).name == "adamw");
+  CHECK(optimizer_spec(parse_config("optim { kind: SGD momentum: 0.5 }", "b").optim()).name == "sgd");
+  // Saying the same thing twice is allowed.
+  CHECK(optimizer_spec(parse_config("optim { kind: ADAMW optimizer: \"adamw\" }", "c").optim()).name == "adamw");
+  // The checks follow the name the kind stands for.
+  CHECK_THROWS_WITH_AS(parse_config("optim { kind: ADAMW nesterov: true }", "d.textproto"),
+                       doctest::Contains("d.textproto:1:21: optim.nesterov: applies to optimizer sgd only"), InputError);
+  CHECK_THROWS_WITH_AS(parse_config("optim {\n  optimizer: \"sgd\"\n  kind: ADAMW\n}\n", "e.textproto"),
+                       doctest::Contains("e.textproto:3:3: optim.kind: ADAMW (deprecated) stands for optimizer 'adamw', but "
+                                         "optim.optimizer is 'sgd'; name the one you mean with optimizer alone"),
+                       InputError);
+  // An old command line's --set over a config that names its optimizer: refused at the override.
+  CHECK_THROWS_WITH_AS(parse_config("optim { optimizer: \"sgd\" }", "f.textproto", {"optim { kind: ADAMW }"}),
+                       doctest::Contains("optim.kind: ADAMW (deprecated) stands for optimizer 'adamw'"), InputError);
+  // Read without validation (a message built in code), the conversion refuses it too.
+  config::OptimConfig both;
+  both.set_optimizer("adamw");
+  both.set_kind(config::OptimConfig::SGD);
+  CHECK_THROWS_WITH_AS(optimizer_name(both), doctest::Contains("optim.kind: SGD (deprecated) stands for optimizer 'sgd'"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(parse_config("optim { kind: ADAM }", "h.textproto"), doctest::Contains("ADAM"), InputError);
 }
 
 TEST_CASE("config: checks of nested and repeated fields give the line and column of the field itself") {
@@ -84,8 +111,8 @@ TEST_CASE("config: checks of nested and repeated fields give the line and column
   const std::string two = "cluster {\n"
                           "  peers { name: \"a\" site: \"x\" address: \"h:1\" }\n"
                           "  peers { name: \"b\" site: \"y\" address: \"h:2\" }\n";
-  CHECK_THROWS_WITH_AS(parse_config(two + "  gossip {\n    algorithm: \"choco\"\n    consensus_step: 2\n  }\n}\n", "q.textproto"),
-                       doctest::Contains("q.textproto:6:5: cluster.gossip.consensus_step: must be in (0, 1]"), InputError);
+  CHECK_THROWS_WITH_AS(parse_config(two + "  gossip {\n    algorithm: \"choco\"\n    [hearsay.algorithms.choco] {\n    consensus_step: 2 }\n  }\n}\n", "q.textproto"),
+                       doctest::Contains("q.textproto:7:5: cluster.gossip.[hearsay.algorithms.choco].consensus_step: must be in (0, 1]"), InputError);
   CHECK_THROWS_WITH_AS(parse_config(two + "  gossip { codec {\n    name: \"topk\"\n      density: 0 } }\n}\n", "r.textproto"),
                        doctest::Contains("r.textproto:6:7: cluster.gossip.codec.density: must be in (0, 1]"), InputError);
   CHECK_THROWS_WITH_AS(parse_config(two +
@@ -224,7 +251,7 @@ TEST_CASE("config: dpsgd on a directed topology, and a negative sgp overlap boun
     CAPTURE(undirected);
     CHECK_NOTHROW(parse_config(four + "  gossip { algorithm: \"dpsgd\" topology: \"" + undirected + "\" }\n}\n", "ok.textproto"));
   }
-  CHECK_NOTHROW(parse_config(four + "  gossip { algorithm: \"sgp\" topology: \"exponential\" overlap_tau: 4 }\n}\n", "ok.textproto"));
-  CHECK_THROWS_WITH_AS(parse_config(four + "  gossip { algorithm: \"sgp\"\n    overlap_tau: -1 }\n}\n", "t.textproto"),
-                       doctest::Contains("t.textproto:7:5: cluster.gossip.overlap_tau: must be >= 0"), InputError);
+  CHECK_NOTHROW(parse_config(four + "  gossip { algorithm: \"sgp\" topology: \"exponential\" [hearsay.algorithms.sgp] { overlap_tau: 4 } }\n}\n", "ok.textproto"));
+  CHECK_THROWS_WITH_AS(parse_config(four + "  gossip { algorithm: \"sgp\"\n    [hearsay.algorithms.sgp] {\n    overlap_tau: -1 } }\n}\n", "t.textproto"),
+                       doctest::Contains("t.textproto:8:5: cluster.gossip.[hearsay.algorithms.sgp].overlap_tau: must be >= 0"), InputError);
 }

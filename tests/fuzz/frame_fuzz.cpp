@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "hearsay/wire.pb.h"
 #include "../../src/transport/session.h"
 #include "hearsay/wire.h"
 
@@ -29,7 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (size_t i = 0; i < size && !closed; i += chunk) {
     const size_t n = size - i < chunk ? size - i : chunk;
     const auto err = decoder.feed(data + i, n, [&](hearsay::InFrame&& f) {
-      if (f.envelope.has_update()) hearsay::check_update(f.envelope.update(), f.payload.size(), 1000);
+      if (f.envelope->has_update()) hearsay::check_update(f.envelope->update(), f.payload.size(), 1000);
       if (!closed) session.on_frame(std::move(f));
     });
     if (err != hearsay::FrameError::kNone) break;

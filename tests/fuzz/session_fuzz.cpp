@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "hearsay/wire.pb.h"
 #include "../../src/peer/mailboxes.h"
 #include "../../src/peer/update_guard.h"
 #include "../../src/transport/session.h"
@@ -59,7 +60,7 @@ wire::Envelope decode_sent(const OutFrame& f) {
   wire::Envelope out;
   int frames = 0;
   const FrameError err = d.feed(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), [&](InFrame&& in) {
-    out = std::move(in.envelope);
+    out = std::move(*in.envelope);
     ++frames;
   });
   require(err == FrameError::kNone && frames == 1 && d.pending() == 0);
@@ -152,7 +153,7 @@ class Harness {
   }
 
   void on_frame(InFrame&& f) {
-    current_ = f.envelope;
+    current_ = *f.envelope;
     session_->on_frame(std::move(f));
   }
 
@@ -213,9 +214,9 @@ class Harness {
   }
 
   void on_deliver(InFrame&& f) {
-    require(admitted_ && !rejected_ && (f.envelope.has_update() || f.envelope.has_credit()));
-    if (!f.envelope.has_update()) return;
-    const wire::Update& u = f.envelope.update();
+    require(admitted_ && !rejected_ && (f.envelope->has_update() || f.envelope->has_credit()));
+    if (!f.envelope->has_update()) return;
+    const wire::Update& u = f.envelope->update();
     require(check_update(u, f.payload.size()).empty());
     // The engine's side (GossipEngine::on_frame): another model's tensor is dropped.
     if (u.tensor_length() != kModel) return;

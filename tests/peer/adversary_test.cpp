@@ -17,6 +17,7 @@
 #include <limits>
 #include <thread>
 
+#include "hearsay/wire.pb.h"
 #include "hearsay/transport.h"
 #include "test_util.h"
 
@@ -187,7 +188,7 @@ struct RawClient {
       const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
       if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) closed = true;
       if (n <= 0) continue;
-      decoder.feed(reinterpret_cast<const uint8_t*>(buf), static_cast<size_t>(n), [&](InFrame&& f) { got.push_back(f.envelope); });
+      decoder.feed(reinterpret_cast<const uint8_t*>(buf), static_cast<size_t>(n), [&](InFrame&& f) { got.push_back(*f.envelope); });
     }
   }
   std::string field(bool want_proof) const {
@@ -240,7 +241,7 @@ TEST_CASE("adversary: NaN models, absurd norms and a future-round flood from an 
   std::map<std::string, uint64_t> tensor_length;  // learnt from what the honest peers send us
   b->set_receiver([&](const std::string& from, InFrame&& f) {
     std::lock_guard<std::mutex> lock(mu);
-    if (f.envelope.has_update()) tensor_length[from] = f.envelope.update().tensor_length();
+    if (f.envelope->has_update()) tensor_length[from] = f.envelope->update().tensor_length();
   });
   b->listen("127.0.0.1:" + std::to_string(port + 1));
   b->connect("a", "127.0.0.1:" + std::to_string(port));

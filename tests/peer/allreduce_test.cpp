@@ -98,7 +98,7 @@ TEST_CASE("allreduce: on non-IID shards, every codec beats peers that never comm
   };
   // The control: local_sgd that would average only after 10^6 steps, i.e. never.
   ClusterSpec alone = spec(noniid, "none", {0, 0, 1, 1}, "local_sgd");
-  alone.gossip.local_steps = 1000000;
+  alone.gossip.options = "local_steps: 1000000";
   const double control = mean_acc(run_cluster(alone));
   for (const std::string codec : {"none", "fp16", "int8", "powersgd"}) {
     const double acc = mean_acc(run_cluster(spec(noniid, codec, {0, 0, 1, 1})));

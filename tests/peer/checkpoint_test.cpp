@@ -50,62 +50,111 @@ TEST_CASE("checkpoint: a file round-trips, a damaged, truncated or foreign one i
   refused(std::string(40, 'x'), "bad magic");
 }
 
-TEST_CASE("checkpoint: AdamW's moments and step count round-trip through a file, and a foreign kind is refused") {
+namespace {
+
+std::unique_ptr<Optimizer> adamw(Backend& b, size_t n) {
+  OptimizerSpec spec;
+  spec.name = "adamw";
+  spec.weight_decay = 0.05f;
+  return create_optimizer(b, n, spec);
+}
+
+std::unique_ptr<Optimizer> sgd_with_momentum(Backend& b, size_t n) {
+  OptimizerSpec spec;
+  spec.momentum = 0.9f;
+  return create_optimizer(b, n, spec);
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint: AdamW's moments and step count round-trip through a file, and a foreign optimizer is refused") {
   TempDir dir;
   const std::string path = dir.file("opt.ckpt");
   auto b = create_backend("cpu", 1);
   const size_t n = 4;
-  SgdParams ap;
-  ap.kind = OptimizerKind::kAdamW;
-  ap.weight_decay = 0.05f;
-  Sgd a(*b, n, ap);
+  const auto a = adamw(*b, n);
   std::vector<float> w{0.5f, -1.0f, 2.0f, 0.25f}, g(n);
   for (int s = 0; s < 6; ++s) {
     for (size_t i = 0; i < n; ++i) g[i] = 0.3f * w[i] - 0.1f * float(s) + float(i) * 0.2f;
-    a.step(w.data(), g.data(), 0.01f);
+    a->step(w.data(), g.data(), 0.01f);
   }
   ckpt::Checkpoint c;
   c.set_num_params(n);
-  save_optimizer_state(a.state(), c);
+  save_optimizer_state(a->save_state(), c);
   write_checkpoint(path, c);
   const auto back = read_checkpoint(path);
   REQUIRE(back.has_value());
   CHECK(back->optimizer() == "adamw");
   CHECK(back->optimizer_steps() == 6);
-  CHECK(back->velocity().empty());
-  const Sgd::State s = load_optimizer_state(*back, n, "checkpoint " + path);
-  const Sgd::State want = a.state();
-  CHECK(s.kind == OptimizerKind::kAdamW);
+  CHECK(back->optimizer_buffers_size() == 2);
+  CHECK(back->velocity().empty());  // the fields of old checkpoints are no longer written
+  CHECK(back->adam_m().empty());
+  const OptimizerState s = load_optimizer_state(*back, "checkpoint " + path);
+  const OptimizerState want = a->save_state();
+  CHECK(s.optimizer == "adamw");
   CHECK(s.steps == 6);
-  CHECK(s.m == want.m);
-  CHECK(s.v == want.v);
-  Sgd r(*b, n, ap);
-  r.restore(s, "checkpoint " + path);
+  CHECK(s.buffers == want.buffers);
+  const auto r = adamw(*b, n);
+  r->load_state(s, "checkpoint " + path);
   std::vector<float> wr = w;
-  a.step(w.data(), g.data(), 0.01f);
-  r.step(wr.data(), g.data(), 0.01f);
+  a->step(w.data(), g.data(), 0.01f);
+  r->step(wr.data(), g.data(), 0.01f);
   CHECK(wr == w);
 
-  // For another model, a damaged kind, or an SGD config.
-  CHECK_THROWS_WITH_AS(load_optimizer_state(*back, n + 1, "ck"), doctest::Contains("ck: adam_m"), InputError);
+  // For another model, a damaged name or buffer, or an SGD config.
+  CHECK_THROWS_WITH_AS(adamw(*b, n + 1)->load_state(s, "ck"),
+                       doctest::Contains("ck: the optimizer's buffer 'm' holds 4 values, the model has 5 parameters"), InputError);
   ckpt::Checkpoint odd = *back;
   odd.set_optimizer("lion");
-  CHECK_THROWS_WITH_AS(load_optimizer_state(odd, n, "ck"), doctest::Contains("ck: holds the state of an unknown optimizer 'lion'"), InputError);
-  Sgd sgd(*b, n, SgdParams{0.1f, 0.9f, 0.0f, false});
-  CHECK_THROWS_WITH_AS(sgd.restore(s, "checkpoint " + path),
-                       doctest::Contains("holds the state of optimizer 'adamw', but this config's optim.kind is 'sgd'"), InputError);
+  CHECK_THROWS_WITH_AS(load_optimizer_state(odd, "ck"),
+                       doctest::Contains("ck: holds the state of an unknown optimizer 'lion' (known: sgd, adamw)"), InputError);
+  ckpt::Checkpoint ragged = *back;
+  ragged.mutable_optimizer_buffers(1)->mutable_values()->pop_back();
+  CHECK_THROWS_WITH_AS(load_optimizer_state(ragged, "ck"), doctest::Contains("ck: the optimizer's buffer 'v' has 15 bytes"),
+                       InputError);
+  ckpt::Checkpoint twice = *back;
+  *twice.add_optimizer_buffers() = back->optimizer_buffers(0);
+  CHECK_THROWS_WITH_AS(load_optimizer_state(twice, "ck"), doctest::Contains("ck: the optimizer's buffer 'm' appears twice"),
+                       InputError);
+  const auto sgd = sgd_with_momentum(*b, n);
+  CHECK_THROWS_WITH_AS(sgd->load_state(s, "checkpoint " + path),
+                       doctest::Contains("holds the state of optimizer 'adamw', but this config's optim.optimizer is 'sgd'"), InputError);
+}
 
-  // A checkpoint from before AdamW (no optimizer field) holds SGD's velocity: an AdamW
-  // config refuses it rather than starting its moments from nothing.
+TEST_CASE("checkpoint: one written before optimizer_buffers still resumes: SGD's velocity, AdamW's moments") {
+  auto b = create_backend("cpu", 1);
+  const size_t n = 4;
+  // Before AdamW: no optimizer field, SGD's velocity in its own field. An AdamW config
+  // refuses it rather than starting its moments from nothing.
   ckpt::Checkpoint old;
   const std::vector<float> vel{1, 2, 3, 4};
   old.set_velocity(floats_to_bytes(vel.data(), vel.size()));
-  const Sgd::State os = load_optimizer_state(old, n, "old");
-  CHECK(os.kind == OptimizerKind::kSgd);
-  CHECK(os.velocity == vel);
-  CHECK_THROWS_WITH_AS(r.restore(os, "old"), doctest::Contains("optimizer 'sgd', but this config's optim.kind is 'adamw'"), InputError);
-  sgd.restore(os, "old");
-  CHECK(sgd.state().velocity == vel);
+  old.set_optimizer_steps(9);
+  const OptimizerState os = load_optimizer_state(old, "old");
+  CHECK(os.optimizer == "sgd");
+  CHECK(os.steps == 9);
+  REQUIRE(os.buffers.count("velocity") == 1);
+  CHECK(os.buffers.at("velocity") == vel);
+  CHECK_THROWS_WITH_AS(adamw(*b, n)->load_state(os, "old"),
+                       doctest::Contains("optimizer 'sgd', but this config's optim.optimizer is 'adamw'"), InputError);
+  const auto sgd = sgd_with_momentum(*b, n);
+  sgd->load_state(os, "old");
+  CHECK(sgd->steps() == 9);
+  CHECK(sgd->save_state().buffers.at("velocity") == vel);
+
+  // AdamW's moments in adam_m and adam_v, as the first AdamW checkpoints kept them.
+  ckpt::Checkpoint old_adamw;
+  const std::vector<float> m{0.1f, -0.2f, 0.3f, 0.0f}, v{0.01f, 0.04f, 0.09f, 0.0f};
+  old_adamw.set_optimizer("adamw");
+  old_adamw.set_optimizer_steps(3);
+  old_adamw.set_adam_m(floats_to_bytes(m.data(), m.size()));
+  old_adamw.set_adam_v(floats_to_bytes(v.data(), v.size()));
+  const auto a = adamw(*b, n);
+  a->load_state(load_optimizer_state(old_adamw, "old"), "old");
+  const OptimizerState back = a->save_state();
+  CHECK(back.steps == 3);
+  CHECK(back.buffers.at("m") == m);
+  CHECK(back.buffers.at("v") == v);
 }
 
 namespace {

@@ -80,6 +80,33 @@ TEST_CASE("cli: bad arguments exit 2 with usage, --help exits 0") {
   CHECK(help.output.find("usage: hearsay-peer") != std::string::npos);
 }
 
+TEST_CASE("cli: a bad option value exits 2 naming the option and the value, and --help stops at once") {
+  const Run zero = run_peer("--config c.textproto --measure-step 0");
+  CHECK(zero.status == 2);
+  CHECK(zero.output.find("hearsay-peer: --measure-step: '0' is not a number of steps in [1, 100000]") != std::string::npos);
+  CHECK(zero.output.find("usage: hearsay-peer") != std::string::npos);
+  const Run unknown = run_peer("--config c.textproto --frobnicate");
+  CHECK(unknown.output.find("hearsay-peer: unknown argument '--frobnicate'") != std::string::npos);
+  const Run missing = run_peer("--quiet --log");
+  CHECK(missing.output.find("hearsay-peer: --log needs a path") != std::string::npos);
+  // What follows --help is not looked at: a user asking for help gets it.
+  const Run help = run_peer("-h --frobnicate");
+  CHECK(help.status == 0);
+  CHECK(help.output.find("usage: hearsay-peer") != std::string::npos);
+}
+
+TEST_CASE("cli: a run whose loss diverges exits 2, logs a diverged event and points at optim.lr") {
+  TempDir dir;
+  write_file(dir.file("c.textproto"),
+             "data { format: SYNTHETIC synthetic_dim: 8 num_classes: 3 }\nmodel { hidden: [8] }\ntrain { max_steps: 20 }\n"
+             "optim { lr: 1e30 }\n");
+  const Run r = run_peer("--quiet --config " + dir.file("c.textproto") + " --log " + dir.file("log.jsonl"));
+  CHECK(r.status == 2);
+  CHECK(r.output.find("training diverged at step") != std::string::npos);
+  CHECK(r.output.find("lower optim.lr") != std::string::npos);
+  CHECK(hearsay::test::read_file(dir.file("log.jsonl")).find("\"event\":\"diverged\"") != std::string::npos);
+}
+
 TEST_CASE("cli: a short run writes its log and prints the final accuracy") {
   TempDir dir;
   write_file(dir.file("c.textproto"),

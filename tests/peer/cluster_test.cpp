@@ -46,7 +46,7 @@ ClusterResult cluster(const std::string& algorithm, int n, const config::Config&
   s.peers = n;
   s.gossip.algorithm = algorithm;
   s.gossip.topology.kind = algorithm == "sgp" ? "exponential" : algorithm == "adpsgd" ? "random" : "ring";
-  s.gossip.local_steps = 4;
+  if (algorithm == "local_sgd" || algorithm == "diloco") s.gossip.options = "local_steps: 4";
   s.slowdown = std::move(slowdown);
   return run_cluster(s);
 }
@@ -99,7 +99,7 @@ TEST_CASE("cluster: on non-IID shards every algorithm beats peers that never com
     alone.base = base(noniid + (k == 0 ? "" : " seed: 4"));
     alone.peers = 8;
     alone.gossip.algorithm = "local_sgd";
-    alone.gossip.local_steps = 1000000;
+    alone.gossip.options = "local_steps: 1000000";
     const ClusterResult c = run_cluster(alone);
     control_acc[k] = mean_acc(c);
     control_loss[k] = mean_loss(c);
@@ -252,7 +252,7 @@ TEST_CASE("cluster: adaptive compression gives a fast link a dense codec and a s
   s.peers = 3;
   s.gossip.algorithm = "gossip_grad";
   s.gossip.topology.kind = "complete";
-  s.gossip.average_every = 0;
+  s.gossip.options = "average_every: 0";
   s.gossip.adaptive.enabled = true;
   s.slowdown = std::vector<double>(3, 20.0);
   s.log_dir = dir.path();
@@ -471,7 +471,7 @@ void choco_topk(ClusterSpec& s) {
   s.base.mutable_train()->set_epochs(48);
   s.gossip.codec.name = "topk";
   s.gossip.codec.density = 0.1;
-  s.gossip.consensus_step = 0.3;
+  s.gossip.options = "consensus_step: 0.3";
 }
 
 }  // namespace

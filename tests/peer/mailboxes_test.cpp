@@ -14,7 +14,7 @@ using Message = GossipEngine::Message;
 
 namespace {
 
-Message msg(wire::PayloadKind kind, std::vector<float> data, uint64_t clock, double w = 0) {
+Message msg(MessageKind kind, std::vector<float> data, uint64_t clock, double w = 0) {
   Message m;
   m.kind = kind;
   m.data = std::move(data);
@@ -39,11 +39,11 @@ TEST_CASE("outbox: while a message is in flight, newer ones fold into one pendin
     sent.push_back(std::move(m));
     callbacks.push_back(std::move(done));
   }, mixer);
-  out.offer(msg(wire::GRADIENT, {1, 1}, 1));          // goes out at once
-  out.offer(msg(wire::GRADIENT, {2, 3}, 2));          // pending
-  out.offer(msg(wire::GRADIENT, {10, 10}, 3));        // folded into the pending one
-  out.offer(msg(wire::MODEL, {5, 5}, 4));             // pending model
-  out.offer(msg(wire::MODEL, {7, 7}, 5));             // newest model wins
+  out.offer(msg(MessageKind::kGradient, {1, 1}, 1));          // goes out at once
+  out.offer(msg(MessageKind::kGradient, {2, 3}, 2));          // pending
+  out.offer(msg(MessageKind::kGradient, {10, 10}, 3));        // folded into the pending one
+  out.offer(msg(MessageKind::kModel, {5, 5}, 4));             // pending model
+  out.offer(msg(MessageKind::kModel, {7, 7}, 5));             // newest model wins
   CHECK(sent.size() == 1);
   CHECK(out.buffered_bytes() == 3 * 2 * sizeof(float));  // in flight + two pending
   callbacks[0]({});
@@ -67,7 +67,7 @@ TEST_CASE("outbox: synchronous messages are never folded and keep their order") 
     callbacks.push_back(std::move(done));
   }, mixer);
   for (uint32_t p = 0; p < 3; ++p) {
-    auto m = msg(wire::GRADIENT, {float(p)}, 1);
+    auto m = msg(MessageKind::kGradient, {float(p)}, 1);
     m.synchronous = true;
     m.phase = p;
     out.offer(std::move(m));
@@ -135,12 +135,15 @@ TEST_CASE("inbox: compressed segments are decoded into the message, a payload th
   u.set_update_id(1);
   u.set_segment_count(2);
   std::vector<uint8_t> payload;
+  CodecParams params;
   u.set_segment_length(500);
-  codec->encode(g.data(), 500, 0, payload, *u.mutable_codec());
+  codec->encode(g.data(), 500, 0, payload, params);
+  write_codec_params(params, u.mutable_codec());
   CHECK(in.add_segment(0, u, payload.data(), payload.size()).empty());
   u.set_segment_index(1);
   u.set_segment_offset(500);
-  codec->encode(g.data() + 500, 500, 500, payload, *u.mutable_codec());
+  codec->encode(g.data() + 500, 500, 500, payload, params);
+  write_codec_params(params, u.mutable_codec());
   CHECK(in.add_segment(0, u, payload.data(), payload.size()).empty());
   auto got = in.take_async();
   REQUIRE(got.size() == 1);
@@ -151,7 +154,8 @@ TEST_CASE("inbox: compressed segments are decoded into the message, a payload th
   u.set_segment_index(0);
   u.set_segment_offset(0);
   u.set_segment_length(1000);
-  codec->encode(g.data(), 1000, 0, payload, *u.mutable_codec());
+  codec->encode(g.data(), 1000, 0, payload, params);
+  write_codec_params(params, u.mutable_codec());
   payload.pop_back();
   CHECK(in.add_segment(0, u, payload.data(), payload.size()).find("codec topk") == 0);
   CHECK(in.take_async().empty());
@@ -271,8 +275,8 @@ TEST_CASE("outbox and inbox: m gradients folded on a slow link move the receiver
       sent.push_back(std::move(one));
       callbacks.push_back(std::move(done));
     }, mixer);
-    out.offer(msg(wire::GRADIENT, {0, 0}, 0));  // in flight: the link is busy
-    for (int k = 0; k < m; ++k) out.offer(msg(wire::GRADIENT, {3, 4}, 1 + k));  // each of norm 5
+    out.offer(msg(MessageKind::kGradient, {0, 0}, 0));  // in flight: the link is busy
+    for (int k = 0; k < m; ++k) out.offer(msg(MessageKind::kGradient, {3, 4}, 1 + k));  // each of norm 5
     callbacks[0]({});
     REQUIRE(sent.size() == 2);
     CHECK(sent[1].coalesced == static_cast<uint64_t>(m - 1));

@@ -76,7 +76,7 @@ TEST_CASE("peer: with AdamW, a run resumed from a checkpoint halfway takes the s
   test::TempDir dir;
   const std::string ckpt = " checkpoint { dir: \"" + dir.file("ckpt") + "\" }";
   auto adamw = [](int steps) {
-    return "optim { kind: ADAMW lr: 0.01 weight_decay: 0.01 } train { batch_size: 32 epochs: 2 max_steps: " + std::to_string(steps) + " }";
+    return "optim { optimizer: \"adamw\" lr: 0.01 weight_decay: 0.01 } train { batch_size: 32 epochs: 2 max_steps: " + std::to_string(steps) + " }";
   };
   const TrainResult straight = train(adamw(100));
   REQUIRE(straight.losses.size() == 100);
@@ -90,9 +90,9 @@ TEST_CASE("peer: with AdamW, a run resumed from a checkpoint halfway takes the s
   REQUIRE(second.losses.size() == 60);
   CHECK(std::vector<double>(straight.losses.begin() + 40, straight.losses.end()) == second.losses);
   CHECK(second.final_test_acc == straight.final_test_acc);
-  // The same checkpoint under SGD is refused, naming both kinds.
+  // The same checkpoint under SGD is refused, naming both optimizers.
   CHECK_THROWS_WITH_AS(train("train { max_steps: 200 }" + ckpt),
-                       doctest::Contains("holds the state of optimizer 'adamw', but this config's optim.kind is 'sgd'"), InputError);
+                       doctest::Contains("holds the state of optimizer 'adamw', but this config's optim.optimizer is 'sgd'"), InputError);
 }
 
 TEST_CASE("peer: the log has start, step, eval and end events with the documented fields") {

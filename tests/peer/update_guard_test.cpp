@@ -22,16 +22,16 @@ TEST_CASE("guard: the first non-finite value is found and placed, finite data pa
 
 TEST_CASE("guard: an update's norm is bounded relative to the receiver's model or gradient") {
   UpdateGuardSpec s;  // ratio 10
-  CHECK(check_update_norm(s, wire::MODEL, 90, 1, 10, 0).empty());
-  CHECK(check_update_norm(s, wire::MODEL, 110, 1, 10, 0).find("norm: 110 is 11 times this peer's model") == 0);
-  CHECK(check_update_norm(s, wire::MODEL, 9, 1, 0, 0).empty());  // a model at zero: compared with 1
-  CHECK_FALSE(check_update_norm(s, wire::MODEL_DELTA, 11, 1, 0, 0).empty());
+  CHECK(check_update_norm(s, MessageKind::kModel, 90, 1, 10, 0).empty());
+  CHECK(check_update_norm(s, MessageKind::kModel, 110, 1, 10, 0).find("norm: 110 is 11 times this peer's model") == 0);
+  CHECK(check_update_norm(s, MessageKind::kModel, 9, 1, 0, 0).empty());  // a model at zero: compared with 1
+  CHECK_FALSE(check_update_norm(s, MessageKind::kModelDelta, 11, 1, 0, 0).empty());
   // Gradients against our own; a sum of 3 coalesced gradients may be 3 times larger.
-  CHECK(check_update_norm(s, wire::GRADIENT, 25, 1, 100, 2).find("this peer's gradient") != std::string::npos);
-  CHECK(check_update_norm(s, wire::GRADIENT, 25, 3, 100, 2).empty());
-  CHECK(check_update_norm(s, wire::GRADIENT, 1e9, 1, 100, 0).empty());  // no gradient of ours yet
+  CHECK(check_update_norm(s, MessageKind::kGradient, 25, 1, 100, 2).find("this peer's gradient") != std::string::npos);
+  CHECK(check_update_norm(s, MessageKind::kGradient, 25, 3, 100, 2).empty());
+  CHECK(check_update_norm(s, MessageKind::kGradient, 1e9, 1, 100, 0).empty());  // no gradient of ours yet
   s.max_norm_ratio = 0;  // off by choice
-  CHECK(check_update_norm(s, wire::MODEL, 1e30, 1, 1, 1).empty());
+  CHECK(check_update_norm(s, MessageKind::kModel, 1e30, 1, 1, 1).empty());
 }
 
 TEST_CASE("guard: strikes in a row quarantine a neighbour until the cool-down, a good update resets the count") {

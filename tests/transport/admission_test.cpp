@@ -29,7 +29,7 @@ struct End {
                          FrameDecoder d;
                          const std::string bytes = flatten(f);
                          d.feed(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
-                                [&](InFrame&& in) { out.push_back(in.envelope); });
+                                [&](InFrame&& in) { out.push_back(*in.envelope); });
                        },
                        [this](const std::string& r) { refused = r; }, [this](const std::string& p) { admitted_as = p; },
                        [](InFrame&&) {}, [](const std::string&) {}});

@@ -7,8 +7,10 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "hearsay/wire.pb.h"
 #include "hearsay/transport.h"
 
 namespace hearsay::test {
@@ -80,5 +82,29 @@ struct Node {
 };
 
 inline std::string local_address(const std::string& kind) { return kind == "inproc" ? "" : "127.0.0.1:0"; }
+
+// Two peers on one kind of transport: a listens, b dials a.
+struct Pair {
+  Node a, b;
+  Pair(const std::string& kind, TransportOptions oa, TransportOptions ob)
+      : a(create_transport(kind, oa)), b(create_transport(kind, ob)) {
+    const std::string addr = a.t->listen(local_address(kind));
+    b.t->connect(oa.peer_id, addr);
+  }
+};
+
+// A gradient update carrying `values`: copied into the frame, or sent from where they are
+// when `owner` keeps them alive.
+inline OutFrame update_frame(const std::vector<float>& values, uint64_t id, std::shared_ptr<const void> owner = nullptr) {
+  wire::Envelope e;
+  auto* u = e.mutable_update();
+  u->set_sender("a");
+  u->set_clock(id);
+  u->set_update_id(id);
+  u->set_kind(wire::GRADIENT);
+  u->set_tensor_length(values.size());
+  u->set_segment_length(values.size());
+  return make_frame(e, reinterpret_cast<const uint8_t*>(values.data()), values.size() * sizeof(float), std::move(owner));
+}
 
 }  // namespace hearsay::test

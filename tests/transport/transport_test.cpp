@@ -24,32 +24,8 @@
 using namespace hearsay;
 using test::Node;
 using test::options_for;
-
-namespace {
-
-OutFrame update_frame(const std::vector<float>& values, uint64_t id) {
-  wire::Envelope e;
-  auto* u = e.mutable_update();
-  u->set_sender("a");
-  u->set_clock(id);
-  u->set_update_id(id);
-  u->set_kind(wire::GRADIENT);
-  u->set_tensor_length(values.size());
-  u->set_segment_length(values.size());
-  return make_frame(e, reinterpret_cast<const uint8_t*>(values.data()), values.size() * sizeof(float));
-}
-
-// a listens, b dials a.
-struct Pair {
-  Node a, b;
-  Pair(const std::string& kind, TransportOptions oa, TransportOptions ob)
-      : a(create_transport(kind, oa)), b(create_transport(kind, ob)) {
-    const std::string addr = a.t->listen(test::local_address(kind));
-    b.t->connect(oa.peer_id, addr);
-  }
-};
-
-}  // namespace
+using test::Pair;
+using test::update_frame;
 
 TEST_CASE("transports: updates and credits round-trip, heartbeats measure the RTT, Bye ends the link") {
   for (const auto& kind : available_transports()) {
@@ -74,13 +50,13 @@ TEST_CASE("transports: updates and credits round-trip, heartbeats measure the RT
       std::lock_guard<std::mutex> lock(p.a.mu);
       const auto& [from, f] = p.a.got[0];
       CHECK(from == "b");
-      CHECK(f.envelope.update().update_id() == 7);
+      CHECK(f.envelope->update().update_id() == 7);
       REQUIRE(f.payload.size() == values.size() * sizeof(float));
       CHECK(std::memcmp(f.payload.data(), values.data(), f.payload.size()) == 0);
     }
     {
       std::lock_guard<std::mutex> lock(p.b.mu);
-      CHECK(p.b.got[0].second.envelope.credit().acked_update_id() == 7);
+      CHECK(p.b.got[0].second.envelope->credit().acked_update_id() == 7);
     }
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -134,12 +110,12 @@ TEST_CASE("transports: large and small updates arrive intact and in order, both 
       CAPTURE(k);
       const size_t i = k % floats.size();
       const auto& to_a = p.a.got[k].second;
-      REQUIRE(to_a.envelope.update().update_id() == k);
+      REQUIRE(to_a.envelope->update().update_id() == k);
       const auto want_a = values_of(k, floats[i]);
       REQUIRE(to_a.payload.size() == want_a.size() * sizeof(float));
       CHECK(std::memcmp(to_a.payload.data(), want_a.data(), to_a.payload.size()) == 0);
       const auto& to_b = p.b.got[k].second;
-      REQUIRE(to_b.envelope.update().update_id() == k + 100);
+      REQUIRE(to_b.envelope->update().update_id() == k + 100);
       const auto want_b = values_of(k + 100, floats[floats.size() - 1 - i]);
       REQUIRE(to_b.payload.size() == want_b.size() * sizeof(float));
       CHECK(std::memcmp(to_b.payload.data(), want_b.data(), to_b.payload.size()) == 0);
@@ -210,7 +186,7 @@ TEST_CASE("transports: a sender lets go of a payload its receiver refused, and t
     const std::vector<float> big(262144, 3.0f);
     p.b.t->send("a", update_frame(big, 2), nullptr);
     REQUIRE(p.a.wait_frames(1));
-    CHECK(p.a.got[0].second.envelope.update().update_id() == 2);
+    CHECK(p.a.got[0].second.envelope->update().update_id() == 2);
     CHECK(p.a.got[0].second.payload.size() == big.size() * sizeof(float));
   }
 }
@@ -278,7 +254,7 @@ TEST_CASE("transports: a bad update is dropped and counted while the link stays 
     REQUIRE(p.a.wait_frames(1));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     CHECK(p.a.got.size() == 1);
-    CHECK(p.a.got[0].second.envelope.update().update_id() == 3);
+    CHECK(p.a.got[0].second.envelope->update().update_id() == 3);
     CHECK(p.a.t->counters().rejected["bad_update"] == 1);
     CHECK(p.a.t->link_stats("b").connected);
   }
@@ -542,7 +518,7 @@ TEST_CASE("tls (tcp): on and off both round-trip, a peer with TLS and one withou
     REQUIRE(p.a.wait_frames(1));
     REQUIRE(p.b.wait_frames(1));
     CHECK(p.a.got[0].second.payload.size() == big.size() * sizeof(float));
-    CHECK(p.b.got[0].second.envelope.update().update_id() == 10);
+    CHECK(p.b.got[0].second.envelope->update().update_id() == 10);
   }
   for (const bool listener_tls : {true, false}) {
     CAPTURE(listener_tls);

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "hearsay/wire.pb.h"
 #include "hearsay/rng.h"
 #include "hearsay/wire.h"
 
@@ -65,7 +66,7 @@ TEST_CASE("frames: every message kind round-trips, whole and byte by byte") {
     const auto frames = decode_all(stream, &err, chunk);
     CHECK(err == FrameError::kNone);
     REQUIRE(frames.size() == 5);
-    for (size_t i = 0; i < 5; ++i) CHECK(frames[i].envelope.SerializeAsString() == kinds[i].SerializeAsString());
+    for (size_t i = 0; i < 5; ++i) CHECK(frames[i].envelope->SerializeAsString() == kinds[i].SerializeAsString());
     REQUIRE(frames[2].payload.size() == sizeof(payload));
     CHECK(std::memcmp(frames[2].payload.data(), payload, sizeof(payload)) == 0);
   }

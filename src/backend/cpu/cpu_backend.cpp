@@ -232,7 +232,7 @@ class CpuBackend final : public Backend {
   }
 
   void adamw_update(float* __restrict w, const float* __restrict g, float* __restrict m, float* __restrict v,
-                    size_t n, const SgdParams& p, int64_t t) override {
+                    size_t n, const AdamWParams& p, int64_t t) override {
     HEARSAY_CHECK(t >= 1 && m != nullptr && v != nullptr, "adamw_update: t = " + std::to_string(t));
     const float lr = p.lr, decay = 1.0f - p.lr * p.weight_decay, b1 = p.beta1, b2 = p.beta2, eps = p.eps;
     const float c1 = static_cast<float>(1.0 - std::pow(static_cast<double>(b1), static_cast<double>(t)));

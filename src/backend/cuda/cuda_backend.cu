@@ -85,7 +85,7 @@ class CudaBackend final : public Backend {
   void sgd_update(float* w, const float* g, float* velocity, size_t n, const SgdParams& p) override {
     cuda::launch_sgd_update(stream_, w, g, velocity, n, p);
   }
-  void adamw_update(float* w, const float* g, float* m, float* v, size_t n, const SgdParams& p, int64_t t) override {
+  void adamw_update(float* w, const float* g, float* m, float* v, size_t n, const AdamWParams& p, int64_t t) override {
     HEARSAY_CHECK(t >= 1 && m != nullptr && v != nullptr, "adamw_update: t = " + std::to_string(t));
     const float c1 = static_cast<float>(1.0 - std::pow(static_cast<double>(p.beta1), static_cast<double>(t)));
     const float c2 = static_cast<float>(1.0 - std::pow(static_cast<double>(p.beta2), static_cast<double>(t)));

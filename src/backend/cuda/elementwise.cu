@@ -111,7 +111,7 @@ void launch_sgd_update(cudaStream_t s, float* w, const float* g, float* v, size_
   CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_adamw_update(cudaStream_t s, float* w, const float* g, float* m, float* v, size_t n, const SgdParams& p, float c1, float c2) {
+void launch_adamw_update(cudaStream_t s, float* w, const float* g, float* m, float* v, size_t n, const AdamWParams& p, float c1, float c2) {
   adamw_kernel<<<grid_for(n), 256, 0, s>>>(w, g, m, v, n, p.lr, 1.0f - p.lr * p.weight_decay, p.beta1, p.beta2, p.eps, c1, c2);
   CUDA_CHECK(cudaGetLastError());
 }

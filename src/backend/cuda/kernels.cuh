@@ -17,7 +17,7 @@ void launch_bias_activation(cudaStream_t s, float* y, const float* bias, int row
 void launch_activation_backward_bias_grad(cudaStream_t s, float* dy, const float* y, float* dbias, int rows, int cols, Activation act);
 void launch_sgd_update(cudaStream_t s, float* w, const float* g, float* v, size_t n, const SgdParams& p);
 // c1 = 1 - beta1^t and c2 = 1 - beta2^t, the bias corrections of step t.
-void launch_adamw_update(cudaStream_t s, float* w, const float* g, float* m, float* v, size_t n, const SgdParams& p, float c1, float c2);
+void launch_adamw_update(cudaStream_t s, float* w, const float* g, float* m, float* v, size_t n, const AdamWParams& p, float c1, float c2);
 
 // loss.cu
 void launch_softmax_cross_entropy(cudaStream_t s, const float* logits, const int32_t* labels, int rows, int cols, float grad_scale, float* dlogits, float* stats);

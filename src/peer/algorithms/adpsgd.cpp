@@ -20,6 +20,8 @@
 #include <map>
 
 #include "../algorithm.h"
+#include "../algorithm_registry.h"
+#include "hearsay/algorithms/adpsgd.pb.h"
 
 namespace hearsay {
 namespace {
@@ -28,17 +30,17 @@ constexpr double kExchangeTimeoutS = 10.0;
 
 class Adpsgd final : public Algorithm {
  public:
-  BatchStats step(GossipEngine& e, const float* x, const int32_t* labels, int batch, float lr, uint64_t step) override {
-    const BatchStats s = gradient_only(e, x, labels, batch);
+  BatchStats step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) override {
+    const BatchStats s = gradient_only(e, batch);
     for (auto& m : e.take_async()) {
-      if (m.kind != wire::MODEL) continue;
+      if (m.kind != MessageKind::kModel) continue;
       if (m.reply_requested) {
         answer(e, std::move(m));
       } else {
         complete(e, m);
       }
     }
-    e.sgd().step(e.model().params(), e.model().grads(), lr);
+    e.optimizer().step(e.model().params(), e.model().grads(), lr);
     expire();
     if (step % static_cast<uint64_t>(e.spec().gossip_every) == 0) {
       std::vector<float> params;
@@ -47,7 +49,7 @@ class Adpsgd final : public Algorithm {
         if (t < 0) continue;
         if (params.empty()) params = e.params_host();
         open_[t] = {params, Clock::now()};
-        e.send(t, wire::MODEL, params, 0, false, 0, 0, /*reply_requested=*/true);
+        e.send(t, {.kind = MessageKind::kModel, .reply_requested = true}, params);
       }
     }
     return s;
@@ -65,9 +67,9 @@ class Adpsgd final : public Algorithm {
     const auto d = e.mixer().model(e.clock(), m.clock, 0.5, e.samples_seen(), m.samples);
     const double w = d.drop ? 0.0 : d.weight;  // too stale: both halves do nothing
     GossipEngine::Message reply;
-    reply.kind = wire::MODEL;
+    reply.kind = MessageKind::kModel;
     reply.mix_share = w;
-    e.send_message(m.from, std::move(reply), e.params_host());
+    e.send(m.from, std::move(reply), e.params_host());
     if (w == 0) return;
     e.note_model_distance(e.peers()[m.from], m.data);
     e.mix_neighbour_model(m.from, m.data, w);
@@ -106,6 +108,11 @@ class Adpsgd final : public Algorithm {
 
 }  // namespace
 
-std::unique_ptr<Algorithm> make_adpsgd() { return std::make_unique<Adpsgd>(); }
+const bool registered = register_algorithm<algorithms::AdpsgdOptions>({
+    .name = "adpsgd",
+    .joins_from_neighbour = true,
+    .sends = {{MessageKind::kModel, Compression::kModel}},
+    .make = [](const GossipSpec&, const algorithms::AdpsgdOptions&) { return std::make_unique<Adpsgd>(); },
+});
 
 }  // namespace hearsay

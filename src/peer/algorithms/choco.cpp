@@ -30,15 +30,18 @@
 #include <map>
 
 #include "../algorithm.h"
+#include "../algorithm_registry.h"
+#include "hearsay/algorithms/choco.pb.h"
 
 namespace hearsay {
 namespace {
 
 class Choco final : public Algorithm {
  public:
-  BatchStats step(GossipEngine& e, const float* x, const int32_t* labels, int batch, float lr, uint64_t step) override {
+  explicit Choco(double consensus_step) : consensus_step_(consensus_step) {}
+  BatchStats step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) override {
     if (copies_.empty()) start(e);
-    const BatchStats s = local_step(e, x, labels, batch, lr);
+    const BatchStats s = local_step(e, batch, lr);
     take(e);
     std::vector<float> xi;
     if (open_ && try_finish(e, xi)) open_ = false;
@@ -95,6 +98,7 @@ class Choco final : public Algorithm {
   }
 
  private:
+  double consensus_step_;
   struct Copy {
     std::vector<float> x;                      // x^_j
     uint64_t rounds = 0;                       // deltas added to it (the sender's round)
@@ -104,23 +108,15 @@ class Choco final : public Algorithm {
 
   void take(GossipEngine& e) {
     for (auto& m : e.take_async()) {
-      if (m.kind != wire::MODEL_DELTA || copies_.count(m.from) == 0 || m.from == e.me()) continue;
+      if (m.kind != MessageKind::kModelDelta || copies_.count(m.from) == 0 || m.from == e.me()) continue;
       e.mixer().applied(e.clock(), m.clock);  // for the staleness statistics; deltas are never dropped
       copies_[m.from].waiting.push_back(std::move(m));
     }
   }
 
   void start(GossipEngine& e) {
-    // Each round waits for every neighbour's delta: a neighbour that never sends to this
-    // peer (a directed topology) would stall it, and W would not be symmetric.
-    for (int j : e.topology().neighbours(e.me())) {
-      const auto back = e.topology().neighbours(j);
-      if (std::find(back.begin(), back.end(), e.me()) != back.end()) continue;
-      throw InputError("choco needs an undirected topology, and '" + e.spec().topology.kind + "' is directed (peer " +
-                       e.peers()[e.me()] + " sends to " + e.peers()[j] + ", which never sends back): CHOCO-SGD's "
-                       "consensus step needs symmetric weights; use ring, torus, complete, star, random, hierarchical "
-                       "or bandwidth");
-    }
+    // Each round waits for every neighbour's delta, so the topology must be undirected:
+    // the registry's undirected_topology makes the engine refuse a directed one.
     const std::vector<float> zero(e.model().num_params(), 0.0f);
     copies_[e.me()].x = zero;
     for (int j : e.topology().neighbours(e.me())) copies_[j].x = zero;
@@ -149,7 +145,7 @@ class Choco final : public Algorithm {
     for (const auto& [j, c] : copies_) {
       if (j == e.me()) continue;
       GossipEngine::Message h;
-      h.kind = wire::MODEL_DELTA;
+      h.kind = MessageKind::kModelDelta;
       h.round = round_;
       e.send_encoded(j, std::move(h), q);
     }
@@ -183,7 +179,7 @@ class Choco final : public Algorithm {
     if (!ready) return false;
     if (xi.empty()) xi = e.params_host();
     const Copy& mine = copies_[e.me()];
-    const double gamma = e.spec().consensus_step;
+    const double gamma = consensus_step_;
     std::vector<double> sum(xi.size(), 0.0);
     for (const auto& [j, c] : copies_) {
       if (j == e.me()) continue;
@@ -201,6 +197,15 @@ class Choco final : public Algorithm {
 
 }  // namespace
 
-std::unique_ptr<Algorithm> make_choco() { return std::make_unique<Choco>(); }
+const bool registered = register_algorithm<algorithms::ChocoOptions>({
+    .name = "choco",
+    .undirected_topology = true,
+    .joins_from_neighbour = true,
+    .sends = {{MessageKind::kModelDelta, Compression::kUpdate}},
+    .check = [](const algorithms::ChocoOptions& o, const GossipSpec&, int) {
+      if (!(o.consensus_step() > 0 && o.consensus_step() <= 1)) throw OptionError("consensus_step", "must be in (0, 1]");
+    },
+    .make = [](const GossipSpec&, const algorithms::ChocoOptions& o) { return std::make_unique<Choco>(o.consensus_step()); },
+});
 
 }  // namespace hearsay

@@ -22,6 +22,7 @@ struct Collective {
   uint64_t round;
   uint64_t total;  // the whole vector's length (offsets are within it)
   bool raw;        // fp32 as it is; else gossip.codec (encode_once)
+  MessageKind kind;  // what the vector is: gradients (allreduce, PowerSGD's factors) or models
 
   // Sends v[offset, offset + len) to each of `to` as (round, phase): encoded once, the
   // same bytes to all, and the decoded values replace v's, so the sender holds what the
@@ -29,7 +30,7 @@ struct Collective {
   void post(const std::vector<int>& to, std::vector<float>& v, size_t offset, size_t len, uint32_t phase, bool exact = false) {
     std::vector<float> part(v.begin() + static_cast<long>(offset), v.begin() + static_cast<long>(offset + len));
     if (raw || exact) {
-      for (int j : to) e.send(j, wire::GRADIENT, part, 0, true, round, phase, false, offset, total);
+      for (int j : to) e.send(j, header(offset, phase), part);
       return;
     }
     auto enc = e.encode_once(part, offset);
@@ -37,14 +38,7 @@ struct Collective {
     std::copy(enc->decoded.begin(), enc->decoded.end(), v.begin() + static_cast<long>(offset));
   }
   GossipEngine::Message header(size_t offset, uint32_t phase) const {
-    GossipEngine::Message m;
-    m.kind = wire::GRADIENT;
-    m.synchronous = true;
-    m.round = round;
-    m.phase = phase;
-    m.offset = offset;
-    m.total = total;
-    return m;
+    return {.kind = kind, .synchronous = true, .round = round, .phase = phase, .offset = offset, .total = total};
   }
   // Waits for (round, phase) from `from`; adds (or, with assign, copies) it into v.
   void take(int from, std::vector<float>& v, uint32_t phase, bool assign) {
@@ -88,8 +82,9 @@ struct Collective {
 
 }  // namespace
 
-std::vector<float> allreduce_sum(GossipEngine& e, std::vector<float> v, uint64_t round, uint32_t phase0, bool compressed) {
-  Collective c{e, round, v.size(), !compressed || e.spec().codec.name == "none"};
+std::vector<float> allreduce_sum(GossipEngine& e, MessageKind kind, std::vector<float> v, uint64_t round, uint32_t phase0,
+                                 bool compressed) {
+  Collective c{e, round, v.size(), !compressed || e.spec().codec.name == "none", kind};
   const int n = static_cast<int>(e.peers().size());
   const auto& site_of = e.spec().topology.site_of;
   std::map<int, std::vector<int>> sites;  // site index -> its peers, in cluster order
@@ -117,6 +112,13 @@ std::vector<float> allreduce_sum(GossipEngine& e, std::vector<float> v, uint64_t
   // random rounding), and the site's own links are not the WAN.
   if (!members.empty()) c.post(members, v, 0, v.size(), down, true);
   return v;
+}
+
+std::vector<float> average_models(GossipEngine& e, uint64_t round) {
+  auto avg = allreduce_sum(e, MessageKind::kModel, e.params_host(), round, 0, false);
+  const float inv = 1.0f / static_cast<float>(e.peers().size());
+  for (auto& v : avg) v *= inv;
+  return avg;
 }
 
 }  // namespace hearsay

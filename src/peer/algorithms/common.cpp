@@ -4,16 +4,16 @@
 
 namespace hearsay {
 
-BatchStats gradient_only(GossipEngine& e, const float* x, const int32_t* labels, int batch) {
+BatchStats gradient_only(GossipEngine& e, const Batch& batch) {
   const auto t0 = std::chrono::steady_clock::now();
-  const BatchStats s = e.model().forward_backward(x, labels, batch);
+  const BatchStats s = e.model().forward_backward(batch);
   e.add_compute_time(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return s;
 }
 
-BatchStats local_step(GossipEngine& e, const float* x, const int32_t* labels, int batch, float lr) {
-  const BatchStats s = gradient_only(e, x, labels, batch);
-  e.sgd().step(e.model().params(), e.model().grads(), lr);
+BatchStats local_step(GossipEngine& e, const Batch& batch, float lr) {
+  const BatchStats s = gradient_only(e, batch);
+  e.optimizer().step(e.model().params(), e.model().grads(), lr);
   return s;
 }
 

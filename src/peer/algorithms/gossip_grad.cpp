@@ -6,49 +6,63 @@
 // Every average_every steps models are exchanged and averaged (share 1/2, staleness
 // weighted) to bound the drift that lost or stale gradients leave.
 #include "../algorithm.h"
+#include "../algorithm_registry.h"
+#include "hearsay/algorithms/gossip_grad.pb.h"
 
 namespace hearsay {
 namespace {
 
 class GossipGrad final : public Algorithm {
  public:
-  BatchStats step(GossipEngine& e, const float* x, const int32_t* labels, int batch, float lr, uint64_t step) override {
+  explicit GossipGrad(int average_every) : average_every_(average_every) {}
+  BatchStats step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) override {
     const auto targets = e.live_targets(static_cast<int64_t>(step));
     const double scale = 1.0 / (1.0 + static_cast<double>(targets.size()));
     std::vector<GossipEngine::Message> gradients;
     for (auto& m : e.take_async()) {
-      if (m.kind == wire::GRADIENT) {
+      if (m.kind == MessageKind::kGradient) {
         gradients.push_back(std::move(m));
-      } else if (m.kind == wire::MODEL) {
+      } else if (m.kind == MessageKind::kModel) {
         const auto d = e.mixer().model(e.clock(), m.clock, 0.5, e.samples_seen(), m.samples);
         if (d.drop) continue;
         e.note_model_distance(e.peers()[m.from], m.data);
         e.mix_neighbour_model(m.from, m.data, d.weight);
       }
     }
-    const BatchStats s = gradient_only(e, x, labels, batch);
+    const BatchStats s = gradient_only(e, batch);
     if (step % static_cast<uint64_t>(e.spec().gossip_every) == 0) {
       std::vector<float> g(e.model().num_params());
       e.model().backend().download(g.data(), e.model().grads(), sizeof(float) * g.size());
       e.note_own_gradient(g);
-      for (int t : targets) e.send(t, wire::GRADIENT, g);
+      for (int t : targets) e.send(t, {.kind = MessageKind::kGradient}, g);
     }
     for (const auto& m : gradients) {
       const auto d = e.mixer().gradient(e.clock(), m.clock);
       if (!d.drop) e.axpy_grads(d.weight, m.data);
     }
-    e.sgd().step(e.model().params(), e.model().grads(), static_cast<float>(lr * scale));
-    const int every = e.spec().average_every;
+    e.optimizer().step(e.model().params(), e.model().grads(), static_cast<float>(lr * scale));
+    const int every = average_every_;
     if (every > 0 && step % static_cast<uint64_t>(every) == static_cast<uint64_t>(every - 1)) {
       const auto params = e.params_host();
-      for (int t : targets) e.send(t, wire::MODEL, params);
+      for (int t : targets) e.send(t, {.kind = MessageKind::kModel}, params);
     }
     return s;
   }
+
+ private:
+  int average_every_;
 };
 
 }  // namespace
 
-std::unique_ptr<Algorithm> make_gossip_grad() { return std::make_unique<GossipGrad>(); }
+const bool registered = register_algorithm<algorithms::GossipGradOptions>({
+    .name = "gossip_grad",
+    .joins_from_neighbour = true,
+    .sends = {{MessageKind::kGradient, Compression::kUpdate}, {MessageKind::kModel, Compression::kModel}},
+    .check = [](const algorithms::GossipGradOptions& o, const GossipSpec&, int) {
+      if (o.average_every() < 0) throw OptionError("average_every", "must be >= 0 (0: no model averaging), got " + std::to_string(o.average_every()));
+    },
+    .make = [](const GossipSpec&, const algorithms::GossipGradOptions& o) { return std::make_unique<GossipGrad>(o.average_every()); },
+});
 
 }  // namespace hearsay

@@ -51,7 +51,7 @@ std::vector<float> PowerSgdAllReduce::average(GossipEngine& e, std::vector<float
   }
   const size_t p_total = first.size();
   for (const auto& [from, len] : raw_) first.insert(first.end(), g.begin() + static_cast<long>(from), g.begin() + static_cast<long>(from + len));
-  first = allreduce_sum(e, std::move(first), round, 0, false);
+  first = allreduce_sum(e, MessageKind::kGradient, std::move(first), round, 0, false);
   const float inv = 1.0f / static_cast<float>(e.peers().size());
   std::vector<float> out(n);
   size_t at = p_total;
@@ -76,7 +76,7 @@ std::vector<float> PowerSgdAllReduce::average(GossipEngine& e, std::vector<float
     second.insert(second.end(), q.begin(), q.end());
     p_at += m.rows * m.rank;
   }
-  second = allreduce_sum(e, std::move(second), round, kSecondPhase, false);
+  second = allreduce_sum(e, MessageKind::kGradient, std::move(second), round, kSecondPhase, false);
   p_at = 0;
   size_t q_at = 0;
   for (size_t k = 0; k < mats.size(); ++k) {

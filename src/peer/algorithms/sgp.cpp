@@ -24,6 +24,8 @@
 // receiver refuses a push (the update guard, a quarantine) or where a transport reported a
 // frame sent that its receiver never took in (the receiver crashed).
 #include "../algorithm.h"
+#include "../algorithm_registry.h"
+#include "hearsay/algorithms/sgp.pb.h"
 
 namespace hearsay {
 namespace {
@@ -32,14 +34,15 @@ constexpr double kMinWeight = 1.0 / 16;
 
 class Sgp final : public Algorithm {
  public:
-  BatchStats step(GossipEngine& e, const float* x, const int32_t* labels, int batch, float lr, uint64_t step) override {
-    const uint64_t tau = static_cast<uint64_t>(e.spec().overlap_tau);
+  explicit Sgp(int overlap_tau) : overlap_tau_(overlap_tau) {}
+  BatchStats step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) override {
+    const uint64_t tau = static_cast<uint64_t>(overlap_tau_);
     if (tau > 0 && step >= tau) e.wait_sent(step - tau);
-    const BatchStats s = gradient_only(e, x, labels, batch);  // at z
+    const BatchStats s = gradient_only(e, batch);  // at z
     Backend& b = e.model().backend();
     const size_t n = e.model().num_params();
     b.scale(n, static_cast<float>(w_), e.model().params());  // z -> x
-    e.sgd().step(e.model().params(), e.model().grads(), lr);
+    e.optimizer().step(e.model().params(), e.model().grads(), lr);
     push(e, step);
     take_in(e);
     b.scale(n, static_cast<float>(1.0 / w_), e.model().params());  // x -> z
@@ -62,6 +65,7 @@ class Sgp final : public Algorithm {
   }
 
  private:
+  int overlap_tau_;
   // With the model buffer holding x.
   void push(GossipEngine& e, uint64_t step) {
     if (step % static_cast<uint64_t>(e.spec().gossip_every) != 0 || w_ < kMinWeight) return;
@@ -73,16 +77,16 @@ class Sgp final : public Algorithm {
     const auto share = e.params_host();
     for (int t : targets) {
       GossipEngine::Message m;
-      m.kind = wire::PUSH_SUM_WEIGHT;
+      m.kind = MessageKind::kPushSum;
       m.push_sum_weight = w_;
-      e.send_message(t, std::move(m), share);
+      e.send(t, std::move(m), share);
     }
   }
 
   // With the model buffer holding x: the pushes that arrived and the mass given back.
   void take_in(GossipEngine& e) {
     for (auto& m : e.take_async()) {
-      if (m.kind != wire::PUSH_SUM_WEIGHT) continue;
+      if (m.kind != MessageKind::kPushSum) continue;
       e.mixer().applied(e.clock(), m.clock);  // staleness recorded; push-sum mass is never dropped
       e.axpy_params(1.0, m.data);
       w_ += m.push_sum_weight;
@@ -97,6 +101,14 @@ class Sgp final : public Algorithm {
 
 }  // namespace
 
-std::unique_ptr<Algorithm> make_sgp() { return std::make_unique<Sgp>(); }
+const bool registered = register_algorithm<algorithms::SgpOptions>({
+    .name = "sgp",
+    .joins_from_neighbour = true,
+    .sends = {{MessageKind::kPushSum, Compression::kModel}},
+    .check = [](const algorithms::SgpOptions& o, const GossipSpec&, int) {
+      if (o.overlap_tau() < 0) throw OptionError("overlap_tau", "must be >= 0 (0: no bound), got " + std::to_string(o.overlap_tau()));
+    },
+    .make = [](const GossipSpec&, const algorithms::SgpOptions& o) { return std::make_unique<Sgp>(o.overlap_tau()); },
+});
 
 }  // namespace hearsay

@@ -47,6 +47,10 @@ class EmulatedTransport final : public Transport {
   void set_link_listener(LinkListener l) override { inner_->set_link_listener(std::move(l)); }
   std::string listen(const std::string& address) override { return inner_->listen(address); }
   void connect(const std::string& peer_id, const std::string& address) override { inner_->connect(peer_id, address); }
+  // The frames move on the inner transport, from the caller's memory.
+  MemoryRegistration register_memory(void* data, size_t bytes, MemoryKind kind) override {
+    return inner_->register_memory(data, bytes, kind);
+  }
 
   void send(const std::string& peer_id, OutFrame frame, SendCallback done) override {
     const auto now = Clock::now();

@@ -13,7 +13,13 @@
 // through registered send buffers. Where both sides can (shm), large payloads skip the
 // receive buffers: each goes as one tagged message that the receiver, having read the
 // frame's head, receives straight into the frame (docs/WIRE.md, "direct payloads").
-// One thread drives the completion queue.
+// One thread drives the completion queue. register_memory() registers with fi_mr_reg
+// where the provider's domain asks for local registration, and says it needs none elsewhere.
+//
+// The files: fabric_endpoint (the libfabric objects, buffers and posted operations),
+// fabric_progress (the thread that drives them), fabric_connection (one peer),
+// fabric_bootstrap (how peers meet), fabric_transport_impl.h and fabric_transport.cpp (the
+// transport's life cycle), scratch_space.h (where discarded payloads land).
 #pragma once
 
 #include <memory>

@@ -10,7 +10,7 @@
 
 #include "../backoff.h"
 #include "../link_table.h"
-#include "../session.h"
+#include "../session_connection.h"
 #include "../timed_executor.h"
 #include "hearsay/error.h"
 
@@ -23,7 +23,7 @@ using Mailbox = TimedExecutor;
 
 class InprocTransport;
 
-class InprocConnection final : public Connection, public std::enable_shared_from_this<InprocConnection> {
+class InprocConnection final : public SessionConnection, public std::enable_shared_from_this<InprocConnection> {
  public:
   InprocConnection(InprocTransport& t, std::shared_ptr<Mailbox> home, std::string address, std::string dial_peer);
   void pair_with(const std::shared_ptr<InprocConnection>& other) {
@@ -35,11 +35,9 @@ class InprocConnection final : public Connection, public std::enable_shared_from
   void close(const std::string& reason) override;
   // On our own thread.
   void close_now(const std::string& reason);
-  LinkStats stats() const override;
-  void tick(Clock::time_point now);
+  void tick(Clock::time_point now) { tick_session(now); }
   void on_bytes(const std::shared_ptr<const std::string>& bytes);
   void remote_closed();
-  const std::string& dial_peer() const { return dial_peer_; }
 
  private:
   void transmit(const OutFrame& frame);
@@ -49,11 +47,7 @@ class InprocConnection final : public Connection, public std::enable_shared_from
   std::shared_ptr<Mailbox> home_;
   std::weak_ptr<InprocConnection> other_;
   std::weak_ptr<Mailbox> other_home_;
-  std::string address_, dial_peer_;
   FrameDecoder decoder_;
-  Session session_;
-  bool closed_ = false;
-  LinkCounters counters_;
 };
 
 // Process-wide directory of listening inproc transports.
@@ -180,21 +174,20 @@ class InprocTransport final : public LinkTableTransport {
 
 InprocConnection::InprocConnection(InprocTransport& t, std::shared_ptr<Mailbox> home, std::string address,
                                    std::string dial_peer)
-    : t_(t), home_(std::move(home)), address_(std::move(address)), dial_peer_(std::move(dial_peer)),
-      decoder_(kHandshakeLimits),
-      session_(t.options(), address_, dial_peer_,
-               Session::Hooks{
-                   [this](OutFrame f) { transmit(f); },
-                   [this](const std::string& reason) { fail(reason, true); },
-                   [this](const std::string& peer) {
-                     counters_.admitted = true;
-                     t_.reset_backoff(peer);
-                     decoder_.set_limits(t_.options().limits);
-                     t_.links().admitted(peer, shared_from_this(), address_);
-                   },
-                   [this](InFrame&& f) { t_.links().deliver(session_.peer_id(), std::move(f)); },
-                   [this](const std::string& reason) { t_.links().dropped(session_.peer_id(), address_, reason); },
-               }) {}
+    : SessionConnection(t.options(), std::move(address), std::move(dial_peer),
+                        Session::Hooks{
+                            [this](OutFrame f) { transmit(f); },
+                            [this](const std::string& reason) { fail(reason, true); },
+                            [this](const std::string& peer) {
+                              counters_.admitted = true;
+                              t_.reset_backoff(peer);
+                              decoder_.set_limits(t_.options().limits);
+                              t_.links().admitted(peer, shared_from_this(), address_);
+                            },
+                            [this](InFrame&& f) { t_.links().deliver(session_.peer_id(), std::move(f)); },
+                            [this](const std::string& reason) { t_.links().dropped(session_.peer_id(), address_, reason); },
+                        }),
+      t_(t), home_(std::move(home)), decoder_(kHandshakeLimits) {}
 
 void InprocConnection::start() {
   session_.start();
@@ -255,23 +248,12 @@ void InprocConnection::close_now(const std::string& reason) {
 void InprocConnection::remote_closed() { fail("connection closed by peer", false); }
 
 void InprocConnection::fail(const std::string& reason, bool rejected) {
-  if (closed_) return;
-  closed_ = true;
-  counters_.open = false;
+  if (!mark_closed()) return;
   if (auto other = other_.lock()) {
     if (auto home = other_home_.lock()) home->post([other] { other->remote_closed(); });
   }
-  if (rejected) t_.links().rejected(session_.peer_id(), address_, reason);
-  t_.links().closed(session_.peer_id(), this, address_, reason);
+  report_end(t_.links(), reason, rejected);
   t_.connection_closed(shared_from_this());
-}
-
-LinkStats InprocConnection::stats() const { return counters_.snapshot(); }
-
-void InprocConnection::tick(Clock::time_point now) {
-  if (closed_) return;
-  session_.tick(now);
-  counters_.rtt_s = session_.rtt_s();
 }
 
 }  // namespace

@@ -10,14 +10,14 @@
 #include <asio/ssl.hpp>
 #include <atomic>
 #include <deque>
-#include <random>
 #include <set>
 #include <thread>
 
 #include "../address.h"
 #include "../asio_helpers.h"
+#include "../dialer.h"
 #include "../link_table.h"
-#include "../session.h"
+#include "../session_connection.h"
 #include "hearsay/error.h"
 #include "tls.h"
 
@@ -41,16 +41,14 @@ constexpr size_t kTlsTurnBytes = 1 << 20;
 
 class TcpTransport;
 
-class TcpConnection final : public Connection, public std::enable_shared_from_this<TcpConnection> {
+class TcpConnection final : public SessionConnection, public std::enable_shared_from_this<TcpConnection> {
  public:
   TcpConnection(TcpTransport& t, tcp::socket sock, std::string address, std::string dial_peer);
   ~TcpConnection() override;
   void start();
   void send(OutFrame frame, SendCallback done) override;
   void close(const std::string& reason) override;
-  LinkStats stats() const override;
   void tick(Clock::time_point now);
-  const std::string& dial_peer() const { return dial_peer_; }
   // An accepted connection counted against max_unadmitted. GUARDED_BY(t_.mu_)
   bool holds_slot = false;
 
@@ -70,6 +68,12 @@ class TcpConnection final : public Connection, public std::enable_shared_from_th
   void tls_read();
   void tls_write();
   void tls_flush();
+  // Runs one SSL call (`call`, returning 1 on success) with OpenSSL's error queue cleared
+  // first. kWaiting: it would block, and `retry` runs on the strand once the socket is
+  // ready; kFailed: *error says why.
+  enum class TlsStep { kDone, kWaiting, kFailed };
+  template <class Call>
+  TlsStep tls_step(Call call, void (TcpConnection::*retry)(), asio::error_code* error);
   // After an SSL call returned r: waits as OpenSSL asks, then runs `retry` on the strand.
   // false when r is a failure, not a wait.
   bool tls_wait(int r, void (TcpConnection::*retry)());
@@ -86,27 +90,25 @@ class TcpConnection final : public Connection, public std::enable_shared_from_th
   size_t tls_written_ = 0;        // bytes of the front frame OpenSSL has taken
   asio::strand<asio::any_io_executor> strand_;
   asio::steady_timer handshake_timer_;
-  std::string address_;
-  std::string dial_peer_;
   FrameDecoder decoder_;
-  Session session_;
   struct Pending {
     OutFrame frame;
     SendCallback done;
   };
   std::deque<Pending> queue_;
   bool writing_ = false;
-  bool closed_ = false;
   std::vector<uint8_t> rbuf_;
   int low_water_ = 1;         // SO_RCVLOWAT now set on the socket
   int low_water_wanted_ = 1;  // what read_space last asked for (before the cap)
-  LinkCounters counters_;
 };
 
 class TcpTransport final : public LinkTableTransport {
  public:
   explicit TcpTransport(const TransportOptions& o)
-      : LinkTableTransport("tcp"), options_(o), work_(asio::make_work_guard(io_)), heartbeat_(io_), rng_(std::random_device{}()) {
+      : LinkTableTransport("tcp"), options_(o), work_(asio::make_work_guard(io_)), heartbeat_(io_),
+        dialer_(io_, options_, [this](const Dialer::TargetPtr& target, std::shared_ptr<tcp::socket> sock, const std::string& remote) {
+          start_connection(std::move(*sock), remote, target->peer_id);
+        }) {
     if (options_.secret.empty()) throw InputError("tcp transport: the cluster secret is empty");
     if (options_.peer_id.empty()) throw InputError("tcp transport: peer id is empty");
     if (options_.tls) {
@@ -133,16 +135,12 @@ class TcpTransport final : public LinkTableTransport {
 
   void connect(const std::string& peer_id, const std::string& address) override {
     split_host_port(address);  // validate now, in the caller's thread
-    auto d = std::make_shared<Dialer>(Dialer{peer_id, address, 0, asio::steady_timer(io_)});
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (closing_) return;
-      dialers_.push_back(d);
     }
-    asio::post(io_, [this, d] { dial(d); });
+    dialer_.add(peer_id, address);
   }
-
-
 
   void close() override {
     std::set<std::shared_ptr<TcpConnection>> live;
@@ -152,13 +150,13 @@ class TcpTransport final : public LinkTableTransport {
       closing_ = true;
       live = live_;
     }
+    dialer_.stop();
     asio::post(io_, [this] {
       asio::error_code ec;
       for (auto& a : acceptors_) {
         a->socket.close(ec);
         a->retry.cancel();
       }
-      for (auto& d : dialers_) d->timer.cancel();
       heartbeat_.cancel();
     });
     for (auto& c : live) c->close("transport closed");
@@ -189,35 +187,25 @@ class TcpTransport final : public LinkTableTransport {
   bool omits_crc() const override { return tls_ != nullptr; }
 
   void connection_admitted(const std::shared_ptr<TcpConnection>& c, const std::string& peer) {
-    std::lock_guard<std::mutex> lock(mu_);
-    release_slot(*c);
-    for (auto& d : dialers_) {
-      if (d->peer_id == peer && c->dial_peer() == peer) d->attempt = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      release_slot(*c);
     }
+    // Only a connection we dialled to that peer proves the address works.
+    if (c->dial_peer() == peer) dialer_.reset_backoff(peer);
   }
 
   void connection_closed(const std::shared_ptr<TcpConnection>& c) {
-    std::shared_ptr<Dialer> redial;
     {
       std::lock_guard<std::mutex> lock(mu_);
       live_.erase(c);
       release_slot(*c);
       if (closing_) return;
-      for (auto& d : dialers_) {
-        if (!c->dial_peer().empty() && d->peer_id == c->dial_peer()) redial = d;
-      }
     }
-    if (redial) retry_later(redial);
+    if (!c->dial_peer().empty()) dialer_.redial(c->dial_peer());
   }
 
  private:
-  struct Dialer {
-    std::string peer_id;
-    std::string address;
-    int attempt;
-    asio::steady_timer timer;
-  };
-
   struct Acceptor {
     tcp::acceptor socket;
     asio::steady_timer retry;
@@ -256,27 +244,6 @@ class TcpTransport final : public LinkTableTransport {
     if (!c.holds_slot) return;
     c.holds_slot = false;
     --unadmitted_;
-  }
-
-  void dial(const std::shared_ptr<Dialer>& d) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (closing_) return;
-    }
-    async_dial(io_, d->address, [this, d](std::shared_ptr<tcp::socket> sock, const std::string& remote) {
-      if (!sock) return retry_later(d);
-      start_connection(std::move(*sock), remote, d->peer_id);
-    });
-  }
-
-  void retry_later(const std::shared_ptr<Dialer>& d) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (closing_) return;
-    const double delay = backoff_delay(options_, d->attempt++, rng_);
-    d->timer.expires_after(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(delay)));
-    d->timer.async_wait([this, d](asio::error_code ec) {
-      if (!ec) dial(d);
-    });
   }
 
   // An accepted connection takes one of max_unadmitted slots until it is admitted or
@@ -332,42 +299,41 @@ class TcpTransport final : public LinkTableTransport {
   asio::executor_work_guard<asio::io_context::executor_type> work_;
   asio::steady_timer heartbeat_;
   std::vector<std::thread> threads_;
+  Dialer dialer_;
   std::mutex mu_;
   bool closing_ = false;                                       // GUARDED_BY(mu_)
   std::vector<std::unique_ptr<Acceptor>> acceptors_;           // GUARDED_BY(mu_)
   int unadmitted_ = 0;                                         // GUARDED_BY(mu_)
-  std::vector<std::shared_ptr<Dialer>> dialers_;               // GUARDED_BY(mu_)
   std::set<std::shared_ptr<TcpConnection>> live_;              // GUARDED_BY(mu_)
-  std::mt19937_64 rng_;                                        // GUARDED_BY(mu_)
 };
 
 TcpConnection::TcpConnection(TcpTransport& t, tcp::socket sock, std::string address, std::string dial_peer)
-    : t_(t), sock_(std::move(sock)), strand_(asio::make_strand(t.io().get_executor())), handshake_timer_(strand_),
-      address_(std::move(address)), dial_peer_(std::move(dial_peer)), decoder_(kHandshakeLimits),
-      session_(t.options(), address_, dial_peer_,
-               Session::Hooks{
-                   [this](OutFrame f) { queue(std::move(f), nullptr); },
-                   [this](const std::string& reason) { fail(reason, true); },
-                   [this](const std::string& peer) {
-                     // With certificates, the name proven by the secret must also be the
-                     // one the CA vouched for.
-                     if (ssl_ != nullptr && t_.tls()->uses_certificates()) {
-                       const auto names = TlsContext::peer_names(ssl_);
-                       if (std::find(names.begin(), names.end(), peer) == names.end()) {
-                         std::string all;
-                         for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
-                         return fail("admission: peer '" + peer + "' is not named in its TLS certificate (" + all + ")", true);
-                       }
-                     }
-                     handshake_timer_.cancel();
-                     counters_.admitted = true;
-                     decoder_.set_limits(t_.options().limits);
-                     t_.links().admitted(peer, shared_from_this(), address_);
-                     t_.connection_admitted(shared_from_this(), peer);
-                   },
-                   [this](InFrame&& f) { t_.links().deliver(session_.peer_id(), std::move(f)); },
-                   [this](const std::string& reason) { t_.links().dropped(session_.peer_id(), address_, reason); },
-               }),
+    : SessionConnection(t.options(), std::move(address), std::move(dial_peer),
+                        Session::Hooks{
+                            [this](OutFrame f) { queue(std::move(f), nullptr); },
+                            [this](const std::string& reason) { fail(reason, true); },
+                            [this](const std::string& peer) {
+                              // With certificates, the name proven by the secret must also be the
+                              // one the CA vouched for.
+                              if (ssl_ != nullptr && t_.tls()->uses_certificates()) {
+                                const auto names = TlsContext::peer_names(ssl_);
+                                if (std::find(names.begin(), names.end(), peer) == names.end()) {
+                                  std::string all;
+                                  for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
+                                  return fail("admission: peer '" + peer + "' is not named in its TLS certificate (" + all + ")", true);
+                                }
+                              }
+                              handshake_timer_.cancel();
+                              counters_.admitted = true;
+                              decoder_.set_limits(t_.options().limits);
+                              t_.links().admitted(peer, shared_from_this(), address_);
+                              t_.connection_admitted(shared_from_this(), peer);
+                            },
+                            [this](InFrame&& f) { t_.links().deliver(session_.peer_id(), std::move(f)); },
+                            [this](const std::string& reason) { t_.links().dropped(session_.peer_id(), address_, reason); },
+                        }),
+      t_(t), sock_(std::move(sock)), strand_(asio::make_strand(t.io().get_executor())), handshake_timer_(strand_),
+      decoder_(kHandshakeLimits),
       rbuf_(kUnadmittedReadBytes) {
   if (t.tls() != nullptr) {
     ssl_ = SSL_new(t.tls()->context().native_handle());
@@ -408,12 +374,22 @@ void TcpConnection::start() {
   });
 }
 
-void TcpConnection::tls_handshake() {
+template <class Call>
+TcpConnection::TlsStep TcpConnection::tls_step(Call call, void (TcpConnection::*retry)(), asio::error_code* error) {
   ERR_clear_error();
-  const int r = SSL_do_handshake(ssl_);
+  const int r = call();
   const int saved_errno = errno;
-  if (r == 1) return begin();
-  if (!tls_wait(r, &TcpConnection::tls_handshake)) fail(TlsContext::failure(ssl_, tls_error(r, saved_errno)), true);
+  if (r == 1) return TlsStep::kDone;
+  if (tls_wait(r, retry)) return TlsStep::kWaiting;
+  *error = tls_error(r, saved_errno);
+  return TlsStep::kFailed;
+}
+
+void TcpConnection::tls_handshake() {
+  asio::error_code ec;
+  const TlsStep step = tls_step([this] { return SSL_do_handshake(ssl_); }, &TcpConnection::tls_handshake, &ec);
+  if (step == TlsStep::kDone) return begin();
+  if (step == TlsStep::kFailed) fail(TlsContext::failure(ssl_, ec), true);
 }
 
 bool TcpConnection::tls_wait(int r, void (TcpConnection::*retry)()) {
@@ -539,13 +515,10 @@ void TcpConnection::tls_read() {
     bool direct = false;
     const auto [space, room] = read_space(&direct);
     size_t n = 0;
-    ERR_clear_error();
-    const int r = SSL_read_ex(ssl_, space, room, &n);
-    const int saved_errno = errno;
-    if (r != 1) {
-      if (tls_wait(r, &TcpConnection::tls_read)) return;
-      return fail(read_failure(tls_error(r, saved_errno), session_.admitted(), true), !session_.admitted());
-    }
+    asio::error_code ec;
+    const TlsStep step = tls_step([&] { return SSL_read_ex(ssl_, space, room, &n); }, &TcpConnection::tls_read, &ec);
+    if (step == TlsStep::kWaiting) return;
+    if (step == TlsStep::kFailed) return fail(read_failure(ec, session_.admitted(), true), !session_.admitted());
     if (!consume(direct, n)) return;
     turn += n;
   }
@@ -609,13 +582,10 @@ void TcpConnection::tls_write() {
     const uint8_t* from = in_head ? reinterpret_cast<const uint8_t*>(f.head.data()) + tls_written_ : f.payload + (tls_written_ - head);
     const size_t len = in_head ? head - tls_written_ : total - tls_written_;
     size_t n = 0;
-    ERR_clear_error();
-    const int r = SSL_write_ex(ssl_, from, len, &n);
-    const int saved_errno = errno;
-    if (r != 1) {
-      if (tls_wait(r, &TcpConnection::tls_write)) return;
-      return write_done(tls_error(r, saved_errno), 0);
-    }
+    asio::error_code ec;
+    const TlsStep step = tls_step([&] { return SSL_write_ex(ssl_, from, len, &n); }, &TcpConnection::tls_write, &ec);
+    if (step == TlsStep::kWaiting) return;
+    if (step == TlsStep::kFailed) return write_done(ec, 0);
     tls_written_ += n;
     turn += n;
   }
@@ -666,9 +636,7 @@ void TcpConnection::close(const std::string& reason) {
 
 // On the strand.
 void TcpConnection::fail(const std::string& reason, bool rejected) {
-  if (closed_) return;
-  closed_ = true;
-  counters_.open = false;
+  if (!mark_closed()) return;
   asio::error_code ec;
   handshake_timer_.cancel();
   sock_.shutdown(tcp::socket::shutdown_both, ec);
@@ -679,20 +647,13 @@ void TcpConnection::fail(const std::string& reason, bool rejected) {
   counters_.queue_depth -= queue_.size();
   queue_.clear();
   counters_.queue_bytes = 0;
-  if (rejected) t_.links().rejected(session_.peer_id(), address_, reason);
-  t_.links().closed(session_.peer_id(), this, address_, reason);
+  report_end(t_.links(), reason, rejected);
   t_.connection_closed(shared_from_this());
 }
 
-LinkStats TcpConnection::stats() const { return counters_.snapshot(); }
-
 void TcpConnection::tick(Clock::time_point now) {
   auto self = shared_from_this();
-  asio::dispatch(strand_, [this, self, now] {
-    if (closed_) return;
-    session_.tick(now);
-    counters_.rtt_s = session_.rtt_s();
-  });
+  asio::dispatch(strand_, [this, self, now] { tick_session(now); });
 }
 
 }  // namespace

@@ -1,0 +1,26 @@
+// What the optimizers in src/optim share and the registry needs: each optimizer's factory
+// (one per file), and the checks every load_state() makes before it touches the device.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hearsay/optim.h"
+
+namespace hearsay::optim {
+
+// The factories registry.cpp lists. Each throws InputError naming the field when a
+// hyper-parameter it reads is out of range.
+std::unique_ptr<Optimizer> make_sgd(Backend& backend, size_t n, const OptimizerSpec& spec);
+std::unique_ptr<Optimizer> make_adamw(Backend& backend, size_t n, const OptimizerSpec& spec);
+
+// Throws InputError naming `where` unless `state` was saved by optimizer `name`, its step
+// count is not negative, every buffer it holds is one of `kept`, and each holds n values.
+void check_state(const OptimizerState& state, const std::string& name,
+                 const std::vector<std::string>& kept, size_t n, const std::string& where);
+
+// The n floats at `src` on the backend, on the host (empty when src is null).
+std::vector<float> download_floats(Backend& backend, const float* src, size_t n);
+
+}  // namespace hearsay::optim

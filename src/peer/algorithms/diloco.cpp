@@ -1,0 +1,69 @@
+// diloco (Douillard et al., 2023): H inner steps alone from the shared anchor a (the inner
+// optimizer is optim: AdamW in the paper); then delta = a - mean(x) over the peers;
+// v <- mu v + delta; a <- a - outer_lr (delta + mu v) (outer Nesterov); x <- a. Every peer
+// waits for the others at each outer step.
+#include <cmath>
+
+#include "../algorithm.h"
+#include "../algorithm_registry.h"
+#include "hearsay/algorithms/diloco.pb.h"
+
+namespace hearsay {
+namespace {
+
+class Diloco final : public Algorithm {
+ public:
+  explicit Diloco(const algorithms::DilocoOptions& o)
+      : h_(static_cast<uint64_t>(o.local_steps())), outer_lr_(o.outer_lr()), mu_(o.outer_momentum()) {}
+  BatchStats step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) override {
+    if (anchor_.empty()) anchor_ = e.params_host();
+    const BatchStats s = local_step(e, batch, lr);
+    if (step % h_ != h_ - 1) return s;
+    const auto avg = average_models(e, step / h_);
+    if (velocity_.empty()) velocity_.assign(avg.size(), 0.0f);
+    for (size_t i = 0; i < avg.size(); ++i) {
+      const float delta = anchor_[i] - avg[i];
+      velocity_[i] = static_cast<float>(mu_ * velocity_[i] + delta);
+      anchor_[i] -= static_cast<float>(outer_lr_ * (delta + mu_ * velocity_[i]));
+    }
+    e.set_params_host(anchor_);
+    return s;
+  }
+
+  std::string save() const override {
+    StateWriter w;
+    for (const auto* v : {&anchor_, &velocity_}) {
+      w.put(v->empty() ? 0.0 : 1.0);
+      if (!v->empty()) w.put(*v);
+    }
+    return w.str();
+  }
+  void load(const std::string& state, GossipEngine& e) override {
+    if (state.empty()) return;
+    StateReader r(state);
+    for (auto* v : {&anchor_, &velocity_}) {
+      if (r.get() != 0) *v = r.get_floats(e.model().num_params());
+    }
+    if (!r.done()) throw InputError("checkpoint: diloco state has bytes left over");
+  }
+
+ private:
+  uint64_t h_;
+  double outer_lr_, mu_;
+  std::vector<float> anchor_, velocity_;
+};
+
+const bool registered = register_algorithm<algorithms::DilocoOptions>({
+    .name = "diloco",
+    .synchronous = true,
+    .check =
+        [](const algorithms::DilocoOptions& o, const GossipSpec&, int) {
+          if (o.local_steps() < 1) throw OptionError("local_steps", "must be >= 1, got " + std::to_string(o.local_steps()));
+          if (!(o.outer_lr() > 0) || !std::isfinite(o.outer_lr())) throw OptionError("outer_lr", "must be a positive number");
+          if (!(o.outer_momentum() >= 0 && o.outer_momentum() < 1)) throw OptionError("outer_momentum", "must be in [0, 1)");
+        },
+    .make = [](const GossipSpec&, const algorithms::DilocoOptions& o) { return std::make_unique<Diloco>(o); },
+});
+
+}  // namespace
+}  // namespace hearsay
