@@ -64,7 +64,7 @@ std::unique_ptr<Optimizer> adamw(Backend& b, size_t n, float weight_decay) {
 }  // namespace
 
 TEST_CASE(
-    "registry: hearsay's optimizers by name; an unknown name or a bad hyper-parameter is refused, "
+    "registry: hearsay's optimizers by name, and an unknown name or a bad hyper-parameter is refused, "
     "naming it") {
   auto b = create_backend("cpu", 1);
   const auto names = optimizer_names();
