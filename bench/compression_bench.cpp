@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "hearsay/config.pb.h"
 #include "bench_util.h"
 #include "hearsay/cluster.h"
 #include "hearsay/command_line.h"
@@ -88,7 +89,7 @@ Outcome run(const Options& o, const std::string& algorithm, const std::string& t
   t << "seed: " << 1 + repeat << " train { epochs: " << o.epochs << " target_test_acc: " << o.target << " }";
   set.push_back(t.str());
   ClusterSpec s;
-  s.base = parse_config(kBase, "compression-bench", set);
+  s.base = peer_spec(parse_config(kBase, "compression-bench", set));
   s.peers = o.peers;
   s.gossip.algorithm = algorithm;
   s.gossip.topology.kind = topology;

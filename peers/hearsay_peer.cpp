@@ -13,6 +13,7 @@
 #include "hearsay/build_config.h"
 #include "hearsay/command_line.h"
 #include "hearsay/config.h"
+#include "hearsay/config.pb.h"
 #include "hearsay/error.h"
 #include "hearsay/log.h"
 #include "hearsay/peer.h"
@@ -151,7 +152,7 @@ int main(int argc, char** argv) {
     if (measure_steps > 0) {
       // One peer's step alone, on this machine (hearsay-run's emulated compute time).
       hearsay::EventLog log("", cfg.name());
-      hearsay::Peer peer(cfg, log, nullptr);
+      hearsay::Peer peer(hearsay::peer_spec(cfg), log, nullptr);
       hearsay::JsonObject measured;
       measured.add("step_s", peer.measure_step_s(measure_steps)).add("steps", measure_steps).add("device", cfg.device());
       std::printf("%s\n", measured.str().c_str());
@@ -172,7 +173,7 @@ int main(int argc, char** argv) {
     } else {
       hearsay::EventLog log(log_path, cfg.name());
       hearsay::Progress progress(stderr, cfg.name());
-      hearsay::Peer peer(cfg, log, quiet ? nullptr : &progress);
+      hearsay::Peer peer(hearsay::peer_spec(cfg), log, quiet ? nullptr : &progress);
       std::fprintf(stderr, "hearsay-peer: %s on %s, %zu parameters, %lld training samples%s%s\n", cfg.name().c_str(),
                    cfg.device().c_str(), peer.model().num_params(), static_cast<long long>(peer.data().train.size),
                    log_path.empty() ? "" : ", log ", log_path.c_str());

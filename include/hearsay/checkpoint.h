@@ -7,10 +7,15 @@
 #include <optional>
 #include <string>
 
-#include "hearsay/checkpoint.pb.h"
 #include "hearsay/optim.h"
 
 namespace hearsay {
+
+// The checkpoint's protobuf schema (proto/hearsay/checkpoint.proto); code that fills or
+// reads one includes the header protoc generates for it.
+namespace ckpt {
+class Checkpoint;
+}  // namespace ckpt
 
 // Throws InputError naming the file when it cannot be written.
 void write_checkpoint(const std::string& path, const ckpt::Checkpoint& c);

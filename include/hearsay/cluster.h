@@ -9,7 +9,6 @@
 #include <utility>
 #include <vector>
 
-#include "hearsay/config.h"
 #include "hearsay/emulated.h"
 #include "hearsay/gossip.h"
 #include "hearsay/peer.h"
@@ -17,7 +16,7 @@
 namespace hearsay {
 
 struct ClusterSpec {
-  config::Config base;         // model, data, optim, train: shared; data is sharded per peer
+  PeerSpec base;  // model, data, optimizer, training: shared (peer_spec() of a config); each peer gets its shard
   int peers = 4;
   GossipSpec gossip;
   std::string transport = "inproc";

@@ -1,18 +1,30 @@
 // Loading and checking configs (protobuf text format; schema in proto/hearsay/config.proto),
-// and turning config messages into the runtime's own types. Every error names the source
-// and the place: "FILE:LINE:COL: field: problem".
+// and turning config messages into the runtime's own types: the one module that knows
+// the config schema (the peer, the engine and everything below take runtime types). Every
+// error names the source and the place: "FILE:LINE:COL: field: problem". Code that reads
+// a config's fields includes the header protoc generates for config.proto.
 #pragma once
 
+#include <atomic>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "hearsay/config.pb.h"
 #include "hearsay/data.h"
 #include "hearsay/model.h"
 #include "hearsay/optim.h"
+#include "hearsay/peer.h"
 
 namespace hearsay {
+
+namespace config {
+class Config;
+class DataConfig;
+class ModelConfig;
+class OptimConfig;
+class ClusterConfig;
+class LinkConfig;
+}  // namespace config
 
 // Reads, parses and validates a config file, then merges each override (a text-format
 // fragment such as 'train { batch_size: 128 }', as given to --set) over it in order:
@@ -48,6 +60,10 @@ std::string optimizer_name(const config::OptimConfig& optim);
 // The optimizer the config names, with its hyper-parameters (create_optimizer() makes it).
 OptimizerSpec optimizer_spec(const config::OptimConfig& optim);
 LrSchedule lr_schedule(const config::OptimConfig& optim, int64_t total_steps);
+// Everything one peer of the config trains with, its data loaded: the config's name,
+// seed, device, data shard, model, optimizer, schedule, training, logging and checkpoints.
+// Throws InputError naming the data file or the field.
+PeerSpec peer_spec(const config::Config& c);
 
 }  // namespace hearsay
 
@@ -69,5 +85,21 @@ bool emulates_links(const config::ClusterConfig& cluster);
 // kMinSecretBytes.
 inline constexpr size_t kMinSecretBytes = 16;
 std::string load_cluster_secret(const config::ClusterConfig& cluster);
+
+}  // namespace hearsay
+
+namespace hearsay {
+
+// Which peer of the config's cluster this process is: `requested` if given; else the
+// index in SLURM_PROCID or RANK (torchrun). Throws InputError if it names no peer.
+std::string resolve_peer_name(const config::Config& cfg, const std::string& requested);
+
+// Runs one named peer of a cluster config as a real process (src/peer/cluster_peer.cpp):
+// opens the configured transport (under link emulation if the config has links), listens
+// at its address, dials its neighbours (retrying as they come up), waits for them, then
+// trains. `stop`, when set from another thread (a signal), ends training after the
+// current step.
+TrainResult run_cluster_peer(const config::Config& cfg, const std::string& peer_name, EventLog& log,
+                             Progress* progress, const std::atomic<bool>* stop);
 
 }  // namespace hearsay

@@ -27,7 +27,6 @@
 #include <string>
 #include <vector>
 
-#include "hearsay/checkpoint.pb.h"
 #include "hearsay/clock.h"
 #include "hearsay/codec.h"
 #include "hearsay/log.h"
@@ -38,6 +37,10 @@
 #include "hearsay/transport.h"
 
 namespace hearsay {
+
+namespace ckpt {
+class Checkpoint;  // proto/hearsay/checkpoint.proto: what save_state fills in
+}  // namespace ckpt
 
 // Thrown out of a step when stop() interrupted a wait: the run ends, it did not fail.
 struct StopRequested : std::runtime_error {

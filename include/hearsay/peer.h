@@ -10,7 +10,6 @@
 
 #include "hearsay/backend.h"
 #include "hearsay/clock.h"
-#include "hearsay/config.h"
 #include "hearsay/gossip.h"
 #include "hearsay/data.h"
 #include "hearsay/log.h"
@@ -18,6 +17,40 @@
 #include "hearsay/optim.h"
 
 namespace hearsay {
+
+// How long and how a peer trains (docs/CONFIG.md, TrainConfig).
+struct TrainSpec {
+  int batch_size = 64;
+  double epochs = 5;             // passes over the shard; stops at whichever limit comes first
+  int64_t max_steps = 0;         // 0: no limit
+  double target_test_acc = 0;    // 0: none
+  int64_t eval_every_steps = 0;  // 0: at the end of each epoch
+  int eval_batch_size = 1000;
+  double eval_every_s = 0;       // > 0: evaluate on the clock instead
+  double emulated_step_s = 0;    // > 0: every step's computation takes slowdown x this
+};
+
+// What one peer trains and how, in runtime types: src/config fills it from a config
+// (peer_spec in config.h), loading the data; a program may fill it itself.
+struct PeerSpec {
+  std::string name = "run";  // the peer's name in logs and checkpoint files
+  uint64_t seed = 1;         // initialisation, sharding, sampling
+  std::string device = "cpu";
+  int threads = 1;
+  TrainTest data;            // the whole data set; the peer trains on its shard
+  int num_shards = 1, shard = 0;
+  Partition partition = Partition::kIid;
+  double dirichlet_alpha = 0.5;
+  ModelSpec model;           // shaped by the data
+  std::string model_description;  // how the config named the model (the start event's "model")
+  OptimizerSpec optimizer;
+  LrSchedule schedule;       // total_steps is filled in by the peer from `train`
+  TrainSpec train;
+  int64_t log_every_steps = 50;
+  std::string checkpoint_dir;  // empty: no checkpoints
+  int64_t checkpoint_every_steps = 0;
+  bool resume = true;
+};
 
 struct TrainResult {
   int64_t steps = 0;
@@ -61,7 +94,7 @@ class Peer {
   // Loads data, builds the model on the configured device. Throws InputError on bad
   // config or data. `log` must outlive the peer; `progress` may be null. Without a
   // network the peer trains alone.
-  Peer(const config::Config& cfg, EventLog& log, Progress* progress, const PeerNetwork* network = nullptr);
+  Peer(PeerSpec spec, EventLog& log, Progress* progress, const PeerNetwork* network = nullptr);
   ~Peer();
   // A host copy of the model's parameters. Not while run() is stepping.
   std::vector<float> params() const;
@@ -93,7 +126,7 @@ class Peer {
   // Restores the last checkpoint when there is one (and resume is on); returns its step.
   int64_t resume();
 
-  config::Config cfg_;
+  PeerSpec spec_;
   EventLog& log_;
   Progress* progress_;
   TrainTest data_;
@@ -110,20 +143,5 @@ class Peer {
   std::vector<float> host_x_;
   std::vector<int32_t> host_y_;
 };
-
-}  // namespace hearsay
-
-namespace hearsay {
-
-// Which peer of the config's cluster this process is: `requested` if given; else the
-// index in SLURM_PROCID or RANK (torchrun). Throws InputError if it names no peer.
-std::string resolve_peer_name(const config::Config& cfg, const std::string& requested);
-
-// Runs one named peer of a cluster config as a real process: opens the configured
-// transport (under link emulation if the config has links), listens at its address,
-// dials its neighbours (retrying as they come up), waits for them, then trains.
-// `stop`, when set from another thread (a signal), ends training after the current step.
-TrainResult run_cluster_peer(const config::Config& cfg, const std::string& peer_name, EventLog& log,
-                             Progress* progress, const std::atomic<bool>* stop);
 
 }  // namespace hearsay

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "hearsay/config.h"
+#include "hearsay/config.pb.h"
 #include "hearsay/error.h"
 #include "../peer/algorithm_registry.h"
 

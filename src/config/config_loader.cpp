@@ -16,6 +16,7 @@
 
 #include "hearsay/codec.h"
 #include "hearsay/config.h"
+#include "hearsay/config.pb.h"
 #include "hearsay/error.h"
 #include "../peer/algorithm_registry.h"
 

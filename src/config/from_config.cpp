@@ -1,4 +1,5 @@
 #include "hearsay/config.h"
+#include "hearsay/config.pb.h"
 #include "hearsay/error.h"
 
 namespace hearsay {
@@ -86,6 +87,38 @@ LrSchedule lr_schedule(const config::OptimConfig& o, int64_t total_steps) {
   s.gamma = o.gamma();
   s.total_steps = total_steps;
   s.min_lr = o.min_lr();
+  return s;
+}
+
+PeerSpec peer_spec(const config::Config& c) {
+  PeerSpec s;
+  s.name = c.name();
+  s.seed = c.seed();
+  s.device = c.device();
+  s.threads = c.threads();
+  s.data = load_data(c.data(), c.seed());
+  const auto& d = c.data();
+  s.num_shards = d.num_shards();
+  s.shard = d.shard();
+  s.partition = d.partition() == config::DataConfig::DIRICHLET ? Partition::kDirichlet : Partition::kIid;
+  s.dirichlet_alpha = d.dirichlet_alpha();
+  s.model = model_spec(c.model(), s.data.train);
+  s.model_description = c.model().ShortDebugString();
+  s.optimizer = optimizer_spec(c.optim());
+  s.schedule = lr_schedule(c.optim(), 0);
+  const auto& t = c.train();
+  s.train.batch_size = t.batch_size();
+  s.train.epochs = t.epochs();
+  s.train.max_steps = t.max_steps();
+  s.train.target_test_acc = t.target_test_acc();
+  s.train.eval_every_steps = t.eval_every_steps();
+  s.train.eval_batch_size = t.eval_batch_size();
+  s.train.eval_every_s = t.eval_every_s();
+  s.train.emulated_step_s = t.emulated_step_s();
+  s.log_every_steps = c.log().every_steps();
+  s.checkpoint_dir = c.checkpoint().dir();
+  s.checkpoint_every_steps = c.checkpoint().every_steps();
+  s.resume = c.checkpoint().resume();
   return s;
 }
 

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "hearsay/config.h"
+#include "hearsay/config.pb.h"
 #include "hearsay/error.h"
 
 namespace hearsay {

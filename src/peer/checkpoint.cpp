@@ -1,3 +1,4 @@
+#include "hearsay/checkpoint.pb.h"
 #include "hearsay/checkpoint.h"
 
 #include <fcntl.h>

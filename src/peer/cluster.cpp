@@ -1,3 +1,4 @@
+#include "hearsay/config.pb.h"
 #include "hearsay/cluster.h"
 
 #include <chrono>
@@ -90,7 +91,7 @@ ClusterResult run_cluster(const ClusterSpec& spec) {
   for (int i = 0; i < n; ++i) {
     TransportOptions o;
     o.peer_id = ids[i];
-    o.cluster_id = "cluster-" + spec.base.name();
+    o.cluster_id = "cluster-" + spec.base.name;
     o.secret = "in-process-cluster";
     o.cluster_peers = ids;
     o.heartbeat_interval_s = 0.5;
@@ -101,7 +102,7 @@ ClusterResult run_cluster(const ClusterSpec& spec) {
     }
     const bool emulate = spec.link.latency_s > 0 || spec.link.bandwidth_bps > 0 || spec.link.loss > 0 ||
                          !spec.link.outages.empty() || !per_peer.empty();
-    if (emulate) t = create_emulated_transport(std::move(t), spec.link, per_peer, spec.base.seed() + i);
+    if (emulate) t = create_emulated_transport(std::move(t), spec.link, per_peer, spec.base.seed + i);
     addresses.push_back(t->listen(spec.transport == "inproc" ? "" : "127.0.0.1:0"));
     transports.push_back(std::move(t));
   }
@@ -120,10 +121,10 @@ ClusterResult run_cluster(const ClusterSpec& spec) {
   std::vector<std::unique_ptr<EventLog>> logs;
   std::vector<std::unique_ptr<Peer>> peers;
   for (int i = 0; i < n; ++i) {
-    config::Config c = spec.base;
-    c.set_name(ids[i]);
-    c.mutable_data()->set_num_shards(n);
-    c.mutable_data()->set_shard(i);
+    PeerSpec c = spec.base;
+    c.name = ids[i];
+    c.num_shards = n;
+    c.shard = i;
     logs.push_back(std::make_unique<EventLog>(spec.log_dir.empty() ? "" : spec.log_dir + "/" + ids[i] + ".jsonl", ids[i]));
     PeerNetwork net;
     net.gossip = spec.gossip;
@@ -135,9 +136,9 @@ ClusterResult run_cluster(const ClusterSpec& spec) {
     net.on_snapshot = [&monitor, i](int64_t step, const std::vector<float>& p) { monitor.add(i, step, p); };
     if (spec.distinct_init) {
       net.join = false;
-      net.init_seed = spec.base.seed() + 1000 + static_cast<uint64_t>(i);
+      net.init_seed = spec.base.seed + 1000 + static_cast<uint64_t>(i);
     }
-    peers.push_back(std::make_unique<Peer>(c, *logs.back(), nullptr, &net));
+    peers.push_back(std::make_unique<Peer>(std::move(c), *logs.back(), nullptr, &net));
   }
 
   ClusterResult result;

@@ -3,6 +3,8 @@
 #include <set>
 #include <thread>
 
+#include "hearsay/config.h"
+#include "hearsay/config.pb.h"
 #include "hearsay/error.h"
 #include "hearsay/peer.h"
 
@@ -131,7 +133,7 @@ TrainResult run_cluster_peer(const config::Config& base, const std::string& name
   net.slowdown = cl.ideal() ? 1.0 : cl.peers(me).slowdown();
   TrainResult result;
   {
-    Peer peer(cfg, log, progress, &net);
+    Peer peer(peer_spec(cfg), log, progress, &net);
     std::atomic<bool> done{false};
     std::thread watcher([&] {
       while (!done) {

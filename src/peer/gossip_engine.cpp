@@ -3,6 +3,7 @@
 #include <set>
 #include <thread>
 
+#include "hearsay/checkpoint.pb.h"
 #include "algorithm.h"
 #include "algorithm_registry.h"
 #include "hearsay/checkpoint.h"

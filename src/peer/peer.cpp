@@ -1,3 +1,4 @@
+#include "hearsay/checkpoint.pb.h"
 #include "hearsay/peer.h"
 
 #include <algorithm>
@@ -9,28 +10,30 @@
 
 namespace hearsay {
 
-Peer::Peer(const config::Config& cfg, EventLog& log, Progress* progress, const PeerNetwork* network)
-    : cfg_(cfg), log_(log), progress_(progress) {
-  data_ = load_data(cfg_.data(), cfg_.seed());
-  const ModelSpec spec = model_spec(cfg_.model(), data_.train);
-  backend_ = create_backend(cfg_.device(), cfg_.threads());
-  const int batch = cfg_.train().batch_size();
-  const int max_batch = std::max(batch, cfg_.train().eval_batch_size());
-  const uint64_t init_seed = network != nullptr && network->init_seed ? *network->init_seed : cfg_.seed();
-  model_ = create_model(spec, *backend_, max_batch, init_seed);
-  optimizer_ = create_optimizer(*backend_, model_->num_params(), optimizer_spec(cfg_.optim()));
+Peer::Peer(PeerSpec spec, EventLog& log, Progress* progress, const PeerNetwork* network)
+    : spec_(std::move(spec)), log_(log), progress_(progress) {
+  data_ = std::move(spec_.data);
+  backend_ = create_backend(spec_.device, spec_.threads);
+  const int batch = spec_.train.batch_size;
+  const int max_batch = std::max(batch, spec_.train.eval_batch_size);
+  const uint64_t init_seed = network != nullptr && network->init_seed ? *network->init_seed : spec_.seed;
+  model_ = create_model(spec_.model, *backend_, max_batch, init_seed);
+  optimizer_ = create_optimizer(*backend_, model_->num_params(), spec_.optimizer);
 
-  const auto& d = cfg_.data();
-  const Partition partition = d.partition() == config::DataConfig::DIRICHLET ? Partition::kDirichlet : Partition::kIid;
-  auto shards = shard_indices(data_.train, d.num_shards(), partition, d.dirichlet_alpha(), cfg_.seed());
-  sampler_ = std::make_unique<BatchSampler>(std::move(shards[d.shard()]), cfg_.seed() * 1315423911ULL + d.shard());
+  if (spec_.num_shards < 1 || spec_.shard < 0 || spec_.shard >= spec_.num_shards) {
+    throw InputError("peer " + spec_.name + ": shard " + std::to_string(spec_.shard) + " of " +
+                     std::to_string(spec_.num_shards) + " does not exist");
+  }
+  auto shards = shard_indices(data_.train, spec_.num_shards, spec_.partition, spec_.dirichlet_alpha, spec_.seed);
+  sampler_ = std::make_unique<BatchSampler>(std::move(shards[static_cast<size_t>(spec_.shard)]),
+                                            spec_.seed * 1315423911ULL + static_cast<uint64_t>(spec_.shard));
 
   if (network != nullptr) {
     network_ = *network;
     if (network_.transport == nullptr) throw InputError("peer: a network needs a transport");
     if (!(network_.slowdown >= 1.0)) throw InputError("peer: slowdown must be >= 1");
     engine_ = std::make_unique<GossipEngine>(network_.gossip, network_.peers, network_.me, *network_.transport, *model_,
-                                             *optimizer_, clock_, log_, cfg_.seed());
+                                             *optimizer_, clock_, log_, spec_.seed);
   }
   batch_x_ = DeviceBuffer(*backend_, sizeof(float) * static_cast<size_t>(max_batch) * data_.train.dim());
   batch_y_ = DeviceBuffer(*backend_, sizeof(int32_t) * static_cast<size_t>(max_batch));
@@ -59,14 +62,14 @@ void Peer::next_batch(int batch, int64_t* idx) {
 }
 
 double Peer::measure_step_s(int steps) {
-  const int batch = cfg_.train().batch_size();
+  const int batch = spec_.train.batch_size;
   std::vector<int64_t> idx(static_cast<size_t>(batch));
   std::vector<double> times;
   for (int i = 0; i < steps + 3; ++i) {  // three to warm caches and allocators
     next_batch(batch, idx.data());
     const auto t0 = std::chrono::steady_clock::now();
     model_->forward_backward(Batch{batch_x_.f32(), batch_y_.i32(), batch});
-    optimizer_->step(model_->params(), model_->grads(), cfg_.optim().lr());
+    optimizer_->step(model_->params(), model_->grads(), spec_.schedule.base_lr);
     backend_->synchronize();
     if (i >= 3) times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
@@ -76,7 +79,7 @@ double Peer::measure_step_s(int steps) {
 
 BatchStats Peer::evaluate() {
   const Dataset& test = data_.test;
-  const int eb = cfg_.train().eval_batch_size();
+  const int eb = spec_.train.eval_batch_size;
   BatchStats total;
   std::vector<int64_t> idx(eb);
   for (int64_t start = 0; start < test.size; start += eb) {
@@ -101,31 +104,32 @@ BatchStats Peer::evaluate() {
 }
 
 TrainResult Peer::run() {
-  const auto& t = cfg_.train();
-  const int batch = t.batch_size();
+  const TrainSpec& t = spec_.train;
+  const int batch = t.batch_size;
   // In a cluster every peer takes the same number of steps (synchronous algorithms meet
   // every round), sized by the mean shard.
-  const int64_t shard = engine_ ? data_.train.size / cfg_.data().num_shards() : sampler_->shard_size();
-  const double epoch_steps = std::ceil(t.epochs() * static_cast<double>(shard) / batch);
+  const int64_t shard = engine_ ? data_.train.size / spec_.num_shards : sampler_->shard_size();
+  const double epoch_steps = std::ceil(t.epochs * static_cast<double>(shard) / batch);
   if (!(epoch_steps >= 0 && epoch_steps < 1e15)) {
     // The config's bounds keep this far away; a step count that does not fit would train nothing.
-    throw InputError("train.epochs: " + std::to_string(t.epochs()) + " epochs of " + std::to_string(shard) +
+    throw InputError("train.epochs: " + std::to_string(t.epochs) + " epochs of " + std::to_string(shard) +
                      " samples in batches of " + std::to_string(batch) + " is too many steps");
   }
   int64_t total_steps = static_cast<int64_t>(epoch_steps);
-  if (t.max_steps() > 0) total_steps = t.epochs() > 0 ? std::min(total_steps, t.max_steps()) : t.max_steps();
-  const LrSchedule schedule = lr_schedule(cfg_.optim(), total_steps);
-  const int64_t log_every = cfg_.log().every_steps();
+  if (t.max_steps > 0) total_steps = t.epochs > 0 ? std::min(total_steps, t.max_steps) : t.max_steps;
+  LrSchedule schedule = spec_.schedule;
+  schedule.total_steps = total_steps;
+  const int64_t log_every = spec_.log_every_steps;
 
   log_.write(log_.event("start")
                  .add("device", backend_->name())
-                 .add("model", cfg_.model().ShortDebugString())
+                 .add("model", spec_.model_description)
                  .add("params", static_cast<int64_t>(model_->num_params()))
                  .add("shard_size", shard)
                  .add("batch_size", batch)
                  .add("total_steps", total_steps)
-                 .add("target_test_acc", t.target_test_acc())
-                 .add("seed", static_cast<int64_t>(cfg_.seed()))
+                 .add("target_test_acc", t.target_test_acc)
+                 .add("seed", static_cast<int64_t>(spec_.seed))
                  // Wall-clock time (Unix seconds) at this event: places the log's relative
                  // times among other processes' (restarted peers append to one log).
                  .add("unix_time", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()));
@@ -144,7 +148,7 @@ TrainResult Peer::run() {
 
   int64_t compute_overruns = 0;  // steps whose real computation exceeded train.emulated_step_s
   int64_t evaluated_at = -1;  // the step of the last evaluation
-  double next_eval_s = t.eval_every_s();  // train.eval_every_s: when the next evaluation is due
+  double next_eval_s = t.eval_every_s;  // train.eval_every_s: when the next evaluation is due
   auto do_eval = [&](int64_t step) {
     evaluated_at = step;
     const double t0 = log_.elapsed();
@@ -159,13 +163,13 @@ TrainResult Peer::run() {
                    .add("test_acc", s.accuracy())
                    .add("test_loss", s.loss())
                    .add("eval_s", eval_s));
-    if (t.target_test_acc() > 0 && !result.time_to_target_s && s.accuracy() >= t.target_test_acc()) {
+    if (t.target_test_acc > 0 && !result.time_to_target_s && s.accuracy() >= t.target_test_acc) {
       result.time_to_target_s = log_.elapsed();
       if (engine_) result.bytes_to_target = engine_->bytes_sent();
     }
   };
 
-  const int64_t checkpoint_every = cfg_.checkpoint().every_steps();
+  const int64_t checkpoint_every = spec_.checkpoint_every_steps;
   for (int64_t step = first_step; step < total_steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     next_batch(batch, idx.data());
@@ -181,7 +185,7 @@ TrainResult Peer::run() {
       s = model_->forward_backward(Batch{batch_x_.f32(), batch_y_.i32(), batch});
       optimizer_->step(model_->params(), model_->grads(), lr);
     }
-    const double base_s = t.emulated_step_s();
+    const double base_s = t.emulated_step_s;
     if (network_.slowdown > 1.0 || base_s > 0) {
       // Stretch the computation only: waiting on the network is not what a slower GPU slows.
       const double took = engine_ ? engine_->last_compute_s()
@@ -208,7 +212,7 @@ TrainResult Peer::run() {
       }
       throw InputError("training diverged at step " + std::to_string(step) + " (loss is not finite) " +
                        (mixed.empty() ? "with no neighbour's update mixed in this step; lower optim.lr (now " +
-                                            std::to_string(cfg_.optim().lr()) + ")"
+                                            std::to_string(spec_.schedule.base_lr) + ")"
                                       : "after mixing updates from " + mixed +
                                             " in this step; check those peers (their learning rate, their logs) "
                                             "or tighten cluster.gossip.guard"));
@@ -243,11 +247,11 @@ TrainResult Peer::run() {
     }
     const bool epoch_ended = static_cast<int64_t>(state.epoch) > last_epoch;
     last_epoch = static_cast<int64_t>(state.epoch);
-    bool eval_now = t.eval_every_steps() > 0 ? result.steps % t.eval_every_steps() == 0 : epoch_ended;
-    if (t.eval_every_s() > 0) {
+    bool eval_now = t.eval_every_steps > 0 ? result.steps % t.eval_every_steps == 0 : epoch_ended;
+    if (t.eval_every_s > 0) {
       // On the clock: at the first step after each multiple of eval_every_s.
       eval_now = log_.elapsed() >= next_eval_s;
-      if (eval_now) next_eval_s = (std::floor(log_.elapsed() / t.eval_every_s()) + 1) * t.eval_every_s();
+      if (eval_now) next_eval_s = (std::floor(log_.elapsed() / t.eval_every_s) + 1) * t.eval_every_s;
     }
     if (eval_now || result.steps == total_steps) {
       do_eval(result.steps);
@@ -283,7 +287,7 @@ TrainResult Peer::run() {
       .add("train_s", train_s)
       .add("samples_per_s", train_s > 0 ? result.steps * batch / train_s : 0.0)
       .add("bytes_sent", static_cast<int64_t>(result.bytes_sent));
-  if (t.emulated_step_s() > 0) end.add("emulated_step_s", t.emulated_step_s()).add("compute_overruns", compute_overruns);
+  if (t.emulated_step_s > 0) end.add("emulated_step_s", t.emulated_step_s).add("compute_overruns", compute_overruns);
   if (result.time_to_target_s) {
     end.add("time_to_target_s", *result.time_to_target_s);
     if (engine_) end.add("bytes_to_target", static_cast<int64_t>(result.bytes_to_target));
@@ -300,8 +304,7 @@ std::vector<float> Peer::params() const { return model_->get_params(); }
 std::string Peer::algorithm_state() const { return engine_ ? engine_->algorithm_state() : std::string(); }
 
 std::string Peer::checkpoint_path() const {
-  const auto& c = cfg_.checkpoint();
-  return c.dir().empty() ? std::string() : c.dir() + "/" + cfg_.name() + ".ckpt";
+  return spec_.checkpoint_dir.empty() ? std::string() : spec_.checkpoint_dir + "/" + spec_.name + ".ckpt";
 }
 
 void Peer::save_checkpoint(int64_t step, double wall_s) {
@@ -309,8 +312,8 @@ void Peer::save_checkpoint(int64_t step, double wall_s) {
   if (path.empty()) return;
   const double t0 = log_.elapsed();
   ckpt::Checkpoint c;
-  c.set_peer(cfg_.name());
-  c.set_run(cfg_.name());
+  c.set_peer(spec_.name);
+  c.set_run(spec_.name);
   c.set_num_params(model_->num_params());
   c.set_step(step);
   const auto params = model_->get_params();
@@ -328,7 +331,7 @@ void Peer::save_checkpoint(int64_t step, double wall_s) {
 
 int64_t Peer::resume() {
   const std::string path = checkpoint_path();
-  if (path.empty() || !cfg_.checkpoint().resume()) return 0;
+  if (path.empty() || !spec_.resume) return 0;
   const auto c = read_checkpoint(path);
   if (!c) return 0;
   const std::string where = "checkpoint " + path;

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "hearsay/config.pb.h"
 #include "hearsay/config.h"
 #include "hearsay/error.h"
 #include "test_util.h"

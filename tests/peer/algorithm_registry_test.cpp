@@ -5,6 +5,7 @@
 
 #include <stdexcept>
 
+#include "hearsay/config.pb.h"
 #include "hearsay/cluster.h"
 #include "hearsay/config.h"
 #include "hearsay/error.h"
@@ -31,8 +32,7 @@ std::string config_text(const std::string& gossip) {
 
 ClusterResult run_from_config(const config::Config& c) {
   ClusterSpec s;
-  s.base = c;
-  s.base.clear_cluster();
+  s.base = peer_spec(c);
   s.peers = c.cluster().peers_size();
   s.gossip = gossip_spec(c.cluster());
   return run_cluster(s);

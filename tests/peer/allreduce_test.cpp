@@ -6,6 +6,7 @@
 
 #include <cstring>
 
+#include "hearsay/config.pb.h"
 #include "hearsay/cluster.h"
 #include "hearsay/config.h"
 #include "hearsay/error.h"
@@ -16,7 +17,7 @@ namespace {
 
 ClusterSpec spec(const std::string& text, const std::string& codec, std::vector<int> site_of, const std::string& algorithm = "allreduce") {
   ClusterSpec s;
-  s.base = parse_config(text, "allreduce-test");
+  s.base = peer_spec(parse_config(text, "allreduce-test"));
   s.peers = 4;
   s.gossip.algorithm = algorithm;
   s.gossip.topology.kind = "ring";

@@ -10,6 +10,8 @@
 #include <regex>
 #include <thread>
 
+#include "hearsay/checkpoint.pb.h"
+#include "hearsay/config.pb.h"
 #include "hearsay/backend.h"
 #include "hearsay/checkpoint.h"
 #include "hearsay/error.h"

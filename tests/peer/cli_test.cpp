@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "hearsay/config.pb.h"
 #include "test_util.h"
 
 namespace {

@@ -9,6 +9,7 @@
 #include <functional>
 #include <numeric>
 
+#include "hearsay/config.pb.h"
 #include "hearsay/cluster.h"
 #include "hearsay/config.h"
 #include "hearsay/error.h"
@@ -36,13 +37,13 @@ config::Config base(const std::string& extra = "") { return parse_config(kLogreg
 // The centralized reference: one peer on all the data with the same number of samples.
 TrainResult centralized(const config::Config& c) {
   EventLog log("", "central");
-  Peer p(c, log, nullptr);
+  Peer p(peer_spec(c), log, nullptr);
   return p.run();
 }
 
 ClusterResult cluster(const std::string& algorithm, int n, const config::Config& c, std::vector<double> slowdown = {}) {
   ClusterSpec s;
-  s.base = c;
+  s.base = peer_spec(c);
   s.peers = n;
   s.gossip.algorithm = algorithm;
   s.gossip.topology.kind = algorithm == "sgp" ? "exponential" : algorithm == "adpsgd" ? "random" : "ring";
@@ -96,7 +97,7 @@ TEST_CASE("cluster: on non-IID shards every algorithm beats peers that never com
   double control_acc[2], control_loss[2];
   for (int k = 0; k < 2; ++k) {
     ClusterSpec alone;
-    alone.base = base(noniid + (k == 0 ? "" : " seed: 4"));
+    alone.base = peer_spec(base(noniid + (k == 0 ? "" : " seed: 4")));
     alone.peers = 8;
     alone.gossip.algorithm = "local_sgd";
     alone.gossip.options = "local_steps: 1000000";
@@ -189,7 +190,7 @@ TEST_CASE("cluster: with one peer 10x slower, asynchronous peers keep their pace
 
 TEST_CASE("cluster: with one link 100x slower, memory stays bounded and the run still converges") {
   ClusterSpec s;
-  s.base = base();
+  s.base = peer_spec(base());
   s.peers = 4;
   s.gossip.algorithm = "gossip_grad";
   s.gossip.topology.kind = "ring";
@@ -214,7 +215,7 @@ TEST_CASE("cluster: with one link 100x slower, memory stays bounded and the run 
 
 TEST_CASE("cluster: a peer that joins late starts from a neighbour's model") {
   ClusterSpec s;
-  s.base = base();
+  s.base = peer_spec(base());
   s.peers = 4;
   s.gossip.algorithm = "adpsgd";
   s.gossip.topology.kind = "random";
@@ -248,7 +249,7 @@ TEST_CASE("cluster: adaptive compression gives a fast link a dense codec and a s
   test::TempDir dir;
   ClusterSpec s;
   // 16 features x 4 classes is too small to need compressing anywhere; 2000 x 4 is not.
-  s.base = base("data { synthetic_dim: 2000 synthetic_train: 2048 } train { epochs: 6 }");
+  s.base = peer_spec(base("data { synthetic_dim: 2000 synthetic_train: 2048 } train { epochs: 6 }"));
   s.peers = 3;
   s.gossip.algorithm = "gossip_grad";
   s.gossip.topology.kind = "complete";
@@ -297,7 +298,7 @@ struct ByzantineRun {
 // 8 peers, adpsgd; peer 7 lies as `byzantine` says ("none": all honest).
 ByzantineRun byzantine_run(const std::string& byzantine, const std::string& robust, double target) {
   ClusterSpec s;
-  s.base = parse_config(kByzantineWorkload, "byzantine-test", {"train { target_test_acc: " + std::to_string(target) + " }"});
+  s.base = peer_spec(parse_config(kByzantineWorkload, "byzantine-test", {"train { target_test_acc: " + std::to_string(target) + " }"}));
   s.peers = 8;
   s.gossip.algorithm = "adpsgd";
   s.gossip.topology.kind = "random";
@@ -368,14 +369,14 @@ namespace {
 ClusterResult averaging_only(const std::string& algorithm, const std::string& topology, int n = 8,
                              const std::function<void(ClusterSpec&)>& adjust = {}) {
   ClusterSpec s;
-  s.base = parse_config(R"(
+  s.base = peer_spec(parse_config(R"(
     name: "avg" seed: 11
     model { kind: MLP hidden: [16] }
     data { format: SYNTHETIC synthetic_train: 2048 synthetic_test: 256 synthetic_dim: 8 num_classes: 4 }
     optim { lr: 1e-30 momentum: 0 }
     train { batch_size: 16 epochs: 16 eval_every_steps: 1000000 }
     log { every_steps: 16 }
-  )", "averaging-test");
+  )", "averaging-test"));
   s.peers = n;
   s.gossip.algorithm = algorithm;
   s.gossip.topology.kind = topology;
@@ -468,7 +469,7 @@ std::map<int, PublicCopy> public_copies(const std::string& state) {
 // A lossy codec with a residual that would differ per link (top-k, 10%); 768 steps, so
 // that the rounds cut off when the peers stop are tiny.
 void choco_topk(ClusterSpec& s) {
-  s.base.mutable_train()->set_epochs(48);
+  s.base.train.epochs = 48;
   s.gossip.codec.name = "topk";
   s.gossip.codec.density = 0.1;
   s.gossip.options = "consensus_step: 0.3";
@@ -534,7 +535,7 @@ double push_sum_weight(const std::string& state) {
 // to the sender as failed sends; numerators in fp16. 1,024 steps (about 0.5 s), so that
 // the run outlasts the delays.
 void hostile_links(ClusterSpec& s) {
-  s.base.mutable_train()->set_epochs(64);
+  s.base.train.epochs = 64;
   s.link.latency_s = 0.002;
   s.link.jitter_s = 0.001;
   s.link.loss = 0.05;

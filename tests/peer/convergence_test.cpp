@@ -1,6 +1,7 @@
 // Convergence on Fashion-MNIST within 5 epochs, one peer on the CPU (label "slow").
 #include <doctest/doctest.h>
 
+#include "hearsay/config.pb.h"
 #include "hearsay/config.h"
 #include "hearsay/peer.h"
 
@@ -11,7 +12,7 @@ namespace {
 double final_accuracy(const std::string& text) {
   const auto cfg = parse_config(text, "convergence");
   EventLog log("", cfg.name());
-  Peer peer(cfg, log, nullptr);
+  Peer peer(peer_spec(cfg), log, nullptr);
   return peer.run().final_test_acc;
 }
 

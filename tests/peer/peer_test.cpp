@@ -3,6 +3,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "hearsay/config.pb.h"
 #include "hearsay/config.h"
 #include "hearsay/error.h"
 #include "hearsay/peer.h"
@@ -25,7 +26,7 @@ const char* kSynthetic = R"(
 TrainResult train(const std::string& set = "", const std::string& log_path = "") {
   const auto cfg = parse_config(kSynthetic, "test", {set});
   EventLog log(log_path, cfg.name());
-  Peer peer(cfg, log, nullptr);
+  Peer peer(peer_spec(cfg), log, nullptr);
   return peer.run();
 }
 
