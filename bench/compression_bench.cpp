@@ -96,7 +96,7 @@ Outcome run(const Options& o, const std::string& algorithm, const std::string& t
   s.gossip.codec = codec;
   if (algorithm != "allreduce") s.gossip.gossip_every = o.gossip_every;
   if (algorithm == "gossip_grad") s.gossip.options = "average_every: " + std::to_string(o.average_every);
-  s.gossip.mixer.weighting = parse_weighting(o.weighting);
+  s.gossip.mixer.weighting = o.weighting;
   // Whole models (gossip_grad's averaging) travel at the codec's precision where it is a
   // dense one, else as int8.
   s.gossip.model_codec = codec.name == "fp16" || codec.name == "bf16" || codec.name == "none" ? codec.name : "int8";

@@ -99,6 +99,7 @@ class Inbox;
 class UpdateGuard;
 class RobustMixing;
 class Outbox;
+class DeviceLinkEncoder;  // hearsay/device_codec.h (builds with CUDA)
 
 class GossipEngine {
  public:
@@ -155,6 +156,7 @@ class GossipEngine {
   // --- for the algorithms (src/peer/algorithms) --------------------------------------
   struct Message;
   struct Encoded;
+  struct DeviceSnapshot;
   Trainable& model() { return model_; }
   Optimizer& optimizer() { return optimizer_; }
   Mixer& mixer() { return mixer_; }
@@ -171,6 +173,22 @@ class GossipEngine {
   // `decoded` is, bit for bit, what each receiver's take_async gives for it. `offset`:
   // where `data` starts within the whole tensor (layout-aware codecs).
   std::shared_ptr<const Encoded> encode_once(const std::vector<float>& data, uint64_t offset = 0);
+  // Whether this peer encodes and decodes gossip on its device: its model is in device
+  // memory (a CUDA backend) in a build with CUDA. Then an algorithm sends what lives on
+  // the device as a snapshot (send_device) and applies arrivals with the Message overloads of
+  // axpy_params, axpy_grads and mix_neighbour_model; otherwise it keeps the host calls.
+  bool gossip_on_device() const { return on_device_; }
+  // A copy of `n` floats of the model's device memory (its gradient, its parameters, or a
+  // delta the algorithm computed there), taken now and shared by every send of it. Only
+  // where gossip_on_device(); step-loop thread.
+  std::shared_ptr<const DeviceSnapshot> snapshot_device(const float* src, size_t n);
+  // As send(to, header, data), for a device snapshot: the link's codec encodes it on the
+  // device (the codec's device twin, with the link's error-feedback residual kept on the
+  // device), so only the payload crosses PCIe; a raw fp32 send downloads it once for every
+  // link. Falls back to the host encoder, saying so once on stderr, where the device
+  // cannot: a codec without a device twin, a push-sum share under a lossy codec (its
+  // rounding is given back to the sender as a host vector), fault injection (byzantine).
+  void send_device(int to, Message header, std::shared_ptr<const DeviceSnapshot> data);
   // Sends an encoded update to peer index `to` as `header` describes: the same payload
   // bytes on every link, never re-encoded, never folded with another, in order.
   void send_encoded(int to, Message header, std::shared_ptr<const Encoded> update);
@@ -205,9 +223,18 @@ class GossipEngine {
   void axpy_params(double a, const std::vector<float>& y);
   // g <- g + a * y into the gradient buffer, on the device.
   void axpy_grads(double a, const std::vector<float>& y);
+  // The same three for an arrival m (y = m.data). Where gossip_on_device() and m kept the
+  // payloads it arrived as, they are decoded with the weight straight into device memory
+  // (the weight times each decoded value added in, as the host path's upload and axpy
+  // do); otherwise, and always on a host peer, they are the host calls above on m.data.
+  void axpy_params(double a, const Message& m);
+  void axpy_grads(double a, const Message& m);
+  void mix_neighbour_model(int from, const Message& m, double w);
   void note_model_distance(const std::string& peer, const std::vector<float>& y);
   // This peer's own gradient (host copy), the reference for neighbours' gradient norms.
   void note_own_gradient(const std::vector<float>& g);
+  // The same, measured on the device.
+  void note_own_gradient(const DeviceSnapshot& g);
 
  private:
   void on_frame(const std::string& from, InFrame&& frame);
@@ -219,8 +246,22 @@ class GossipEngine {
   // device_dst += a * y, y on the host (uploaded through scratch_).
   void axpy_host(double a, const std::vector<float>& y, float* device_dst);
   void put_on_wire(int to, Message&& m, std::function<void(const SendStatus&)> done);
+  // put_on_wire for a device snapshot; false (nothing sent) when the host must encode it.
+  bool put_device_on_wire(int to, Message& m, const std::function<void(const SendStatus&)>& done);
+  // Hands a message's frames to the transport; `done` hears once the last has left. A
+  // push-sum share (`returned`, at `offset`, weight `weight`) whose send fails is given back.
+  void send_frames(int to, std::vector<OutFrame> frames, size_t bytes, std::function<void(const SendStatus&)> done,
+                   std::shared_ptr<const std::vector<float>> returned, double weight, uint64_t offset);
+  // device_dst += a * (m's payloads decoded), on the device; false when m kept none.
+  bool decode_on_device(const Message& m, double a, float* device_dst);
+  // One stderr line per distinct reason (the device path's fallbacks).
+  void say_once(const std::string& what);
   void give_back(const std::vector<float>& x, uint64_t offset, double w);  // into returned_
   void adapt_codec(int to, size_t elements, bool update);
+  LinkEncoder* link_encoder(int to, const Message& m, size_t elements, bool* update);
+  // Fills in what the engine knows of a message it sends: sender, clocks, step, samples,
+  // and the whole tensor's length when the algorithm left it 0.
+  void stamp(Message& m) const;
   void serve_join_requests();
   int index_of(const std::string& id) const;
 
@@ -253,6 +294,11 @@ class GossipEngine {
   struct LinkCodecs {
     std::mutex mu;
     std::unique_ptr<LinkEncoder> update, model;
+    uint64_t seed = 0;  // both encoders'; their device twins take the same
+    // Their device twins (a peer that gossips on its device), made at first use; they
+    // follow the host encoders' codec choice. Shared pointers: the type is complete only
+    // in builds with CUDA.
+    std::shared_ptr<DeviceLinkEncoder> device_update, device_model;
   };
   std::vector<std::unique_ptr<LinkCodecs>> link_codecs_;
   std::unique_ptr<Codec> once_codec_;  // step-loop thread only: encode_once's codec
@@ -266,6 +312,10 @@ class GossipEngine {
   std::mutex returned_mu_;
   std::vector<float> returned_x_;  // GUARDED_BY(returned_mu_): push-sum mass given back, summed
   double returned_w_ = 0;          // GUARDED_BY(returned_mu_)
+  bool on_device_ = false;  // gossip_on_device()
+  int cuda_device_ = -1;    // the backend's CUDA device, where on_device_
+  std::mutex said_mu_;
+  std::vector<std::string> said_;  // GUARDED_BY(said_mu_): say_once's reasons so far
 };
 
 }  // namespace hearsay

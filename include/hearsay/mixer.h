@@ -17,17 +17,20 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "hearsay/registry.h"
 #include "hearsay/rng.h"
 
 namespace hearsay {
 
 struct MixerSpec {
-  enum class Weighting { kConstant, kPolynomial, kExponential, kInverse };
-  Weighting weighting = Weighting::kPolynomial;
+  // The staleness weighting f(tau), by its registered name: constant, polynomial,
+  // exponential, inverse, or one a program registers.
+  std::string weighting = "polynomial";
   double alpha = 0.5;
   double lambda = 0.1;
   int64_t tau_max = 64;
@@ -43,8 +46,12 @@ struct MixerSpec {
   double trim = 0.2;         // trimmed_mean: fraction cut from each side
 };
 
-// Parses "constant", "polynomial", "exponential", "inverse"; throws InputError.
-MixerSpec::Weighting parse_weighting(const std::string& name);
+// The one list of staleness weightings: f(tau) for an update tau steps stale, given the
+// spec's parameters (alpha, lambda). hearsay's own are constant 1, polynomial
+// 1/(1+tau)^alpha, exponential exp(-lambda tau) and inverse 1/max(1, tau).
+using StalenessWeighting = std::function<double(double tau, const MixerSpec& spec)>;
+// hearsay/registry.h; a program adds its own with staleness_weightings().add(name, f).
+NamedRegistry<StalenessWeighting>& staleness_weightings();
 // Parses "none", "centered_clip", "trimmed_mean"; throws InputError.
 MixerSpec::Robust parse_robust(const std::string& name);
 
@@ -84,6 +91,7 @@ class Mixer {
   Decision record(int64_t tau, double weight, bool may_drop = true);
 
   MixerSpec spec_;
+  StalenessWeighting weight_of_;  // spec_.weighting's function
   std::mutex mu_;
   // A uniform sample of the window's taus (reservoir sampling, Vitter's Algorithm R): at
   // most kMaxTaus, each tau seen in the window kept with the same probability.

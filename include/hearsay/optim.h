@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "hearsay/backend.h"
+#include "hearsay/registry.h"
 
 namespace hearsay {
 
@@ -33,7 +34,7 @@ struct LrSchedule {
 // fields that apply to it and ignores the others, so one config block serves them all
 // (as CodecSpec does for codecs); a new optimizer adds its own fields here.
 struct OptimizerSpec {
-  std::string name = "sgd";  // a name optimizer_names() lists
+  std::string name = "sgd";  // a name optimizers() lists
   float momentum = 0.0f;     // sgd: in [0, 1)
   bool nesterov = false;     // sgd: needs momentum > 0
   // sgd adds weight_decay * w to the gradient; adamw decays decoupled from it.
@@ -80,12 +81,10 @@ class Optimizer {
 using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(Backend& backend, size_t n,
                                                                   const OptimizerSpec& spec)>;
 
-// Adds an optimizer under `name`, beside hearsay's own (a program's or a test's); from
-// then on configs may name it. Thread-safe. Throws std::logic_error when the name is taken.
-void register_optimizer(const std::string& name, OptimizerFactory factory);
-// Names of the registered optimizers, hearsay's own first: "sgd", "adamw", then any
-// registered since, in that order.
-std::vector<std::string> optimizer_names();
+// The one list of optimizers (hearsay/registry.h): hearsay's own, sgd and adamw, and any a
+// program or a test adds with optimizers().add(name, factory); from then on configs may
+// name it.
+NamedRegistry<OptimizerFactory>& optimizers();
 // Creates the optimizer spec.name names for n parameters on `backend`. Throws InputError
 // when the name is not registered (listing those that are) or a hyper-parameter it reads
 // is out of range (naming the field).

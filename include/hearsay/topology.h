@@ -16,10 +16,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "hearsay/registry.h"
 #include "hearsay/rng.h"
 
 namespace hearsay {
@@ -47,7 +49,13 @@ class Topology {
   int n_;
 };
 
-// Throws InputError for an unknown kind or an impossible size.
+// Throws InputError for an unknown kind (listing the registered ones) or an impossible size.
 std::unique_ptr<Topology> make_topology(const TopologySpec& spec, int n);
+
+// The one list of topologies, by name (hearsay/registry.h): hearsay's own (above) and any
+// a program adds with topologies().add(name, factory). A factory throws InputError for a
+// spec it cannot build (it is given n >= 2 and a site_of of n entries or none).
+using TopologyFactory = std::function<std::unique_ptr<Topology>(const TopologySpec& spec, int n)>;
+NamedRegistry<TopologyFactory>& topologies();
 
 }  // namespace hearsay

@@ -29,6 +29,8 @@ void launch_qsgd_decode(cudaStream_t s, const float* norms, const uint8_t* packe
 // words: ceil(n / 32); abs_sum: one zeroed double, receives the sum of |x|.
 void launch_sign_encode(cudaStream_t s, const float* x, size_t n, uint32_t* words, double* abs_sum);
 void launch_sign_decode(cudaStream_t s, const uint8_t* bits, size_t n, float magnitude, float* y);
+// sum: one zeroed double, receives the sum of x[i]^2.
+void launch_sum_squares(cudaStream_t s, const float* x, size_t n, double* sum);
 
 // sparse.cu
 void launch_abs_sample(cudaStream_t s, const float* x, size_t n, uint64_t seed, size_t m, float* sample);

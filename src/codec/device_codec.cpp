@@ -15,6 +15,7 @@
 #include "../backend/cuda/common.cuh"
 #include "codec_impl.h"
 #include "codec_kernels.h"
+#include "hearsay/error.h"
 #include "hearsay/rng.h"
 
 namespace hearsay {
@@ -392,6 +393,93 @@ std::string device_decode_accumulate(const CodecParams& p, const uint8_t* payloa
   }
   CUDA_CHECK(cudaDeviceSynchronize());
   return {};
+}
+
+void use_cuda_device(int device) { CUDA_CHECK(cudaSetDevice(device)); }
+
+void device_to_host(void* host_dst, const void* src_dev, size_t bytes) { to_host(host_dst, src_dev, bytes); }
+
+double device_sum_squares(const float* x, size_t n) {
+  if (n == 0) return 0;
+  thread_local Scratch sum;
+  double* d = sum.get<double>(1);
+  CUDA_CHECK(cudaMemset(d, 0, sizeof(double)));
+  k::launch_sum_squares(0, x, n, d);
+  double total = 0;
+  to_host(&total, d, sizeof total);
+  return total;
+}
+
+// --- DeviceLinkEncoder -----------------------------------------------------------------
+
+DeviceLinkEncoder::DeviceLinkEncoder(int device, const CodecSpec& spec, std::vector<ParamView> layout, uint64_t seed)
+    : device_(device), layout_(std::move(layout)), seed_(seed) {
+  set_spec(spec);
+}
+
+DeviceLinkEncoder::~DeviceLinkEncoder() {
+  if (residual_ != nullptr) cudaFree(residual_);  // at exit the runtime may be gone already; nothing to do then
+}
+
+void DeviceLinkEncoder::set_spec(const CodecSpec& spec) {
+  use_cuda_device(device_);
+  codec_ = make_device_codec(spec, layout_, seed_);
+  spec_ = spec;
+  error_feedback_ = uses_error_feedback(spec);
+  if (!error_feedback_ && residual_ != nullptr) {
+    CUDA_CHECK(cudaFree(residual_));
+    residual_ = nullptr;
+    residual_n_ = 0;
+  }
+}
+
+// A zero residual of `total` elements, unless one of that length is kept already.
+void DeviceLinkEncoder::ensure_residual(size_t total) {
+  if (residual_n_ == total && residual_ != nullptr) return;
+  if (residual_ != nullptr) CUDA_CHECK(cudaFree(residual_));
+  residual_ = nullptr;
+  residual_n_ = 0;
+  CUDA_CHECK(cudaMalloc(&residual_, 4 * std::max<size_t>(total, 1)));
+  CUDA_CHECK(cudaMemset(residual_, 0, 4 * total));
+  residual_n_ = total;
+}
+
+void DeviceLinkEncoder::add_to_residual(const std::vector<float>& host, size_t total) {
+  if (!error_feedback_ || host.empty()) return;
+  HEARSAY_CHECK(host.size() == total, "a residual of another tensor's length");
+  use_cuda_device(device_);
+  ensure_residual(total);
+  thread_local Scratch staged;
+  float* d = staged.get<float>(total);
+  to_device(d, host.data(), 4 * total);
+  k::launch_fp32_decode(0, d, total, 1.0f, residual_);  // r += host, exact as on the CPU
+  CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+std::vector<float> DeviceLinkEncoder::residual_host() const {
+  std::vector<float> out(residual_n_);
+  if (residual_n_ == 0) return out;
+  use_cuda_device(device_);
+  to_host(out.data(), residual_, 4 * residual_n_);
+  return out;
+}
+
+void DeviceLinkEncoder::encode(const float* x, size_t n, size_t offset, size_t total, std::vector<uint8_t>& out,
+                               CodecParams& params) {
+  use_cuda_device(device_);
+  if (!error_feedback_) {
+    codec_->encode(x, n, offset, out, params);
+    return;
+  }
+  HEARSAY_CHECK(offset + n <= total, "segment outside the tensor");
+  ensure_residual(total);
+  float* r = residual_ + offset;
+  // r += x: fma(1, x, r) rounds once, as the CPU's r += x does.
+  if (n > 0) k::launch_fp32_decode(0, x, n, 1.0f, r);
+  codec_->encode(r, n, offset, out, params);
+  // What the receiver will add is subtracted, leaving exactly what was not sent.
+  const std::string err = device_decode_accumulate(params, out.data(), out.size(), -1.0f, r, n);
+  HEARSAY_CHECK(err.empty(), "a device codec could not decode its own payload: " + err);
 }
 
 }  // namespace hearsay

@@ -74,6 +74,18 @@ __global__ void sign_encode_kernel(const float* __restrict__ x, size_t n, uint32
   if (lane == 0) atomicAdd(abs_sum, sum);
 }
 
+// The sum of squares in double, a warp at a time (the engine's norm checks: a GPU peer
+// measures its gradient and model where they live instead of downloading them).
+__global__ void sum_squares_kernel(const float* __restrict__ x, size_t n, double* sum) {
+  double sq = 0;
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const double v = x[i];
+    sq += v * v;
+  }
+  for (int d = 16; d > 0; d /= 2) sq += __shfl_down_sync(0xffffffffu, sq, d);
+  if ((threadIdx.x & 31) == 0) atomicAdd(sum, sq);
+}
+
 __global__ void sign_decode_kernel(const uint8_t* __restrict__ bits, size_t n, float m, float* __restrict__ y) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
     y[i] += (bits[i >> 3] >> (i & 7)) & 1u ? -m : m;
@@ -96,6 +108,10 @@ void launch_qsgd_decode(cudaStream_t s, const float* norms, const uint8_t* packe
 }
 void launch_sign_encode(cudaStream_t s, const float* x, size_t n, uint32_t* words, double* abs_sum) {
   sign_encode_kernel<<<grid_for((n + 31) / 32 * 32), 256, 0, s>>>(x, n, words, abs_sum);
+  CUDA_CHECK(cudaGetLastError());
+}
+void launch_sum_squares(cudaStream_t s, const float* x, size_t n, double* sum) {
+  sum_squares_kernel<<<grid_for(n), 256, 0, s>>>(x, n, sum);
   CUDA_CHECK(cudaGetLastError());
 }
 void launch_sign_decode(cudaStream_t s, const uint8_t* bits, size_t n, float magnitude, float* y) {

@@ -54,7 +54,7 @@ GossipSpec gossip_spec(const config::ClusterConfig& c) {
   s.topology.site_of = site_indices(c);
   s.topology.cross_every = g.cross_every();
   s.topology.floor = g.bandwidth_floor();
-  s.mixer.weighting = parse_weighting(g.weighting());
+  s.mixer.weighting = g.weighting();
   s.mixer.alpha = g.alpha();
   s.mixer.lambda = g.lambda();
   s.mixer.tau_max = g.tau_max();

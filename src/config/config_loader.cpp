@@ -128,6 +128,13 @@ constexpr double kMaxEpochs = 1e6;
 constexpr size_t kMaxConfigBytes = 16u << 20;
 constexpr int64_t kMaxSteps = 1'000'000'000'000'000;
 
+// A registry's names as an error lists them: "a, b, c".
+std::string join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
 // A double as an error shows it: 1e+300, 0.5, inf.
 std::string number(double v) {
   std::ostringstream out;
@@ -191,11 +198,9 @@ void validate(const config::Config& c, const Locator& at) {
     }
   }
   const std::string optimizer = optimizer_name(o);
-  const auto optimizers = optimizer_names();
+  const auto optimizers = hearsay::optimizers().names();
   if (std::find(optimizers.begin(), optimizers.end(), optimizer) == optimizers.end()) {
-    std::string known;
-    for (const auto& name : optimizers) known += (known.empty() ? "" : ", ") + name;
-    fail("optim.optimizer", "unknown '" + optimizer + "'; known optimizers: " + known);
+    fail("optim.optimizer", "unknown '" + optimizer + "'; known optimizers: " + join(optimizers));
   }
   if (optimizer == "adamw") {
     if (o.nesterov()) fail("optim.nesterov", "applies to optimizer sgd only; adamw has no Nesterov variant");
@@ -246,15 +251,17 @@ void validate(const config::Config& c, const Locator& at) {
     const auto& g = cl.gossip();
     const AlgorithmEntry* algorithm = find_algorithm(g.algorithm());
     if (algorithm == nullptr) {
-      std::string known;
-      for (const auto& n : gossip_algorithms()) known += (known.empty() ? "" : ", ") + n;
-      fail("cluster.gossip.algorithm", "unknown '" + g.algorithm() + "'; use " + known);
+      fail("cluster.gossip.algorithm", "unknown '" + g.algorithm() + "'; use " + join(gossip_algorithms()));
     }
     check_algorithm_options(cl, *algorithm, fail);
-    const std::set<std::string> topologies{"ring", "torus", "exponential", "complete", "star", "random", "hierarchical", "bandwidth"};
-    if (topologies.count(g.topology()) == 0) fail("cluster.gossip.topology", "unknown '" + g.topology() + "'");
-    const std::set<std::string> weightings{"constant", "polynomial", "exponential", "inverse"};
-    if (weightings.count(g.weighting()) == 0) fail("cluster.gossip.weighting", "unknown '" + g.weighting() + "'");
+    const auto topologies = hearsay::topologies().names();
+    if (std::find(topologies.begin(), topologies.end(), g.topology()) == topologies.end()) {
+      fail("cluster.gossip.topology", "unknown '" + g.topology() + "'; use " + join(topologies));
+    }
+    const auto weightings = staleness_weightings().names();
+    if (std::find(weightings.begin(), weightings.end(), g.weighting()) == weightings.end()) {
+      fail("cluster.gossip.weighting", "unknown '" + g.weighting() + "'; use " + join(weightings));
+    }
     if (g.gossip_every() < 1) fail("cluster.gossip.gossip_every", "must be >= 1");
     if (g.tau_max() < 0) fail("cluster.gossip.tau_max", "must be >= 0");
     // Each field the gossip engine, mixer, topology and codecs check again at run time is

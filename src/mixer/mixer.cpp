@@ -2,8 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <mutex>
+#include <stdexcept>
 
 #include "hearsay/error.h"
+#include "hearsay/registry.h"
 
 namespace hearsay {
 namespace {
@@ -19,12 +22,14 @@ double percentile(std::vector<int64_t>& v, double q) {
 
 }  // namespace
 
-MixerSpec::Weighting parse_weighting(const std::string& name) {
-  if (name == "constant") return MixerSpec::Weighting::kConstant;
-  if (name == "polynomial") return MixerSpec::Weighting::kPolynomial;
-  if (name == "exponential") return MixerSpec::Weighting::kExponential;
-  if (name == "inverse") return MixerSpec::Weighting::kInverse;
-  throw InputError("mixer weighting '" + name + "': unknown; use constant, polynomial, exponential or inverse");
+// hearsay's own weightings, there before any lookup (a function's static).
+NamedRegistry<StalenessWeighting>& staleness_weightings() {
+  static NamedRegistry<StalenessWeighting> all(
+      "mixer weighting", {{"constant", [](double, const MixerSpec&) { return 1.0; }},
+                          {"polynomial", [](double t, const MixerSpec& s) { return 1.0 / std::pow(1.0 + t, s.alpha); }},
+                          {"exponential", [](double t, const MixerSpec& s) { return std::exp(-s.lambda * t); }},
+                          {"inverse", [](double t, const MixerSpec&) { return 1.0 / std::max(1.0, t); }}});
+  return all;
 }
 
 MixerSpec::Robust parse_robust(const std::string& name) {
@@ -35,6 +40,7 @@ MixerSpec::Robust parse_robust(const std::string& name) {
 }
 
 Mixer::Mixer(MixerSpec spec) : spec_(spec) {
+  weight_of_ = staleness_weightings().get(spec_.weighting);
   if (!(spec_.clip_factor > 0) || !(spec_.trim >= 0 && spec_.trim < 0.5)) {
     throw InputError("mixer: clip_factor must be > 0 and trim in [0, 0.5)");
   }
@@ -44,14 +50,7 @@ Mixer::Mixer(MixerSpec spec) : spec_(spec) {
 }
 
 double Mixer::staleness_weight(int64_t tau) const {
-  const double t = static_cast<double>(std::max<int64_t>(0, tau));
-  switch (spec_.weighting) {
-    case MixerSpec::Weighting::kConstant: return 1.0;
-    case MixerSpec::Weighting::kPolynomial: return 1.0 / std::pow(1.0 + t, spec_.alpha);
-    case MixerSpec::Weighting::kExponential: return std::exp(-spec_.lambda * t);
-    case MixerSpec::Weighting::kInverse: return 1.0 / std::max(1.0, t);
-  }
-  return 1.0;
+  return weight_of_(static_cast<double>(std::max<int64_t>(0, tau)), spec_);
 }
 
 Mixer::Decision Mixer::record(int64_t tau, double weight, bool may_drop) {

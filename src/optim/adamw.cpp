@@ -1,9 +1,6 @@
 // AdamW: Adam with decoupled weight decay (Loshchilov & Hutter 2019), the same rule as
 // torch.optim.AdamW: the backend's adamw_update, decay, both moments and the
 // bias-corrected update in one fused pass.
-#include <cmath>
-#include <sstream>
-
 #include "hearsay/error.h"
 #include "optimizer_impl.h"
 
@@ -13,12 +10,6 @@ namespace {
 const std::string kAdamWName = "adamw";
 const std::string kFirstMoment = "m";
 const std::string kSecondMoment = "v";
-
-std::string shown(double v) {
-  std::ostringstream out;
-  out << v;
-  return out.str();
-}
 
 class AdamW final : public Optimizer {
  public:
@@ -76,19 +67,13 @@ class AdamW final : public Optimizer {
 }  // namespace
 
 std::unique_ptr<Optimizer> make_adamw(Backend& backend, size_t n, const OptimizerSpec& spec) {
-  auto bad = [](const std::string& field, const std::string& why) {
-    return InputError("optimizer 'adamw': " + field + " " + why);
-  };
-  if (spec.nesterov) throw bad("nesterov", "applies to sgd only; adamw has no Nesterov variant");
-  if (!(spec.beta1 >= 0 && spec.beta1 < 1))
-    throw bad("beta1", "must be in [0, 1), got " + shown(spec.beta1));
-  if (!(spec.beta2 >= 0 && spec.beta2 < 1))
-    throw bad("beta2", "must be in [0, 1), got " + shown(spec.beta2));
-  if (!(spec.eps > 0) || !std::isfinite(spec.eps))
-    throw bad("eps", "must be a positive number, got " + shown(spec.eps));
-  if (!(spec.weight_decay >= 0) || !std::isfinite(spec.weight_decay)) {
-    throw bad("weight_decay", "must be a finite number >= 0, got " + shown(spec.weight_decay));
-  }
+  if (spec.nesterov)
+    throw bad_hyperparameter(kAdamWName, "nesterov",
+                             "applies to sgd only; adamw has no Nesterov variant");
+  require_fraction(kAdamWName, "beta1", spec.beta1);
+  require_fraction(kAdamWName, "beta2", spec.beta2);
+  require_positive(kAdamWName, "eps", spec.eps);
+  require_non_negative(kAdamWName, "weight_decay", spec.weight_decay);
   AdamWParams p;
   p.weight_decay = spec.weight_decay;
   p.beta1 = spec.beta1;

@@ -1,8 +1,43 @@
-// The checks every optimizer's load_state() makes, and the download save_state() needs.
+// What every optimizer checks, the same way: the hyper-parameters its factory reads and
+// the state its load_state() is given; and the download save_state() needs.
+#include <cmath>
+#include <sstream>
+
 #include "hearsay/error.h"
 #include "optimizer_impl.h"
 
 namespace hearsay::optim {
+namespace {
+
+// A hyper-parameter as a message shows it: the shortest form that reads back close
+// enough ("0.9", "1e-08"), not float's seventeen digits.
+std::string shown(double v) {
+  std::ostringstream out;
+  out << v;
+  return out.str();
+}
+
+}  // namespace
+
+InputError bad_hyperparameter(const std::string& name, const std::string& field,
+                              const std::string& why) {
+  return InputError("optimizer '" + name + "': " + field + " " + why);
+}
+
+void require_fraction(const std::string& name, const std::string& field, double value) {
+  if (!(value >= 0 && value < 1))
+    throw bad_hyperparameter(name, field, "must be in [0, 1), got " + shown(value));
+}
+
+void require_positive(const std::string& name, const std::string& field, double value) {
+  if (!(value > 0) || !std::isfinite(value))
+    throw bad_hyperparameter(name, field, "must be a positive number, got " + shown(value));
+}
+
+void require_non_negative(const std::string& name, const std::string& field, double value) {
+  if (!(value >= 0) || !std::isfinite(value))
+    throw bad_hyperparameter(name, field, "must be a finite number >= 0, got " + shown(value));
+}
 
 void check_state(const OptimizerState& s, const std::string& name,
                  const std::vector<std::string>& kept, size_t n, const std::string& where) {

@@ -1,8 +1,5 @@
 // SGD with momentum, heavy-ball or Nesterov, and L2 weight decay folded into the gradient:
 // the backend's sgd_update, one fused pass over the flat buffers.
-#include <cmath>
-#include <sstream>
-
 #include "hearsay/error.h"
 #include "optimizer_impl.h"
 
@@ -11,12 +8,6 @@ namespace {
 
 const std::string kSgdName = "sgd";
 const std::string kVelocity = "velocity";
-
-std::string shown(double v) {
-  std::ostringstream out;
-  out << v;
-  return out.str();
-}
 
 class Sgd final : public Optimizer {
  public:
@@ -68,15 +59,10 @@ class Sgd final : public Optimizer {
 }  // namespace
 
 std::unique_ptr<Optimizer> make_sgd(Backend& backend, size_t n, const OptimizerSpec& spec) {
-  auto bad = [](const std::string& field, const std::string& why) {
-    return InputError("optimizer 'sgd': " + field + " " + why);
-  };
-  if (!(spec.momentum >= 0 && spec.momentum < 1))
-    throw bad("momentum", "must be in [0, 1), got " + shown(spec.momentum));
-  if (spec.nesterov && spec.momentum == 0) throw bad("nesterov", "needs momentum > 0");
-  if (!(spec.weight_decay >= 0) || !std::isfinite(spec.weight_decay)) {
-    throw bad("weight_decay", "must be a finite number >= 0, got " + shown(spec.weight_decay));
-  }
+  require_fraction(kSgdName, "momentum", spec.momentum);
+  if (spec.nesterov && spec.momentum == 0)
+    throw bad_hyperparameter(kSgdName, "nesterov", "needs momentum > 0");
+  require_non_negative(kSgdName, "weight_decay", spec.weight_decay);
   SgdParams p;
   p.momentum = spec.momentum;
   p.weight_decay = spec.weight_decay;

@@ -3,16 +3,17 @@
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
-#include <map>
 #include <stdexcept>
+
+#include "hearsay/registry.h"
 
 namespace hearsay {
 namespace {
 
 // Built before any registration runs (a function's static), whatever the order in which
 // the source files' initializers run.
-std::map<std::string, AlgorithmEntry>& entries() {
-  static std::map<std::string, AlgorithmEntry> all;
+NamedRegistry<AlgorithmEntry>& entries() {
+  static NamedRegistry<AlgorithmEntry> all("algorithm");
   return all;
 }
 
@@ -45,33 +46,19 @@ Compression AlgorithmEntry::compression_of(MessageKind kind) const {
 }
 
 bool register_algorithm(AlgorithmEntry entry) {
-  if (entry.name.empty() || entry.options == nullptr || !entry.make) {
-    throw std::logic_error("register_algorithm: an entry needs a name, an options message and a factory");
+  if (entry.options == nullptr || !entry.make) {
+    throw std::logic_error("register_algorithm: '" + entry.name + "' needs an options message and a factory");
   }
   const std::string name = entry.name;
-  if (!entries().emplace(name, std::move(entry)).second) {
-    throw std::logic_error("register_algorithm: the name '" + name + "' is registered twice");
-  }
+  entries().add(name, std::move(entry));
   return true;
 }
 
-std::vector<std::string> gossip_algorithms() {
-  std::vector<std::string> names;
-  for (const auto& [name, e] : entries()) names.push_back(name);
-  return names;
-}
+std::vector<std::string> gossip_algorithms() { return entries().names(); }
 
-const AlgorithmEntry* find_algorithm(const std::string& name) {
-  const auto it = entries().find(name);
-  return it == entries().end() ? nullptr : &it->second;
-}
+const AlgorithmEntry* find_algorithm(const std::string& name) { return entries().find(name); }
 
-const AlgorithmEntry& algorithm_entry(const std::string& name) {
-  if (const AlgorithmEntry* e = find_algorithm(name)) return *e;
-  std::string known;
-  for (const auto& n : gossip_algorithms()) known += (known.empty() ? "" : ", ") + n;
-  throw InputError("algorithm '" + name + "': unknown; use " + known);
-}
+const AlgorithmEntry& algorithm_entry(const std::string& name) { return entries().get(name); }
 
 bool is_synchronous(const std::string& algorithm) {
   const AlgorithmEntry* e = find_algorithm(algorithm);

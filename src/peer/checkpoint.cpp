@@ -124,7 +124,7 @@ void save_optimizer_state(const OptimizerState& s, ckpt::Checkpoint& c) {
 }
 
 OptimizerState load_optimizer_state(const ckpt::Checkpoint& c, const std::string& where) {
-  const auto known = optimizer_names();
+  const auto known = optimizers().names();
   if (std::find(known.begin(), known.end(), c.optimizer()) == known.end()) {
     std::string list;
     for (const auto& name : known) list += (list.empty() ? "" : ", ") + name;

@@ -6,13 +6,32 @@
 #include "hearsay/checkpoint.pb.h"
 #include "algorithm.h"
 #include "algorithm_registry.h"
+#include "hearsay/build_config.h"
 #include "hearsay/checkpoint.h"
+#include "hearsay/device_codec.h"
 #include "hearsay/error.h"
 #include "mailboxes.h"
 #include "update_guard.h"
 #include "../mixer/robust.h"
 
 namespace hearsay {
+
+namespace {
+
+// The CUDA device a peer gossips on (GossipEngine::gossip_on_device): its backend's, in a
+// build with CUDA; -1 where the peer gossips on the host.
+int gossip_device(const Trainable& model) {
+#if HEARSAY_HAVE_CUDA
+  const std::string name = model.backend().name();
+  if (model.backend().is_host() || name.rfind("cuda:", 0) != 0) return -1;
+  return std::stoi(name.substr(5));
+#else
+  (void)model;
+  return -1;
+#endif
+}
+
+}  // namespace
 
 void check_gossip_spec(const GossipSpec& s, int peers) {
   const AlgorithmEntry& entry = algorithm_entry(s.algorithm);
@@ -66,10 +85,12 @@ GossipEngine::GossipEngine(const GossipSpec& spec, std::vector<std::string> peer
                            Trainable& model, Optimizer& optimizer, Clock& clock, EventLog& log, uint64_t seed)
     : spec_(spec), peers_(std::move(peers)), me_(me), transport_(transport), model_(model), optimizer_(optimizer), clock_(clock),
       log_(log), mixer_(spec.mixer), topology_(make_topology(spec.topology, static_cast<int>(peers_.size()))),
-      rng_(seed, 500 + me), inbox_(std::make_unique<Inbox>(mixer_)),
+      rng_(seed, 500 + me), inbox_(std::make_unique<Inbox>(mixer_, gossip_device(model) >= 0)),
       guard_(std::make_unique<UpdateGuard>(spec.guard, peers_.size())),
       robust_(std::make_unique<RobustMixing>(spec.mixer)) {
   check_gossip_spec(spec_, static_cast<int>(peers_.size()));
+  cuda_device_ = gossip_device(model_);
+  on_device_ = cuda_device_ >= 0;
   link_bps_.assign(peers_.size(), 0.0);
   for (size_t i = 0; i < peers_.size(); ++i) {
     outboxes_.push_back(std::make_unique<Outbox>(
@@ -81,6 +102,7 @@ GossipEngine::GossipEngine(const GossipSpec& spec, std::vector<std::string> peer
     model_spec.name = spec_.model_codec;
     model_spec.error_feedback = "off";  // a model's rounding is not owed to anyone
     auto lc = std::make_unique<LinkCodecs>();
+    lc->seed = seed * 1000 + i;
     lc->update = std::make_unique<LinkEncoder>(spec_.codec, model_.param_views(), seed * 1000 + i);
     lc->model = std::make_unique<LinkEncoder>(model_spec, model_.param_views(), seed * 1000 + i);
     link_codecs_.push_back(std::move(lc));
@@ -107,51 +129,83 @@ int GossipEngine::index_of(const std::string& id) const {
 // Cuts a message into segments, encodes each with the link's codec for its kind, and
 // sends them; `done` hears once the last has left. Synchronous exchanges and messages on
 // links without a codec travel as raw fp32, referenced rather than copied.
+namespace {
+
+// The frames of one message as it is cut into segments: one Update header each (the
+// message's header, its id and count, the segment's place), each with its payload.
+struct SegmentFrames {
+  SegmentFrames(const GossipEngine::Message& m, const std::string& sender, uint64_t id, size_t count) {
+    u = envelope.mutable_update();
+    write_header(m, sender, u);
+    u->set_update_id(id);
+    u->set_segment_count(static_cast<uint32_t>(count));
+  }
+  // The header of segment `index`, for the caller to add the codec's parameters to.
+  wire::Update& segment(uint32_t index, uint64_t offset, uint64_t length) {
+    u->set_segment_offset(offset);
+    u->set_segment_length(length);
+    u->set_segment_index(index);
+    return *u;
+  }
+  void add(const uint8_t* payload, size_t size, std::shared_ptr<const void> owner) {
+    frames.push_back(make_frame(envelope, payload, size, std::move(owner)));
+    bytes += frames.back().size();
+  }
+
+  wire::Envelope envelope;
+  wire::Update* u = nullptr;
+  std::vector<OutFrame> frames;
+  size_t bytes = 0;
+};
+
+}  // namespace
+
+// With the link's codec lock held: the encoder a message of this kind travels under on
+// link i (the registry's rule, re-chosen first under adaptive compression), or null when
+// it travels as fp32; `update` says which of the link's two encoders it is.
+LinkEncoder* GossipEngine::link_encoder(int i, const Message& m, size_t n, bool* update) {
+  const Compression compression = m.synchronous || n == 0 ? Compression::kNone : entry_->compression_of(m.kind);
+  *update = compression == Compression::kUpdate;
+  if (compression == Compression::kNone) return nullptr;
+  if (spec_.adaptive.enabled) adapt_codec(i, n, *update);
+  LinkEncoder* enc = *update ? link_codecs_[i]->update.get() : link_codecs_[i]->model.get();
+  return enc->spec().name == "none" && !enc->error_feedback() ? nullptr : enc;
+}
+
 void GossipEngine::put_on_wire(int i, Message&& m, std::function<void(const SendStatus&)> done) {
+  if (m.device) {
+    if (put_device_on_wire(i, m, done)) return;
+    m.data = *m.device->host();  // the host encodes it (put_device_on_wire said why)
+    m.device.reset();
+  }
   auto data = std::make_shared<std::vector<float>>(std::move(m.data));
   const size_t n = data->size();
   LinkCodecs& lc = *link_codecs_[i];
   std::unique_lock<std::mutex> codec_lock(lc.mu);  // one message per link at a time anyway
-  LinkEncoder* enc = nullptr;
   const bool push_sum = m.kind == MessageKind::kPushSum && !m.synchronous;
   std::vector<float> rounding;  // push-sum: what a lossy codec took off the numerator
-  const Compression compression = m.synchronous || n == 0 ? Compression::kNone : entry_->compression_of(m.kind);
-  if (compression != Compression::kNone) {
-    const bool update = compression == Compression::kUpdate;
-    if (spec_.adaptive.enabled) adapt_codec(i, n, update);
-    enc = update ? lc.update.get() : lc.model.get();
-    if (enc->spec().name == "none" && !enc->error_feedback()) enc = nullptr;
-  }
+  bool update = false;
+  LinkEncoder* enc = link_encoder(i, m, n, &update);
   auto segs = enc != nullptr ? enc->codec().segments(n, spec_.segment_elements) : even_segments(n, spec_.segment_elements);
   if (m.encoded) {
     segs.clear();
     for (const auto& s : m.encoded->segments) segs.emplace_back(s.offset, s.length);
   }
-  const uint32_t count = static_cast<uint32_t>(segs.size());
-  const uint64_t id = next_update_id_++;
-  wire::Envelope e;
-  auto* u = e.mutable_update();
-  write_header(m, peers_[me_], u);
-  u->set_update_id(id);
-  u->set_segment_count(count);
-  std::vector<OutFrame> frames;
-  size_t bytes = 0;
-  for (uint32_t s = 0; s < count; ++s) {
+  SegmentFrames out(m, peers_[me_], next_update_id_++, segs.size());
+  for (uint32_t s = 0; s < segs.size(); ++s) {
     const auto [begin, len] = segs[s];
-    u->set_segment_offset(m.offset + begin);
-    u->set_segment_length(len);
-    u->set_segment_index(s);
+    wire::Update& u = out.segment(s, m.offset + begin, len);
     if (m.encoded) {
       const auto& seg = m.encoded->segments[s];
-      write_codec_params(seg.params, u->mutable_codec());
-      frames.push_back(make_frame(e, seg.payload->data(), seg.payload->size(), seg.payload));
+      write_codec_params(seg.params, u.mutable_codec());
+      out.add(seg.payload->data(), seg.payload->size(), seg.payload);
     } else if (enc == nullptr) {
-      frames.push_back(make_frame(e, reinterpret_cast<const uint8_t*>(data->data() + begin), len * sizeof(float), data));
+      out.add(reinterpret_cast<const uint8_t*>(data->data() + begin), len * sizeof(float), data);
     } else {
       auto payload = std::make_shared<std::vector<uint8_t>>();
       CodecParams params;
       enc->encode(data->data() + begin, len, m.offset + begin, m.total, *payload, params);
-      write_codec_params(params, u->mutable_codec());
+      write_codec_params(params, u.mutable_codec());
       if (push_sum) {
         // The numerator becomes exactly what the receiver will decode, and the rounding
         // goes back to the sender's own x: one push moves mass, it never loses any.
@@ -164,16 +218,18 @@ void GossipEngine::put_on_wire(int i, Message&& m, std::function<void(const Send
           x = sent[k];
         }
       }
-      frames.push_back(make_frame(e, payload->data(), payload->size(), payload));
+      out.add(payload->data(), payload->size(), payload);
     }
-    bytes += frames.back().size();
   }
   codec_lock.unlock();
   if (!rounding.empty()) give_back(rounding, m.offset, 0);
   // A push whose send fails is given back whole: mass is never silently lost.
-  auto returned = push_sum ? data : nullptr;
-  const double weight = m.push_sum_weight;
-  const uint64_t offset = m.offset;
+  send_frames(i, std::move(out.frames), out.bytes, std::move(done), push_sum ? data : nullptr, m.push_sum_weight, m.offset);
+}
+
+void GossipEngine::send_frames(int i, std::vector<OutFrame> frames, size_t bytes, std::function<void(const SendStatus&)> done,
+                               std::shared_ptr<const std::vector<float>> returned, double weight, uint64_t offset) {
+  const uint32_t count = static_cast<uint32_t>(frames.size());
   auto remaining = std::make_shared<std::atomic<uint32_t>>(count);
   auto failed = std::make_shared<std::atomic<bool>>(false);
   const double t0 = clock_.now();
@@ -275,7 +331,18 @@ std::vector<GossipEngine::Message> GossipEngine::screen(std::vector<Message> arr
     for (float v : m.data) sq += static_cast<double>(v) * v;
     if (model_norm < 0 && m.kind != MessageKind::kGradient) {
       double x2 = 0;
+#if HEARSAY_HAVE_CUDA
+      if (on_device_) {
+        // Measured where the model lives, not downloaded for one number.
+        model_.backend().synchronize();
+        use_cuda_device(cuda_device_);
+        x2 = device_sum_squares(model_.params(), model_.num_params());
+      } else {
+        for (float v : params_host()) x2 += static_cast<double>(v) * v;
+      }
+#else
       for (float v : params_host()) x2 += static_cast<double>(v) * v;
+#endif
       model_norm = std::sqrt(x2);
     }
     // Folded gradients and deltas are sums of their parts; a folded model is the newest one.
@@ -402,15 +469,213 @@ void GossipEngine::send_encoded(int to, Message m, std::shared_ptr<const Encoded
   send(to, std::move(m), {});
 }
 
-void GossipEngine::send(int to, Message m, std::vector<float> data) {
+void GossipEngine::stamp(Message& m) const {
   m.from = me_;
   m.clock = logical_clock_;
   m.step = steps_;
   m.samples = samples_seen_;
   if (m.total == 0) m.total = model_.num_params();
+}
+
+void GossipEngine::send(int to, Message m, std::vector<float> data) {
+  stamp(m);
   m.data = std::move(data);
   if (spec_.byzantine != "none" && !m.synchronous && !m.data.empty()) lie(m.data);
   outboxes_[to]->offer(std::move(m));
+}
+
+// --- Gossip on the device (gossip_on_device) ------------------------------------------
+// Everything below that touches CUDA memory is built only with CUDA; a peer gossips on
+// its device only in such a build (gossip_device), so the stubs are never reached.
+
+void GossipEngine::say_once(const std::string& what) {
+  std::lock_guard<std::mutex> lock(said_mu_);
+  if (std::find(said_.begin(), said_.end(), what) != said_.end()) return;
+  said_.push_back(what);
+  std::fprintf(stderr, "hearsay: peer %s: %s\n", peers_[me_].c_str(), what.c_str());
+}
+
+#if HEARSAY_HAVE_CUDA
+namespace {
+
+// A snapshot in memory of the peer's backend. The copy runs on the backend's stream and is
+// waited for, because the device codecs read it from other threads on another stream.
+class BackendSnapshot final : public GossipEngine::DeviceSnapshot {
+ public:
+  BackendSnapshot(Backend& backend, int device, const float* src, size_t n)
+      : backend_(backend), device_(device), buffer_(backend, sizeof(float) * n), n_(n) {
+    backend_.copy(buffer_.data(), src, sizeof(float) * n);
+    backend_.synchronize();
+  }
+  size_t size() const override { return n_; }
+  const float* data() const override { return buffer_.f32(); }
+  std::shared_ptr<const std::vector<float>> host() const override {
+    std::call_once(downloaded_, [this] {
+      auto h = std::make_shared<std::vector<float>>(n_);
+      use_cuda_device(device_);  // a transport thread's current device may be another
+      device_to_host(h->data(), buffer_.data(), sizeof(float) * n_);
+      host_ = std::move(h);
+    });
+    return host_;
+  }
+  std::shared_ptr<const DeviceSnapshot> combine(float a, const DeviceSnapshot& other, float b) const override {
+    auto out = std::make_shared<BackendSnapshot>(backend_, device_, data(), n_);
+    if (a != 1.0f) backend_.scale(n_, a, out->buffer_.f32());
+    backend_.axpy(n_, b, other.data(), out->buffer_.f32());
+    backend_.synchronize();
+    return out;
+  }
+
+ private:
+  Backend& backend_;
+  int device_;
+  DeviceBuffer buffer_;
+  size_t n_;
+  mutable std::once_flag downloaded_;
+  mutable std::shared_ptr<const std::vector<float>> host_;  // set once, under downloaded_
+};
+
+bool same_codec(const CodecSpec& a, const CodecSpec& b) {
+  return a.name == b.name && a.density == b.density && a.exact_topk == b.exact_topk && a.value_bits == b.value_bits &&
+         a.levels == b.levels && a.block == b.block && a.rank == b.rank && a.error_feedback == b.error_feedback;
+}
+
+// What a link still owes for one payload kind: its host encoder's residual plus its device
+// twin's (a link that fell back to the host for a while holds parts in both).
+std::vector<float> owed_residual(const LinkEncoder& enc, const DeviceLinkEncoder& twin) {
+  std::vector<float> owed = twin.residual_host();
+  const auto& host = enc.residual();
+  if (owed.empty()) return host;
+  for (size_t k = 0; k < host.size() && k < owed.size(); ++k) owed[k] += host[k];
+  return owed;
+}
+
+}  // namespace
+
+std::shared_ptr<const GossipEngine::DeviceSnapshot> GossipEngine::snapshot_device(const float* src, size_t n) {
+  HEARSAY_CHECK(on_device_, "snapshot_device on a peer that gossips on the host");
+  return std::make_shared<BackendSnapshot>(model_.backend(), cuda_device_, src, n);
+}
+
+bool GossipEngine::put_device_on_wire(int i, Message& m, const std::function<void(const SendStatus&)>& done) {
+  const size_t n = m.device->size();
+  LinkCodecs& lc = *link_codecs_[i];
+  std::unique_lock<std::mutex> codec_lock(lc.mu);  // one message per link at a time anyway
+  const bool push_sum = m.kind == MessageKind::kPushSum && !m.synchronous;
+  bool update = false;
+  LinkEncoder* enc = link_encoder(i, m, n, &update);
+  if (push_sum && enc != nullptr) {
+    codec_lock.unlock();
+    say_once("push-sum shares under a lossy codec are encoded on the host: the rounding the codec takes off a share is "
+             "given back to this peer as a host vector");
+    return false;
+  }
+  DeviceLinkEncoder* twin = nullptr;
+  if (enc != nullptr) {
+    auto& slot = update ? lc.device_update : lc.device_model;
+    try {
+      if (!slot) {
+        slot = std::make_shared<DeviceLinkEncoder>(cuda_device_, enc->spec(), model_.param_views(), lc.seed);
+      } else if (!same_codec(slot->spec(), enc->spec())) {
+        slot->set_spec(enc->spec());  // the host encoder's choice (adaptive): the twin follows
+      }
+    } catch (const InputError& e) {
+      slot.reset();
+      const std::string name = enc->spec().name;
+      codec_lock.unlock();
+      say_once("codec '" + name + "' has no device twin (" + e.what() + "): its messages are encoded on the host");
+      return false;
+    }
+    twin = slot.get();
+    // What the host encoder still owes (a fallback's sends, a checkpoint's residual) moves
+    // to the device once, so the two never both hold what one link owes for long.
+    if (twin->error_feedback() && !enc->residual().empty()) {
+      twin->add_to_residual(enc->residual(), enc->residual().size());
+      enc->residual().clear();
+    }
+  }
+  const auto segs = enc != nullptr ? enc->codec().segments(n, spec_.segment_elements) : even_segments(n, spec_.segment_elements);
+  SegmentFrames out(m, peers_[me_], next_update_id_++, segs.size());
+  std::shared_ptr<const std::vector<float>> raw;  // the dense values, downloaded once, where no codec applies
+  for (uint32_t s = 0; s < segs.size(); ++s) {
+    const auto [begin, len] = segs[s];
+    wire::Update& u = out.segment(s, m.offset + begin, len);
+    if (twin == nullptr) {
+      if (!raw) raw = m.device->host();
+      out.add(reinterpret_cast<const uint8_t*>(raw->data() + begin), len * sizeof(float), raw);
+    } else {
+      auto payload = std::make_shared<std::vector<uint8_t>>();
+      CodecParams params;
+      twin->encode(m.device->data() + begin, len, m.offset + begin, m.total, *payload, params);
+      write_codec_params(params, u.mutable_codec());
+      out.add(payload->data(), payload->size(), payload);
+    }
+  }
+  codec_lock.unlock();
+  // A push (raw here) whose send fails is given back whole, as on the host path.
+  send_frames(i, std::move(out.frames), out.bytes, done, push_sum ? raw : nullptr, m.push_sum_weight, m.offset);
+  return true;
+}
+
+bool GossipEngine::decode_on_device(const Message& m, double a, float* device_dst) {
+  if (!on_device_ || !m.payloads) return false;
+  // The backend's stream is not ordered with the codecs' (the default stream): what it
+  // has queued on the destination finishes first; the decode waits for itself.
+  model_.backend().synchronize();
+  use_cuda_device(cuda_device_);
+  for (const auto& s : m.payloads->segments) {
+    const std::string err = device_decode_accumulate(s.params, s.payload->data(), s.payload->size(), static_cast<float>(a),
+                                                     device_dst + s.offset, s.length);
+    // The inbox decoded these very bytes on the host and checked them before keeping them.
+    HEARSAY_CHECK(err.empty(), "an update that decoded on the host does not decode on the device: " + err);
+  }
+  return true;
+}
+
+void GossipEngine::note_own_gradient(const DeviceSnapshot& g) {
+  use_cuda_device(cuda_device_);
+  const double n = std::sqrt(device_sum_squares(g.data(), g.size())), old = own_grad_norm_.load();
+  own_grad_norm_ = old <= 0 ? n : 0.9 * old + 0.1 * n;
+}
+
+#else  // no CUDA: no peer gossips on a device (gossip_device is -1), so none of this is reached
+
+std::shared_ptr<const GossipEngine::DeviceSnapshot> GossipEngine::snapshot_device(const float*, size_t) {
+  HEARSAY_CHECK(false, "snapshot_device in a build without CUDA");
+  return nullptr;
+}
+bool GossipEngine::put_device_on_wire(int, Message&, const std::function<void(const SendStatus&)>&) { return false; }
+bool GossipEngine::decode_on_device(const Message&, double, float*) { return false; }
+void GossipEngine::note_own_gradient(const DeviceSnapshot&) {
+  HEARSAY_CHECK(false, "note_own_gradient(DeviceSnapshot) in a build without CUDA");
+}
+
+#endif
+
+void GossipEngine::send_device(int to, Message m, std::shared_ptr<const DeviceSnapshot> data) {
+  if (spec_.byzantine != "none" && !m.synchronous) {
+    say_once("fault injection (byzantine '" + spec_.byzantine + "') lies on the host: this peer's sends are encoded there");
+    return send(to, std::move(m), std::vector<float>(*data->host()));
+  }
+  stamp(m);
+  m.device = std::move(data);
+  outboxes_[to]->offer(std::move(m));
+}
+
+void GossipEngine::axpy_params(double a, const Message& m) {
+  if (!decode_on_device(m, a, model_.params())) axpy_params(a, m.data);
+}
+
+void GossipEngine::axpy_grads(double a, const Message& m) {
+  if (!decode_on_device(m, a, model_.grads())) axpy_grads(a, m.data);
+}
+
+void GossipEngine::mix_neighbour_model(int from, const Message& m, double w) {
+  // A robust rule needs the host values (its target is computed there).
+  if (!on_device_ || !m.payloads || spec_.mixer.robust != MixerSpec::Robust::kNone) return mix_neighbour_model(from, m.data, w);
+  // x <- (1 - w) x + w y, as mix_params does it: scale, then add w y.
+  model_.backend().scale(m.data.size(), static_cast<float>(1.0 - w), model_.params());
+  decode_on_device(m, w, model_.params());
 }
 
 // Fault injection (spec.byzantine): what a Byzantine peer sends instead of the truth,
@@ -562,6 +827,14 @@ void GossipEngine::save_state(ckpt::Checkpoint& c) const {
       l->set_kind(kind);
       l->set_codec(enc->spec().name);
       l->set_density(enc->spec().density);
+#if HEARSAY_HAVE_CUDA
+      const auto& twin = std::string(kind) == "update" ? link_codecs_[i]->device_update : link_codecs_[i]->device_model;
+      if (twin) {
+        const std::vector<float> owed = owed_residual(*enc, *twin);
+        l->set_residual(floats_to_bytes(owed.data(), owed.size()));
+        continue;
+      }
+#endif
       l->set_residual(floats_to_bytes(enc->residual().data(), enc->residual().size()));
     }
   }
@@ -580,6 +853,9 @@ void GossipEngine::load_state(const ckpt::Checkpoint& c) {
     if (l.kind() != "update" && l.kind() != "model") throw InputError("checkpoint: link state of unknown kind '" + l.kind() + "'");
     std::lock_guard<std::mutex> lock(link_codecs_[i]->mu);
     LinkEncoder& enc = l.kind() == "update" ? *link_codecs_[i]->update : *link_codecs_[i]->model;
+    // A device twin starts again from the host encoder, which now holds the checkpoint's
+    // residual (it moves to the device at the twin's first send).
+    (l.kind() == "update" ? link_codecs_[i]->device_update : link_codecs_[i]->device_model).reset();
     if (spec_.adaptive.enabled && l.codec() != enc.spec().name) {
       CodecSpec chosen = enc.spec();
       chosen.name = l.codec();

@@ -9,9 +9,20 @@
 
 namespace hearsay {
 
+size_t GossipEngine::Message::elements() const { return device ? device->size() : data.size(); }
+
 void GossipEngine::Message::absorb(Message&& newer) {
+  // Two device snapshots fold on the device (DeviceSnapshot::combine); a snapshot meeting a
+  // host message (a fallback made that one) folds on the host.
+  if ((device == nullptr) != (newer.device == nullptr)) {
+    for (Message* part : {this, &newer}) {
+      if (part->device == nullptr) continue;
+      part->data = *part->device->host();
+      part->device.reset();
+    }
+  }
   const uint64_t folded = coalesced + newer.coalesced + 1;
-  if (kind == MessageKind::kModel || data.size() != newer.data.size() || offset != newer.offset) {
+  if (kind == MessageKind::kModel || elements() != newer.elements() || offset != newer.offset) {
     const bool reply = reply_requested || newer.reply_requested;
     *this = std::move(newer);
     reply_requested = reply;
@@ -19,12 +30,22 @@ void GossipEngine::Message::absorb(Message&& newer) {
     // The mean of the parts, each message weighted by how many it holds: a sender whose
     // gradients pile up on a slow link counts, per message taken, for one gradient.
     const double a = static_cast<double>(coalesced + 1), b = static_cast<double>(newer.coalesced + 1);
-    for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>((a * data[i] + b * newer.data[i]) / (a + b));
+    if (device != nullptr) {
+      device = device->combine(static_cast<float>(a / (a + b)), *newer.device, static_cast<float>(b / (a + b)));
+    } else {
+      for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>((a * data[i] + b * newer.data[i]) / (a + b));
+    }
+    payloads.reset();  // the arrived payloads no longer say what data holds
     clock = std::min(clock, newer.clock);
     step = std::max(step, newer.step);
     samples = std::max(samples, newer.samples);
   } else {
-    for (size_t i = 0; i < data.size(); ++i) data[i] += newer.data[i];
+    if (device != nullptr) {
+      device = device->combine(1.0f, *newer.device, 1.0f);
+    } else {
+      for (size_t i = 0; i < data.size(); ++i) data[i] += newer.data[i];
+    }
+    payloads.reset();
     push_sum_weight += newer.push_sum_weight;
     // Staleness of a sum is that of its oldest part.
     clock = std::min(clock, newer.clock);
@@ -104,6 +125,16 @@ GossipEngine::Message read_header(const wire::Update& u, int from) {
   return m;
 }
 
+// Memory a message holds: its host data, its device snapshot, the payloads it kept.
+static size_t held_bytes(const GossipEngine::Message& m) {
+  size_t b = m.data.size() * sizeof(float);
+  if (m.device) b += m.device->size() * sizeof(float);
+  if (m.payloads) {
+    for (const auto& s : m.payloads->segments) b += s.payload->size();
+  }
+  return b;
+}
+
 // --- Outbox ---------------------------------------------------------------------------
 // send_ is always called without mu_ held: a transport may report failure inline (a
 // neighbour that is gone), which re-enters on_done.
@@ -114,7 +145,7 @@ void Outbox::offer(GossipEngine::Message&& m) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!busy_ && sync_.empty()) {
       busy_ = true;
-      in_flight_bytes_ = m.data.size() * sizeof(float);
+      in_flight_bytes_ = held_bytes(m);
       in_flight_step_ = m.step;
       now = std::move(m);
     } else if (m.synchronous || m.encoded) {
@@ -155,7 +186,7 @@ void Outbox::on_done(const SendStatus& s) {
     }
     if (next) {
       busy_ = true;
-      in_flight_bytes_ = next->data.size() * sizeof(float);
+      in_flight_bytes_ = held_bytes(*next);
       if (next->synchronous) in_flight_step_ = next->step;
     }
   }
@@ -165,8 +196,8 @@ void Outbox::on_done(const SendStatus& s) {
 size_t Outbox::buffered_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   size_t b = in_flight_bytes_;
-  for (const auto& [k, m] : pending_) b += m.data.size() * sizeof(float);
-  for (const auto& m : sync_) b += m.data.size() * sizeof(float);
+  for (const auto& [k, m] : pending_) b += held_bytes(m);
+  for (const auto& m : sync_) b += held_bytes(m);
   return b;
 }
 
@@ -241,8 +272,28 @@ std::string Inbox::add_segment(int from, const wire::Update& u, const uint8_t* p
     partial_.erase(it);
     return err;
   }
+  if (keep_payloads_ && p.keep && !p.m.synchronous) {
+    const CodecParams params = read_codec_params(u.codec());
+    const auto id = static_cast<CodecId>(params.codec_id());
+    // Only codecs whose decode is the plain value (no scale of their own to multiply in):
+    // with those, the weight times each value lands in device memory rounded exactly as
+    // the host path's upload and axpy round it.
+    if (id == CodecId::kFp16 || id == CodecId::kBf16 || id == CodecId::kTopk) {
+      if (!p.kept) p.kept = std::make_shared<GossipEngine::Encoded>();
+      GossipEngine::Encoded::Segment seg;
+      seg.offset = u.segment_offset();
+      seg.length = n;
+      seg.params = params;
+      seg.payload = std::make_shared<const std::vector<uint8_t>>(payload, payload + bytes);
+      p.kept->segments.push_back(std::move(seg));
+    } else {
+      p.keep = false;
+      p.kept.reset();
+    }
+  }
   if (++p.have == p.count) {
     auto m = std::move(p.m);
+    if (p.keep && p.kept) m.payloads = std::move(p.kept);
     partial_.erase(it);
     return complete(std::move(m));
   }
@@ -349,12 +400,17 @@ void Inbox::wake() {
 size_t Inbox::buffered_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   size_t b = 0;
-  for (const auto& [k, p] : partial_) b += p.m.data.capacity() * sizeof(float);
-  for (const auto& [k, m] : async_) b += m.data.size() * sizeof(float);
-  for (const auto& [from, queue] : deltas_) {
-    for (const auto& m : queue) b += m.data.size() * sizeof(float);
+  for (const auto& [k, p] : partial_) {
+    b += p.m.data.capacity() * sizeof(float);
+    if (p.kept) {
+      for (const auto& s : p.kept->segments) b += s.payload->size();
+    }
   }
-  for (const auto& [k, m] : sync_) b += m.data.size() * sizeof(float);
+  for (const auto& [k, m] : async_) b += held_bytes(m);
+  for (const auto& [from, queue] : deltas_) {
+    for (const auto& m : queue) b += held_bytes(m);
+  }
+  for (const auto& [k, m] : sync_) b += held_bytes(m);
   return b;
 }
 

@@ -55,7 +55,9 @@ class Outbox {
 
 class Inbox {
  public:
-  explicit Inbox(Mixer& mixer) : mixer_(mixer) {}
+  // With `keep_payloads` (a peer that gossips on its device), asynchronous messages keep
+  // the payloads they arrived as when their codec allows (Message::payloads).
+  explicit Inbox(Mixer& mixer, bool keep_payloads = false) : mixer_(mixer), keep_payloads_(keep_payloads) {}
   // Adds one wire segment, decoding its payload into the message; complete messages
   // become available. Returns why it was dropped (it does not fit the message it claims
   // to belong to, or its payload does not decode), or an empty string.
@@ -80,11 +82,14 @@ class Inbox {
     GossipEngine::Message m;
     uint32_t have = 0, count = 0;
     uint64_t lo = 0;
+    bool keep = true;  // every segment so far could be kept (keep_payloads_)
+    std::shared_ptr<GossipEngine::Encoded> kept;
   };
   // With mu_ held. Returns why a message was refused, or empty.
   std::string complete(GossipEngine::Message&& m);
 
   Mixer& mixer_;
+  const bool keep_payloads_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::pair<int, uint64_t>, Partial> partial_;                    // GUARDED_BY(mu_)

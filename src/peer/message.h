@@ -28,6 +28,18 @@ struct GossipEngine::Message {
   // Set by send_encoded: the payloads to send as they are (data is empty). Such a message
   // is never re-encoded and never folded with another; a link sends them in order.
   std::shared_ptr<const Encoded> encoded;
+  // Set by send_device on a peer that gossips on its device: the tensor in
+  // device memory (data is empty until a fallback downloads it).
+  std::shared_ptr<const DeviceSnapshot> device;
+  // On such a peer, an asynchronous arrival whose every segment's codec decodes to plain
+  // values (fp16, bf16, topk): the payloads as they arrived, beside the host-decoded data
+  // (which the guard checks), so the engine can decode them with a weight straight into
+  // device memory. Dropped when the message is folded with another (they no longer say
+  // what data holds).
+  std::shared_ptr<const Encoded> payloads;
+
+  // The tensor's length, wherever it lives.
+  size_t elements() const;
 
   // Folds a newer message of the same kind into this one: models, newest wins; gradients
   // become the mean of their parts (so a slow link's sender does not step m times as far);
@@ -49,6 +61,20 @@ struct GossipEngine::Encoded {
   std::vector<Segment> segments;
   // What a receiver decodes from the segments, bit for bit (the same decoder, into zeros).
   std::vector<float> decoded;
+};
+
+// A tensor snapshot in device memory (GossipEngine::snapshot_device), complete: no device
+// work is pending on it when it is handed over, so any thread may read it.
+struct GossipEngine::DeviceSnapshot {
+  virtual ~DeviceSnapshot() = default;
+  virtual size_t size() const = 0;
+  virtual const float* data() const = 0;  // device memory
+  // The values on the host, downloaded at the first call and kept, so every link that
+  // needs them dense (raw fp32, a fallback) shares one download. Any thread.
+  virtual std::shared_ptr<const std::vector<float>> host() const = 0;
+  // a * this + b * other (of the same length) as a new snapshot: an outbox folding two
+  // messages. Step-loop thread (it runs on the peer's backend).
+  virtual std::shared_ptr<const DeviceSnapshot> combine(float a, const DeviceSnapshot& other, float b) const = 0;
 };
 
 // The Update fields that describe a message (all but the segment's place and codec), and

@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <mutex>
+#include <stdexcept>
 
 #include "hearsay/error.h"
+#include "hearsay/registry.h"
 
 namespace hearsay {
 namespace {
@@ -180,25 +182,39 @@ class BandwidthAware final : public Topology {
   std::vector<double> thr_;  // GUARDED_BY(mu_)
 };
 
+template <class T, class... Args>
+TopologyFactory builder(Args... args) {
+  return [=](const TopologySpec&, int n) { return std::unique_ptr<Topology>(std::make_unique<T>(n, args...)); };
+}
+
 }  // namespace
+
+// hearsay's own topologies, there before any lookup (a function's static).
+NamedRegistry<TopologyFactory>& topologies() {
+  static NamedRegistry<TopologyFactory> all(
+      "topology", {{"ring", builder<Ring>()},
+                   {"torus", builder<Torus>()},
+                   {"exponential", builder<Exponential>()},
+                   {"complete", builder<Complete>()},
+                   {"star", builder<Star>()},
+                   {"random", builder<RandomPeer>()},
+                   {"hierarchical",
+                    [](const TopologySpec& s, int n) {
+                      return std::unique_ptr<Topology>(std::make_unique<Hierarchical>(n, s.site_of, s.cross_every));
+                    }},
+                   {"bandwidth", [](const TopologySpec& s, int n) {
+                      if (!(s.floor > 0 && s.floor <= 1)) throw InputError("topology: bandwidth floor must be in (0, 1]");
+                      return std::unique_ptr<Topology>(std::make_unique<BandwidthAware>(n, s.floor));
+                    }}});
+  return all;
+}
 
 std::unique_ptr<Topology> make_topology(const TopologySpec& spec, int n) {
   if (n < 2) throw InputError("topology: a cluster needs at least 2 peers, got " + std::to_string(n));
   if (!spec.site_of.empty() && static_cast<int>(spec.site_of.size()) != n) {
     throw InputError("topology: site_of names " + std::to_string(spec.site_of.size()) + " peers, the cluster has " + std::to_string(n));
   }
-  if (spec.kind == "ring") return std::make_unique<Ring>(n);
-  if (spec.kind == "torus") return std::make_unique<Torus>(n);
-  if (spec.kind == "exponential") return std::make_unique<Exponential>(n);
-  if (spec.kind == "complete") return std::make_unique<Complete>(n);
-  if (spec.kind == "star") return std::make_unique<Star>(n);
-  if (spec.kind == "random") return std::make_unique<RandomPeer>(n);
-  if (spec.kind == "hierarchical") return std::make_unique<Hierarchical>(n, spec.site_of, spec.cross_every);
-  if (spec.kind == "bandwidth") {
-    if (!(spec.floor > 0 && spec.floor <= 1)) throw InputError("topology: bandwidth floor must be in (0, 1]");
-    return std::make_unique<BandwidthAware>(n, spec.floor);
-  }
-  throw InputError("topology '" + spec.kind + "': unknown; use ring, torus, exponential, complete, star, random, hierarchical or bandwidth");
+  return topologies().get(spec.kind)(spec, n);
 }
 
 }  // namespace hearsay

@@ -1,5 +1,8 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <stdexcept>
+
 #include <cmath>
 
 #include "hearsay/error.h"
@@ -10,20 +13,30 @@ using namespace hearsay;
 
 TEST_CASE("mixer: each staleness weighting follows its formula") {
   MixerSpec s;
-  s.weighting = MixerSpec::Weighting::kPolynomial;
+  s.weighting = "polynomial";
   s.alpha = 0.5;
   CHECK(Mixer(s).staleness_weight(0) == doctest::Approx(1.0));
   CHECK(Mixer(s).staleness_weight(3) == doctest::Approx(0.5));
-  s.weighting = MixerSpec::Weighting::kExponential;
+  s.weighting = "exponential";
   s.lambda = 0.1;
   CHECK(Mixer(s).staleness_weight(10) == doctest::Approx(std::exp(-1.0)));
-  s.weighting = MixerSpec::Weighting::kInverse;
+  s.weighting = "inverse";
   CHECK(Mixer(s).staleness_weight(0) == doctest::Approx(1.0));
   CHECK(Mixer(s).staleness_weight(4) == doctest::Approx(0.25));
-  s.weighting = MixerSpec::Weighting::kConstant;
+  s.weighting = "constant";
   CHECK(Mixer(s).staleness_weight(100) == doctest::Approx(1.0));
-  CHECK(parse_weighting("inverse") == MixerSpec::Weighting::kInverse);
-  CHECK_THROWS_AS(parse_weighting("linear"), InputError);
+  s.weighting = "linear";
+  CHECK_THROWS_WITH_AS(Mixer{s}, doctest::Contains("unknown; use constant, exponential, inverse, polynomial"), InputError);
+}
+
+TEST_CASE("mixer: a staleness weighting registered by a program is chosen by name, and names are not taken twice") {
+  staleness_weightings().add("halving", [](double tau, const MixerSpec&) { return std::pow(0.5, tau); });
+  MixerSpec s;
+  s.weighting = "halving";
+  CHECK(Mixer(s).staleness_weight(3) == doctest::Approx(0.125));
+  const auto names = staleness_weightings().names();
+  CHECK(std::find(names.begin(), names.end(), "halving") != names.end());
+  CHECK_THROWS_AS(staleness_weightings().add("polynomial", [](double, const MixerSpec&) { return 1.0; }), std::logic_error);
 }
 
 TEST_CASE("mixer: staleness is measured from logical clocks and stale updates are dropped and counted") {
@@ -44,7 +57,7 @@ TEST_CASE("mixer: staleness is measured from logical clocks and stale updates ar
 
 TEST_CASE("mixer: model averaging stays a convex combination whatever the weights") {
   MixerSpec s;
-  s.weighting = MixerSpec::Weighting::kConstant;
+  s.weighting = "constant";
   s.weight_by_samples = true;
   Mixer m(s);
   // A peer that has seen 100x more samples than us still gets at most max_share.

@@ -380,7 +380,7 @@ ClusterResult averaging_only(const std::string& algorithm, const std::string& to
   s.peers = n;
   s.gossip.algorithm = algorithm;
   s.gossip.topology.kind = topology;
-  s.gossip.mixer.weighting = MixerSpec::Weighting::kPolynomial;  // staleness-weighted shares, as by default
+  s.gossip.mixer.weighting = "polynomial";  // staleness-weighted shares, as by default
   s.distinct_init = true;
   s.slowdown = std::vector<double>(n, 20.0);
   if (adjust) adjust(s);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <set>
+#include <stdexcept>
 
 #include "hearsay/error.h"
 #include "hearsay/topology.h"
@@ -115,4 +116,26 @@ TEST_CASE("topology: bad specs are input errors") {
   s.kind = "hierarchical";
   s.site_of = {0, 1};
   CHECK_THROWS_AS(make_topology(s, 4), InputError);
+}
+
+TEST_CASE("topology: one registered by a program is built by name, and the registry lists every topology") {
+  // Everyone sends to peer 0, and peer 0 to peer 1: a hub with a way back.
+  class Hub final : public Topology {
+   public:
+    explicit Hub(int n) : Topology(n) {}
+    std::vector<int> targets(int peer, int64_t, Rng&) const override { return neighbours(peer); }
+    std::vector<int> neighbours(int peer) const override { return {peer == 0 ? 1 : 0}; }
+  };
+  topologies().add("hub", [](const TopologySpec&, int n) { return std::unique_ptr<Topology>(std::make_unique<Hub>(n)); });
+  TopologySpec spec;
+  spec.kind = "hub";
+  const auto t = make_topology(spec, 5);
+  CHECK(t->neighbours(3) == std::vector<int>{0});
+  CHECK(t->neighbours(0) == std::vector<int>{1});
+  CHECK(topologies().names() == std::vector<std::string>{"bandwidth", "complete", "exponential", "hierarchical", "hub", "random",
+                                                    "ring", "star", "torus"});
+  CHECK_THROWS_AS(topologies().add("ring", [](const TopologySpec&, int n) { return std::unique_ptr<Topology>(); }),
+                  std::logic_error);
+  spec.kind = "mesh";
+  CHECK_THROWS_WITH_AS(make_topology(spec, 4), doctest::Contains("topology 'mesh': unknown; use bandwidth, complete"), InputError);
 }

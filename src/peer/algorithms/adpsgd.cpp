@@ -47,6 +47,9 @@ class Adpsgd final : public Algorithm {
       for (int t : e.live_targets(static_cast<int64_t>(step))) {
         if (open_.count(t) != 0) t = idle_neighbour(e);  // one open exchange per neighbour
         if (t < 0) continue;
+        // A request stays a host send even on a GPU peer: the model sent is kept, as the
+        // base that complete() measures the reply from (move_toward_neighbour's host
+        // arithmetic, and a robust rule's), so it is downloaded once either way.
         if (params.empty()) params = e.params_host();
         open_[t] = {params, Clock::now()};
         e.send(t, {.kind = MessageKind::kModel, .reply_requested = true}, params);
@@ -69,10 +72,14 @@ class Adpsgd final : public Algorithm {
     GossipEngine::Message reply;
     reply.kind = MessageKind::kModel;
     reply.mix_share = w;
-    e.send(m.from, std::move(reply), e.params_host());
+    if (e.gossip_on_device()) {
+      e.send_device(m.from, std::move(reply), e.snapshot_device(e.model().params(), e.model().num_params()));
+    } else {
+      e.send(m.from, std::move(reply), e.params_host());
+    }
     if (w == 0) return;
     e.note_model_distance(e.peers()[m.from], m.data);
-    e.mix_neighbour_model(m.from, m.data, w);
+    e.mix_neighbour_model(m.from, m, w);
   }
 
   // a's half, once b has answered: x_a += w (x_b - x_a_sent).

@@ -26,11 +26,16 @@ class GossipGrad final : public Algorithm {
         const auto d = e.mixer().model(e.clock(), m.clock, 0.5, e.samples_seen(), m.samples);
         if (d.drop) continue;
         e.note_model_distance(e.peers()[m.from], m.data);
-        e.mix_neighbour_model(m.from, m.data, d.weight);
+        e.mix_neighbour_model(m.from, m, d.weight);
       }
     }
     const BatchStats s = gradient_only(e, batch);
-    if (step % static_cast<uint64_t>(e.spec().gossip_every) == 0) {
+    if (step % static_cast<uint64_t>(e.spec().gossip_every) == 0 && e.gossip_on_device()) {
+      // One device copy for every target; each link's codec encodes it on the device.
+      const auto g = e.snapshot_device(e.model().grads(), e.model().num_params());
+      e.note_own_gradient(*g);
+      for (int t : targets) e.send_device(t, {.kind = MessageKind::kGradient}, g);
+    } else if (step % static_cast<uint64_t>(e.spec().gossip_every) == 0) {
       std::vector<float> g(e.model().num_params());
       e.model().backend().download(g.data(), e.model().grads(), sizeof(float) * g.size());
       e.note_own_gradient(g);
@@ -38,11 +43,14 @@ class GossipGrad final : public Algorithm {
     }
     for (const auto& m : gradients) {
       const auto d = e.mixer().gradient(e.clock(), m.clock);
-      if (!d.drop) e.axpy_grads(d.weight, m.data);
+      if (!d.drop) e.axpy_grads(d.weight, m);
     }
     e.optimizer().step(e.model().params(), e.model().grads(), static_cast<float>(lr * scale));
     const int every = average_every_;
-    if (every > 0 && step % static_cast<uint64_t>(every) == static_cast<uint64_t>(every - 1)) {
+    if (every > 0 && step % static_cast<uint64_t>(every) == static_cast<uint64_t>(every - 1) && e.gossip_on_device()) {
+      const auto params = e.snapshot_device(e.model().params(), e.model().num_params());
+      for (int t : targets) e.send_device(t, {.kind = MessageKind::kModel}, params);
+    } else if (every > 0 && step % static_cast<uint64_t>(every) == static_cast<uint64_t>(every - 1)) {
       const auto params = e.params_host();
       for (int t : targets) e.send(t, {.kind = MessageKind::kModel}, params);
     }

@@ -74,6 +74,19 @@ class Sgp final : public Algorithm {
     const double keep = 1.0 / (1.0 + static_cast<double>(targets.size()));
     e.model().backend().scale(e.model().num_params(), static_cast<float>(keep), e.model().params());
     w_ *= keep;
+    if (e.gossip_on_device()) {
+      // One device copy for every target. Under model_codec none it travels raw (one
+      // download for all links); a lossy model codec falls back to the host encoder, whose
+      // rounding comes back to this peer as a host vector (GossipEngine::send_device).
+      const auto share = e.snapshot_device(e.model().params(), e.model().num_params());
+      for (int t : targets) {
+        GossipEngine::Message m;
+        m.kind = MessageKind::kPushSum;
+        m.push_sum_weight = w_;
+        e.send_device(t, std::move(m), share);
+      }
+      return;
+    }
     const auto share = e.params_host();
     for (int t : targets) {
       GossipEngine::Message m;
@@ -88,7 +101,7 @@ class Sgp final : public Algorithm {
     for (auto& m : e.take_async()) {
       if (m.kind != MessageKind::kPushSum) continue;
       e.mixer().applied(e.clock(), m.clock);  // staleness recorded; push-sum mass is never dropped
-      e.axpy_params(1.0, m.data);
+      e.axpy_params(1.0, m);
       w_ += m.push_sum_weight;
     }
     const auto back = e.take_returned();
