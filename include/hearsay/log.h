@@ -1,6 +1,6 @@
 // The event log (JSON Lines, one object per event) and the live progress display. Every
 // event carries `t` (seconds since the log was opened), `peer` and `event`; what else it
-// carries is fixed by the event schema (src/log/event_schema.cpp, documented in
+// carries is fixed by the event schema (src/log/event_schema.json, documented in
 // docs/LOGS.md), which EventLog::write enforces.
 #pragma once
 

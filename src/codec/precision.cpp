@@ -20,51 +20,52 @@ std::string check_size(CodecId id, size_t bytes, size_t want, size_t n) {
                        std::to_string(want));
 }
 
-// --- none -----------------------------------------------------------------------------
-class NoneCodec final : public Codec {
- public:
-  CodecId id() const override { return CodecId::kNone; }
-  void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, CodecParams& p) override {
-    begin_params(p, id());
-    out.resize(n * 4);
-    if (n > 0) std::memcpy(out.data(), x, n * 4);
-  }
-};
+// --- none, fp16, bf16 ------------------------------------------------------------------
+// Each keeps every element on its own in a fixed number of bytes, with no parameters
+// beyond its id, so one encoder serves all three; they differ in the conversion of a run
+// of elements alone.
+using ConvertRun = void (*)(const float* x, size_t n, uint8_t* out);
 
-// --- fp16 -----------------------------------------------------------------------------
-class Fp16Codec final : public Codec {
- public:
-  CodecId id() const override { return CodecId::kFp16; }
-  void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, CodecParams& p) override {
-    begin_params(p, id());
-    out.resize(n * 2);
-    uint8_t* o = out.data();
-    size_t i = 0;
+void copy_fp32(const float* x, size_t n, uint8_t* o) {
+  if (n > 0) std::memcpy(o, x, n * 4);
+}
+
+void to_fp16(const float* x, size_t n, uint8_t* o) {
+  size_t i = 0;
 #ifdef HEARSAY_CODEC_AVX2
-    for (; i + 8 <= n; i += 8) {
-      const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 2 * i), h);
-    }
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 2 * i), h);
+  }
 #endif
-    for (; i < n; ++i) {
-      const uint16_t h = float_to_half(x[i]);
-      std::memcpy(o + 2 * i, &h, 2);
-    }
+  for (; i < n; ++i) {
+    const uint16_t h = float_to_half(x[i]);
+    std::memcpy(o + 2 * i, &h, 2);
   }
-};
+}
 
-// --- bf16 -----------------------------------------------------------------------------
-class Bf16Codec final : public Codec {
+void to_bf16(const float* x, size_t n, uint8_t* out) {
+  uint16_t* o = reinterpret_cast<uint16_t*>(out);  // vector storage is suitably aligned
+  const uint32_t* b = reinterpret_cast<const uint32_t*>(x);
+  // Branch-free, so the compiler vectorises it.
+  for (size_t i = 0; i < n; ++i) o[i] = float_to_bf16(b[i]);
+}
+
+class ElementwiseCodec final : public Codec {
  public:
-  CodecId id() const override { return CodecId::kBf16; }
+  ElementwiseCodec(CodecId id, size_t bytes_per_element, ConvertRun convert)
+      : id_(id), bytes_per_element_(bytes_per_element), convert_(convert) {}
+  CodecId id() const override { return id_; }
   void encode(const float* x, size_t n, size_t, std::vector<uint8_t>& out, CodecParams& p) override {
-    begin_params(p, id());
-    out.resize(n * 2);
-    uint16_t* o = reinterpret_cast<uint16_t*>(out.data());  // vector storage is suitably aligned
-    const uint32_t* b = reinterpret_cast<const uint32_t*>(x);
-    // Branch-free, so the compiler vectorises it.
-    for (size_t i = 0; i < n; ++i) o[i] = float_to_bf16(b[i]);
+    begin_params(p, id_);
+    out.resize(n * bytes_per_element_);
+    convert_(x, n, out.data());
   }
+
+ private:
+  CodecId id_;
+  size_t bytes_per_element_;
+  ConvertRun convert_;
 };
 
 // --- int8 -----------------------------------------------------------------------------
@@ -141,9 +142,9 @@ class Int8Codec final : public Codec {
 
 }  // namespace
 
-std::unique_ptr<Codec> make_none() { return std::make_unique<NoneCodec>(); }
-std::unique_ptr<Codec> make_fp16() { return std::make_unique<Fp16Codec>(); }
-std::unique_ptr<Codec> make_bf16() { return std::make_unique<Bf16Codec>(); }
+std::unique_ptr<Codec> make_none() { return std::make_unique<ElementwiseCodec>(CodecId::kNone, 4, copy_fp32); }
+std::unique_ptr<Codec> make_fp16() { return std::make_unique<ElementwiseCodec>(CodecId::kFp16, 2, to_fp16); }
+std::unique_ptr<Codec> make_bf16() { return std::make_unique<ElementwiseCodec>(CodecId::kBf16, 2, to_bf16); }
 std::unique_ptr<Codec> make_int8(int block) { return std::make_unique<Int8Codec>(block); }
 
 uint16_t float_to_half(float f) {

@@ -1,7 +1,8 @@
 // The event log's schema: every kind of event a peer writes, its fields, their types and
-// what they mean. This is the one list; EventLog::write checks each event against it and
+// what they mean. The one list is the data file event_schema.json, which the build embeds
+// and this reads; EventLog::write checks each event against it and
 // tests/log/logs_doc_test.cpp checks that docs/LOGS.md documents exactly it. A new event
-// or field is added here first (and then to docs/LOGS.md, which the test tells you).
+// or field is added there first (and then to docs/LOGS.md, which the test tells you).
 #pragma once
 
 #include <string>

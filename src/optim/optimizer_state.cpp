@@ -9,8 +9,8 @@
 namespace hearsay::optim {
 namespace {
 
-// A hyper-parameter as a message shows it: the shortest form that reads back close
-// enough ("0.9", "1e-08"), not float's seventeen digits.
+// A hyper-parameter as a message shows it: six significant digits, so that a float read
+// from a config shows as it was written ("0.9", not 0.899999976).
 std::string shown(double v) {
   std::ostringstream out;
   out << v;

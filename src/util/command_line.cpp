@@ -23,6 +23,24 @@ bool starts_clean(const std::string& text) {
   return !text.empty() && !std::isspace(static_cast<unsigned char>(text[0]));
 }
 
+// Reads a comma-separated list of integers, each in [lo, hi], into `out` as T; a list
+// with a bad or empty item leaves `out` as it was. integer_list and size_list differ only
+// in T.
+template <typename T>
+CommandLine::Apply apply_integer_list(std::vector<T>* out, int64_t lo, int64_t hi) {
+  return [out, lo, hi](const std::string& v) {
+    std::vector<T> values;
+    for (const auto& item : split_commas(v)) {
+      int64_t n = 0;
+      if (!parse_integer(item, lo, hi, &n)) return false;
+      values.push_back(static_cast<T>(n));
+    }
+    if (values.empty()) return false;
+    *out = std::move(values);
+    return true;
+  };
+}
+
 }  // namespace
 
 bool parse_integer(const std::string& text, int64_t lo, int64_t hi, int64_t* out) {
@@ -136,39 +154,15 @@ CommandLine& CommandLine::integer(const std::string& name, int* out, int lo, int
 
 CommandLine& CommandLine::integer_list(const std::string& name, std::vector<int>* out, int lo,
                                        int hi, std::string value_is) {
-  return option(
-      name, std::move(value_is),
-      [out, lo, hi](const std::string& v) {
-        std::vector<int> values;
-        for (const auto& item : split_commas(v)) {
-          int64_t n = 0;
-          if (!parse_integer(item, lo, hi, &n)) return false;
-          values.push_back(static_cast<int>(n));
-        }
-        if (values.empty()) return false;
-        *out = std::move(values);
-        return true;
-      },
-      range_text(int64_t{lo}, int64_t{hi}));
+  return option(name, std::move(value_is), apply_integer_list(out, lo, hi),
+                range_text(int64_t{lo}, int64_t{hi}));
 }
 
 CommandLine& CommandLine::size_list(const std::string& name, std::vector<size_t>* out, size_t lo,
                                     size_t hi, std::string value_is) {
   const auto lo64 = static_cast<int64_t>(lo), hi64 = static_cast<int64_t>(hi);
-  return option(
-      name, std::move(value_is),
-      [out, lo64, hi64](const std::string& v) {
-        std::vector<size_t> values;
-        for (const auto& item : split_commas(v)) {
-          int64_t n = 0;
-          if (!parse_integer(item, lo64, hi64, &n)) return false;
-          values.push_back(static_cast<size_t>(n));
-        }
-        if (values.empty()) return false;
-        *out = std::move(values);
-        return true;
-      },
-      range_text(lo64, hi64));
+  return option(name, std::move(value_is), apply_integer_list(out, lo64, hi64),
+                range_text(lo64, hi64));
 }
 
 CommandLine& CommandLine::number(const std::string& name, double* out, double lo, double hi,

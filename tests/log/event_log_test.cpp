@@ -1,5 +1,5 @@
 // The JSON objects the log is made of, the event log's file, and its check of every event
-// against the schema (src/log/event_schema.cpp).
+// against the schema (src/log/event_schema.json).
 #include <doctest/doctest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -119,9 +119,9 @@ TEST_CASE("event schema: an event that breaks it is named with the field and wha
   CHECK(log_schema::problem(step_event(log)).empty());
 
   CHECK(log_schema::problem(log.event("stepp")) ==
-        "event 'stepp' is not in the schema (src/log/event_schema.cpp)");
+        "event 'stepp' is not in the schema (src/log/event_schema.json)");
   CHECK(log_schema::problem(step_event(log).add("los", 1.0)) ==
-        "event 'step': field 'los' is not in the schema (src/log/event_schema.cpp)");
+        "event 'step': field 'los' is not in the schema (src/log/event_schema.json)");
   CHECK(log_schema::problem(log.event("step").add("step", 1)) ==
         "event 'step': required field 'epoch' is missing");
   CHECK(log_schema::problem(step_event(log).add("step", 1.5)) ==
@@ -176,7 +176,7 @@ TEST_CASE("event schema: optional fields may be left out, and nested fields are 
   JsonObject odd_link = link;
   odd_link.add("colour", "red");
   CHECK(log_schema::problem(gossip(odd_link)) ==
-        "event 'gossip': field 'links.b.colour' is not in the schema (src/log/event_schema.cpp)");
+        "event 'gossip': field 'links.b.colour' is not in the schema (src/log/event_schema.json)");
   JsonObject short_link;
   short_link.add("connected", false);
   CHECK(log_schema::problem(gossip(short_link)) ==

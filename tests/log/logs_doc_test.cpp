@@ -1,4 +1,4 @@
-// docs/LOGS.md against the event schema (src/log/event_schema.cpp): its tables list
+// docs/LOGS.md against the event schema (src/log/event_schema.json): its tables list
 // exactly the schema's events and fields, with their types and meanings, and its example
 // lines are events the schema accepts. On a difference the test prints the table the
 // schema gives, to paste into LOGS.md.
@@ -132,7 +132,7 @@ std::vector<std::string> differences(const Doc& doc) {
   for (const auto& [name, rows] : doc.events) {
     if (log_schema::find_event(name) == nullptr) {
       out.push_back("LOGS.md documents an event '" + name +
-                    "' that src/log/event_schema.cpp does not have");
+                    "' that src/log/event_schema.json does not have");
     }
   }
   return out;
@@ -199,7 +199,7 @@ TEST_CASE(
            replaced(exact, lr_row, "| `lr` | integer | learning rate of the last step |\n"))),
        "event 'step'");
   only(differences(read_text(exact + "\n## `restart`\n| `why` | string | made up |\n")),
-       "an event 'restart' that src/log/event_schema.cpp does not have");
+       "an event 'restart' that src/log/event_schema.json does not have");
   auto among = [](const std::vector<std::string>& found, const std::string& what) {
     for (const auto& f : found) {
       if (f.find(what) != std::string::npos) return true;

@@ -13,6 +13,26 @@
 namespace hearsay {
 namespace {
 
+// The windows of 2x2 max-pooling with stride 2 over NHWC images, which the forward and the
+// backward pass walk alike: for each output pixel, visit(o, in) gets the offset o of its c
+// channels in y (dy) and the offsets in[q] of its window's pixels in x (dx), q = 0..3 for
+// (0,0), (0,1), (1,0), (1,1): the numbers argmax holds.
+template <typename Visit>
+void for_each_pool2_window(int batch, int h, int w, int c, Visit visit) {
+  const int oh = h / 2, ow = w / 2;
+  for (int b = 0; b < batch; ++b) {
+    for (int oy = 0; oy < oh; ++oy) {
+      for (int ox = 0; ox < ow; ++ox) {
+        const size_t o = ((static_cast<size_t>(b) * oh + oy) * ow + ox) * c;
+        size_t in[4];
+        for (int q = 0; q < 4; ++q)
+          in[q] = ((static_cast<size_t>(b) * h + 2 * oy + q / 2) * w + 2 * ox + q % 2) * c;
+        visit(o, in);
+      }
+    }
+  }
+}
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int threads) { openblas_set_num_threads(threads); }
@@ -168,46 +188,30 @@ class CpuBackend final : public Backend {
 
   void maxpool2_forward(const float* x, int batch, int h, int w, int c, float* y,
                         int32_t* argmax) override {
-    const int oh = h / 2, ow = w / 2;
-    for (int b = 0; b < batch; ++b) {
-      for (int oy = 0; oy < oh; ++oy) {
-        for (int ox = 0; ox < ow; ++ox) {
-          const size_t o = ((static_cast<size_t>(b) * oh + oy) * ow + ox) * c;
-          const float* p[4];
-          for (int q = 0; q < 4; ++q) {
-            p[q] = x + ((static_cast<size_t>(b) * h + 2 * oy + q / 2) * w + 2 * ox + q % 2) * c;
-          }
-          for (int ch = 0; ch < c; ++ch) {
-            int best = 0;
-            float v = p[0][ch];
-            for (int q = 1; q < 4; ++q) {
-              if (p[q][ch] > v) {
-                v = p[q][ch];
-                best = q;
-              }
-            }
-            y[o + ch] = v;
-            argmax[o + ch] = best;
+    for_each_pool2_window(batch, h, w, c, [&](size_t o, const size_t(&in)[4]) {
+      for (int ch = 0; ch < c; ++ch) {
+        int best = 0;
+        float v = x[in[0] + ch];
+        for (int q = 1; q < 4; ++q) {
+          if (x[in[q] + ch] > v) {
+            v = x[in[q] + ch];
+            best = q;
           }
         }
+        y[o + ch] = v;
+        argmax[o + ch] = best;
       }
-    }
+    });
   }
 
   void maxpool2_backward(const float* dy, const int32_t* argmax, int batch, int h, int w, int c,
                          float* dx) override {
-    const int oh = h / 2, ow = w / 2;
-    for (int b = 0; b < batch; ++b) {
-      for (int oy = 0; oy < oh; ++oy) {
-        for (int ox = 0; ox < ow; ++ox) {
-          const size_t o = ((static_cast<size_t>(b) * oh + oy) * ow + ox) * c;
-          for (int q = 0; q < 4; ++q) {
-            float* d = dx + ((static_cast<size_t>(b) * h + 2 * oy + q / 2) * w + 2 * ox + q % 2) * c;
-            for (int ch = 0; ch < c; ++ch) d[ch] = argmax[o + ch] == q ? dy[o + ch] : 0.0f;
-          }
-        }
+    for_each_pool2_window(batch, h, w, c, [&](size_t o, const size_t(&in)[4]) {
+      for (int q = 0; q < 4; ++q) {
+        float* d = dx + in[q];
+        for (int ch = 0; ch < c; ++ch) d[ch] = argmax[o + ch] == q ? dy[o + ch] : 0.0f;
       }
-    }
+    });
   }
 
   void sgd_update(float* __restrict w, const float* __restrict g, float* __restrict v, size_t n,
