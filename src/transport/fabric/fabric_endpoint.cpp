@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
+#include "fabric_connection.h"
 #include "hearsay/error.h"
 
 namespace hearsay::fabric {
@@ -26,6 +28,98 @@ constexpr uint64_t kDirectPayloadBytes = 32 * 1024;
 std::string fi_error(const char* call, int ret) {
   return std::string(call) + ": " + fi_strerror(-ret) + " (" + std::to_string(ret) + ")";
 }
+
+// What an endpoint held for libfabric, taken from it by close() and released in the order
+// libfabric needs.
+struct FabricEndpoint::Remains {
+  fi_info* info = nullptr;
+  fid_fabric* fabric = nullptr;
+  fid_domain* domain = nullptr;
+  fid_cq* cq = nullptr;
+  fid_av* av = nullptr;
+  fid_ep* ep = nullptr;
+  std::vector<Buffer> recv, staging;  // the posted receives' contexts; registrations
+  std::set<fid_mr*> caller_mrs;
+  // The sends and tagged receives still posted: their contexts, and the frames of the sends,
+  // whose memory a peer may still copy from (shm's receiver copies out of the sender).
+  std::set<Op*> posted;
+
+  ~Remains() { release(); }
+  void release();
+};
+
+void FabricEndpoint::Remains::release() {
+  // Receives still posted go with the endpoint; then their memory can go.
+  if (ep != nullptr) fi_close(&ep->fid);
+  ep = nullptr;
+  for (Op* op : posted) delete op;
+  posted.clear();
+  for (auto& b : recv) {
+    if (b.mr != nullptr) fi_close(&b.mr->fid);
+  }
+  for (auto& b : staging) {
+    if (b.mr != nullptr) fi_close(&b.mr->fid);
+  }
+  recv.clear();
+  staging.clear();
+  // A domain with registrations open would refuse to close (FI_EBUSY).
+  for (fid_mr* mr : caller_mrs) fi_close(&mr->fid);
+  caller_mrs.clear();
+  if (av != nullptr) fi_close(&av->fid);
+  if (cq != nullptr) fi_close(&cq->fid);
+  if (domain != nullptr) fi_close(&domain->fid);
+  if (fabric != nullptr) fi_close(&fabric->fid);
+  if (info != nullptr) fi_freeinfo(info);
+  av = nullptr;
+  cq = nullptr;
+  domain = nullptr;
+  fabric = nullptr;
+  info = nullptr;
+}
+
+// libfabric's shm provider reaches a peer endpoint of this same process through that
+// endpoint's own mapping of its region: smr_map_to_region finds the peer's name in the
+// process's list of shm endpoints (ep_name_list) and takes the region pointer from there
+// instead of mapping the region again. Closing an endpoint unmaps its region (smr_ep_close,
+// smr_free) while the other endpoints here may still use it: a send posted to it takes the
+// region's lock, and progress takes it for every response to a send it had taken
+// (smr_progress_resp_entry: pthread_spin_trylock(&peer_smr->lock)). On the unmapped page
+// that is a crash (libfabric 1.17, in both places, in our tests: both peers of a link in
+// one process; the fault was at the lock word, offset 0x18, of the region just unlinked).
+// A peer in another process keeps its own mapping and is safe.
+// Nothing in libfabric's API lets the other endpoints drop the region first (fi_av_remove
+// writes into the peer's region too, and a send's pending response cannot be cancelled), so
+// a closed shm endpoint of ours stays open, idle (no progress; its peers' sends land in its
+// region and are never taken, as with a peer process that has gone), until no other shm
+// endpoint of this process is open; the last one to close releases them all. One transport
+// per process, the usual case, never waits.
+class LocalShmEndpoints {
+ public:
+  static LocalShmEndpoints& get() {
+    // Never destroyed: a transport may still close during static destruction.
+    static auto* endpoints = new LocalShmEndpoints;
+    return *endpoints;
+  }
+  // Before the endpoint's region exists.
+  void opened() {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++open_;
+  }
+  // Keeps what a closed endpoint leaves while another shm endpoint here is open; else
+  // releases it and everything kept before (no shm progress runs anywhere here then).
+  void closed(std::unique_ptr<FabricEndpoint::Remains> remains) {
+    std::lock_guard<std::mutex> lock(mu_);
+    kept_.push_back(std::move(remains));
+    if (--open_ > 0) return;
+    for (auto& k : kept_) k->release();
+    kept_.clear();
+  }
+
+ private:
+  std::mutex mu_;
+  int open_ = 0;                                                // GUARDED_BY(mu_)
+  std::vector<std::unique_ptr<FabricEndpoint::Remains>> kept_;  // GUARDED_BY(mu_)
+};
 
 void FabricEndpoint::open(const TransportOptions& options, const std::string& host) {
   const std::string& provider = options.fabric_provider;
@@ -57,6 +151,11 @@ void FabricEndpoint::open(const TransportOptions& options, const std::string& ho
   auto check = [&](const char* call, int r) {
     if (r != 0) throw InputError("fabric(" + provider + "): " + fi_error(call, r));
   };
+  const char* prov_name = info_->fabric_attr->prov_name;
+  if (prov_name != nullptr && std::strcmp(prov_name, "shm") == 0) {
+    local_shm_ = true;
+    LocalShmEndpoints::get().opened();
+  }
   check("fi_fabric", fi_fabric(info_->fabric_attr, &fabric_, nullptr));
   check("fi_domain", fi_domain(fabric_, info_, &domain_, nullptr));
   fi_cq_attr cq_attr{};
@@ -107,33 +206,37 @@ void FabricEndpoint::open(const TransportOptions& options, const std::string& ho
 }
 
 void FabricEndpoint::close() {
-  std::lock_guard<std::mutex> lock(caller_mr_mu_);
-  // Receives still posted go with the endpoint; then their memory can go.
-  if (ep_ != nullptr) fi_close(&ep_->fid);
-  ep_ = nullptr;
-  for (Op* op : posted_) delete op;
-  posted_.clear();
-  for (auto& b : recv_) {
-    if (b.mr != nullptr) fi_close(&b.mr->fid);
+  auto remains = std::make_unique<Remains>();
+  {
+    std::lock_guard<std::mutex> lock(caller_mr_mu_);
+    remains->info = std::exchange(info_, nullptr);
+    remains->fabric = std::exchange(fabric_, nullptr);
+    remains->domain = std::exchange(domain_, nullptr);
+    remains->cq = std::exchange(cq_, nullptr);
+    remains->av = std::exchange(av_, nullptr);
+    remains->ep = std::exchange(ep_, nullptr);
+    remains->caller_mrs = std::exchange(caller_mrs_, {});
   }
-  for (auto& b : staging_) {
-    if (b.mr != nullptr) fi_close(&b.mr->fid);
+  // Moving the vectors keeps their elements, and with them the contexts the provider holds.
+  remains->recv = std::exchange(recv_, {});
+  remains->staging = std::exchange(staging_, {});
+  free_staging_.clear();
+  remains->posted = std::exchange(posted_, {});
+  // The ops may outlive this transport (kept, above): they let go of its connections now,
+  // whose bootstrap sockets belong to its I/O context. A send's frame stays, for its memory.
+  for (Op* op : remains->posted) {
+    op->conn.reset();
+    if (op->frame != nullptr) {
+      op->frame->conn.reset();
+      op->frame->done = nullptr;
+    }
   }
-  // A domain with registrations open would refuse to close (FI_EBUSY).
-  for (fid_mr* mr : caller_mrs_) fi_close(&mr->fid);
-  caller_mrs_.clear();
-  if (av_ != nullptr) fi_close(&av_->fid);
-  if (cq_ != nullptr) fi_close(&cq_->fid);
-  if (domain_ != nullptr) fi_close(&domain_->fid);
-  if (fabric_ != nullptr) fi_close(&fabric_->fid);
-  if (info_ != nullptr) fi_freeinfo(info_);
-  av_ = nullptr;
-  cq_ = nullptr;
-  domain_ = nullptr;
-  fabric_ = nullptr;
-  info_ = nullptr;
-  recv_.clear();
-  staging_.clear();
+  if (local_shm_) {
+    local_shm_ = false;
+    LocalShmEndpoints::get().closed(std::move(remains));
+  } else {
+    remains->release();
+  }
 }
 
 template <class Post>

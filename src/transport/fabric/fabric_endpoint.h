@@ -7,6 +7,9 @@
 // Threads: open() and close() are called by the transport while its progress thread is not
 // running; everything else runs on the progress thread only (the domain is opened
 // FI_THREAD_DOMAIN: one thread at a time uses it).
+//
+// On shm, close() may leave the libfabric objects open, idle, until every other shm
+// endpoint of this process has closed too: see LocalShmEndpoints in fabric_endpoint.cpp.
 #pragma once
 
 #include <rdma/fabric.h>
@@ -26,6 +29,7 @@
 namespace hearsay::fabric {
 
 class FabricConnection;
+class LocalShmEndpoints;
 struct FrameInFlight;
 
 using Clock = std::chrono::steady_clock;
@@ -60,7 +64,9 @@ class FabricEndpoint {
   // posts the receives. Throws InputError naming the provider and the call that failed.
   void open(const TransportOptions& options, const std::string& host);
   bool is_open() const { return ep_ != nullptr; }
-  // Closes the endpoint (with it, what is still posted), then the memory and the rest.
+  // Closes the endpoint (with it, what is still posted), then the memory and the rest; on
+  // shm, once no other shm endpoint of this process is open (until then they stay, idle).
+  // Either way this object is closed on return and lets go of every connection.
   void close();
 
   const std::string& name() const { return name_; }  // for the other side's address vector
@@ -110,6 +116,9 @@ class FabricEndpoint {
     fid_mr* mr = nullptr;
     Op op;
   };
+  // What close() takes from this object for libfabric to release (fabric_endpoint.cpp).
+  struct Remains;
+  friend class LocalShmEndpoints;
   // Posts with `post`, driving progress while the provider's queue is full; 0 or the error.
   template <class Post>
   int post_when_taken(Post post);
@@ -130,6 +139,7 @@ class FabricEndpoint {
   std::set<Op*> posted_;
   std::mutex caller_mr_mu_;               // deregister() may race close() on the closing thread
   std::set<fid_mr*> caller_mrs_;          // GUARDED_BY(caller_mr_mu_)
+  bool local_shm_ = false;                // counted among this process's open shm endpoints
 };
 
 }  // namespace hearsay::fabric
