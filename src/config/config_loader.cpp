@@ -124,6 +124,22 @@ void check_algorithm_options(const config::ClusterConfig& cl, const AlgorithmEnt
   }
 }
 
+// Gossip fields that became algorithms' own options (issue 13): an old config naming one
+// is told where it went, not only that the field is unknown.
+std::string moved_option_hint(const std::string& parse_error) {
+  static const std::vector<std::pair<std::string, std::string>> moved = {
+      {"average_every", "gossip_grad"}, {"local_steps", "local_sgd or diloco"}, {"outer_lr", "diloco"},
+      {"outer_momentum", "diloco"},     {"consensus_step", "choco"},             {"overlap_tau", "sgp"},
+      {"sync_lr_scaling", "allreduce"}, {"sync_lr_warmup_steps", "allreduce"}};
+  if (parse_error.find("GossipConfig") == std::string::npos) return "";
+  for (const auto& [field, algorithm] : moved) {
+    if (parse_error.find("\"" + field + "\"") == std::string::npos) continue;
+    return "; '" + field + "' is an option of " + algorithm + " now, set inside the gossip block as [hearsay.algorithms." +
+           algorithm.substr(0, algorithm.find(' ')) + "] { " + field + ": ... } (docs/CONFIG.md, \"Algorithm options\")";
+  }
+  return "";
+}
+
 constexpr double kMaxEpochs = 1e6;
 constexpr size_t kMaxConfigBytes = 16u << 20;
 constexpr int64_t kMaxSteps = 1'000'000'000'000'000;
@@ -380,7 +396,8 @@ config::Config parse_config(const std::string& text, const std::string& source,
     // MergeFromString lets a fragment set fields of a message the file already set;
     // within one text, setting a singular field twice is still an error.
     if (!parser.MergeFromString(body, &c)) {
-      throw InputError(name + ":" + (errors.first().empty() ? std::string("could not parse") : errors.first()));
+      throw InputError(name + ":" + (errors.first().empty() ? std::string("could not parse") : errors.first()) +
+                       moved_option_hint(errors.first()));
     }
     sources.push_back({name, &trees.back()});
   };
