@@ -9,7 +9,7 @@
 #include "hearsay/config.h"
 #include "hearsay/config.pb.h"
 #include "hearsay/error.h"
-#include "../peer/algorithm_registry.h"
+#include "algorithm_options.h"
 
 namespace hearsay {
 
@@ -27,23 +27,27 @@ std::vector<int> site_indices(const config::ClusterConfig& c) {
   return out;
 }
 
-// The algorithm's options as the config gives them (the extension of GossipConfig whose
-// type is the algorithm's options message), in text format; "" when none is set.
-static std::string algorithm_options_text(const config::GossipConfig& g) {
-  const AlgorithmEntry* entry = find_algorithm(g.algorithm());
-  if (entry == nullptr) return "";
+const google::protobuf::FieldDescriptor* algorithm_options_field(const config::GossipConfig& g,
+                                                                 const AlgorithmEntry& algorithm) {
   std::vector<const google::protobuf::FieldDescriptor*> set;
   g.GetReflection()->ListFields(g, &set);
   for (const auto* f : set) {
-    if (!f->is_extension() || f->message_type() != entry->options->GetDescriptor()) continue;
-    google::protobuf::TextFormat::Printer printer;
-    printer.SetSingleLineMode(true);
-    std::string text;
-    printer.PrintToString(g.GetReflection()->GetMessage(g, f), &text);
-    while (!text.empty() && text.back() == ' ') text.pop_back();  // single-line mode ends in a space
-    return text;
+    if (f->is_extension() && f->message_type() == algorithm.options->GetDescriptor()) return f;
   }
-  return "";
+  return nullptr;
+}
+
+// The algorithm's options as the config gives them, in text format; "" when none is set.
+static std::string algorithm_options_text(const config::GossipConfig& g) {
+  const AlgorithmEntry* entry = find_algorithm(g.algorithm());
+  const auto* field = entry == nullptr ? nullptr : algorithm_options_field(g, *entry);
+  if (field == nullptr) return "";
+  google::protobuf::TextFormat::Printer printer;
+  printer.SetSingleLineMode(true);
+  std::string text;
+  printer.PrintToString(g.GetReflection()->GetMessage(g, field), &text);
+  while (!text.empty() && text.back() == ' ') text.pop_back();  // single-line mode ends in a space
+  return text;
 }
 
 GossipSpec gossip_spec(const config::ClusterConfig& c) {

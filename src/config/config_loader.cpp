@@ -18,7 +18,7 @@
 #include "hearsay/config.h"
 #include "hearsay/config.pb.h"
 #include "hearsay/error.h"
-#include "../peer/algorithm_registry.h"
+#include "algorithm_options.h"
 
 namespace hearsay {
 namespace {
@@ -106,13 +106,8 @@ class Locator {
 // only when that algorithm is chosen.
 template <class Fail>
 void check_algorithm_options(const config::ClusterConfig& cl, const AlgorithmEntry& algorithm, const Fail& fail) {
-  const config::GossipConfig& g = cl.gossip();
-  std::vector<const pb::FieldDescriptor*> set;
-  g.GetReflection()->ListFields(g, &set);
-  std::string at = "cluster.gossip";
-  for (const pb::FieldDescriptor* f : set) {
-    if (f->is_extension() && f->message_type() == algorithm.options->GetDescriptor()) at = "cluster.gossip.[" + f->full_name() + "]";
-  }
+  const pb::FieldDescriptor* field = algorithm_options_field(cl.gossip(), algorithm);
+  const std::string at = field == nullptr ? "cluster.gossip" : "cluster.gossip.[" + field->full_name() + "]";
   if (!algorithm.check) return;
   const GossipSpec spec = gossip_spec(cl);
   try {
