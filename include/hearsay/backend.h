@@ -95,6 +95,44 @@ class Backend {
   virtual void maxpool2_backward(const float* dy, const int32_t* argmax, int batch, int h, int w,
                                  int c, float* dx) = 0;
 
+  // --- Transformer kernels ---------------------------------------------------------------
+  // Activations are [rows, c] with rows = batch x context tokens, in token order within
+  // each sequence. Each kernel is one pass (or, for attention, one head at a time).
+  //
+  // y[r] = wte[tokens[r]] + wpe[r % context] (rows of c floats). Tokens lie in [0, vocab).
+  virtual void embedding_forward(const int32_t* tokens, const float* wte, const float* wpe, int rows,
+                                 int context, int c, int vocab, float* y) = 0;
+  // dwte[tokens[r]] += dy[r] and dwpe[r % context] += dy[r]: both accumulate.
+  virtual void embedding_backward(const float* dy, const int32_t* tokens, int rows, int context, int c,
+                                  float* dwte, float* dwpe) = 0;
+  // LayerNorm of each row (biased variance, eps 1e-5): y = (x - mean) * rstd * gamma + beta;
+  // mean and rstd ([rows] each) are kept for the backward pass.
+  virtual void layernorm_forward(const float* x, const float* gamma, const float* beta, int rows, int c,
+                                 float* y, float* mean, float* rstd) = 0;
+  // dx += the gradient through the normalisation (it accumulates into a residual stream's
+  // gradient); dgamma and dbeta are overwritten.
+  virtual void layernorm_backward(const float* dy, const float* x, const float* gamma, const float* mean,
+                                  const float* rstd, int rows, int c, float* dx, float* dgamma,
+                                  float* dbeta) = 0;
+  // pre += bias (in place, per column), then out = gelu(pre) with GELU's tanh form (GPT-2's).
+  virtual void bias_gelu_forward(float* pre, const float* bias, float* out, int rows, int cols) = 0;
+  // dpre = dout * gelu'(pre) (dpre may be dout) and dbias[c] = sum_r dpre[r, c].
+  virtual void gelu_backward_bias_grad(const float* dout, const float* pre, float* dpre, float* dbias,
+                                       int rows, int cols) = 0;
+  // Causal multi-head self-attention. qkv is [rows, 3c]: each token's query, key and value,
+  // each c = heads x (c / heads) wide, head h in columns [h*d, (h+1)*d). out [rows, c]
+  // receives softmax(q k^T / sqrt(d), masked to keys at or before the query) v per head;
+  // lse [batch, heads, context] the log-sum-exp of each query's scaled scores, all the
+  // backward pass keeps (it recomputes the probabilities, so no batch of score matrices
+  // is ever stored).
+  virtual void attention_forward(const float* qkv, int batch, int context, int c, int heads, float* out,
+                                 float* lse) = 0;
+  // dqkv [rows, 3c] (overwritten) from dout [rows, c], the forward pass's qkv, out and lse.
+  virtual void attention_backward(const float* dout, const float* qkv, const float* out, const float* lse,
+                                  int batch, int context, int c, int heads, float* dqkv) = 0;
+  // Sum of squares of n floats, on the host (global-norm gradient clipping).
+  virtual double sum_squares(const float* x, size_t n) = 0;
+
   // --- Optimizer ------------------------------------------------------------------------
   // One SGD step over flat buffers: g' = g + wd*w; v = m*v + g'; w -= lr * (nesterov ?
   // g' + m*v : v). velocity may be null when momentum is 0.

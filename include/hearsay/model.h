@@ -17,8 +17,17 @@
 
 namespace hearsay {
 
+// A decoder-only transformer over bytes (kind kGpt; src/model/gpt.h).
+struct GptSpec {
+  int vocab = 256;  // byte-level: every text trains without a tokenizer
+  int context = 128;
+  int layers = 4;
+  int heads = 4;
+  int width = 128;  // a multiple of heads
+};
+
 struct ModelSpec {
-  enum class Kind { kLogReg, kMlp, kCnn };
+  enum class Kind { kLogReg, kMlp, kCnn, kGpt };
   Kind kind = Kind::kMlp;
   // Input image shape; flat inputs use height = width = 1 and channels = features.
   int height = 1, width = 1, channels = 1;
@@ -27,6 +36,7 @@ struct ModelSpec {
   std::vector<int> conv_channels;  // CNN: output channels of the two conv layers
   int kernel = 5;                  // CNN conv kernel size (odd; "same" padding)
   int fc_width = 128;              // CNN hidden fully connected width
+  GptSpec gpt;                     // kGpt
 
   int input_dim() const { return height * width * channels; }
 };
@@ -85,8 +95,9 @@ class Model final : public Trainable {
   DeviceBuffer stats_;
 };
 
-// The one place that knows which models exist: builds the model `spec` names (today the
-// LOGREG, MLP and CNN kinds of `Model`) behind the Trainable interface.
+// The one place that knows which models exist: builds the model `spec` names (the LOGREG,
+// MLP and CNN kinds of `Model`, the GPT of gpt.h) behind the Trainable interface. For the
+// GPT, max_batch counts sequences of gpt.context tokens.
 std::unique_ptr<Trainable> create_model(const ModelSpec& spec, Backend& backend, int max_batch, uint64_t seed);
 
 // Number of classes and input shape come from the data; this fills them in and checks the

@@ -4,6 +4,7 @@
 
 #include "conv.h"
 #include "dense.h"
+#include "gpt.h"
 #include "hearsay/error.h"
 #include "maxpool.h"
 
@@ -57,6 +58,8 @@ std::vector<std::unique_ptr<Layer>> build_layers(const ModelSpec& s) {
       layers.push_back(std::make_unique<DenseLayer>("fc2", layers.back()->output_shape(), s.num_classes, Activation::kNone));
       break;
     }
+    case ModelSpec::Kind::kGpt:
+      throw InputError("model: the GPT is not a stack of layers (create_model builds it)");
   }
   return layers;
 }
@@ -64,6 +67,10 @@ std::vector<std::unique_ptr<Layer>> build_layers(const ModelSpec& s) {
 }  // namespace
 
 void check_model_spec(const ModelSpec& s) {
+  if (s.kind == ModelSpec::Kind::kGpt) {
+    check_gpt_spec(s.gpt);
+    return;
+  }
   auto fail = [](const std::string& m) { throw InputError("impossible model shape: " + m); };
   if (s.height < 1 || s.width < 1 || s.channels < 1) fail("input shape must be positive");
   if (static_cast<int64_t>(s.height) * s.width * s.channels > kMaxInput) fail("input has more than 2^24 features");
@@ -207,6 +214,8 @@ std::unique_ptr<Trainable> create_model(const ModelSpec& spec, Backend& backend,
     case ModelSpec::Kind::kMlp:
     case ModelSpec::Kind::kCnn:
       return std::make_unique<Model>(spec, backend, max_batch, seed);
+    case ModelSpec::Kind::kGpt:
+      return std::make_unique<Gpt>(spec.gpt, backend, max_batch, seed);
   }
   throw InputError("model: unknown kind");
 }

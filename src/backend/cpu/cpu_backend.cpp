@@ -7,8 +7,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <vector>
 
 #include "hearsay/error.h"
+#include "transformer_kernels.h"
 
 namespace hearsay {
 namespace {
@@ -214,6 +216,39 @@ class CpuBackend final : public Backend {
     });
   }
 
+  void embedding_forward(const int32_t* tokens, const float* wte, const float* wpe, int rows, int context, int c,
+                         int vocab, float* y) override {
+    cpu::embedding_forward(tokens, wte, wpe, rows, context, c, vocab, y);
+  }
+  void embedding_backward(const float* dy, const int32_t* tokens, int rows, int context, int c, float* dwte,
+                          float* dwpe) override {
+    cpu::embedding_backward(dy, tokens, rows, context, c, dwte, dwpe);
+  }
+  void layernorm_forward(const float* x, const float* gamma, const float* beta, int rows, int c, float* y,
+                         float* mean, float* rstd) override {
+    cpu::layernorm_forward(x, gamma, beta, rows, c, y, mean, rstd);
+  }
+  void layernorm_backward(const float* dy, const float* x, const float* gamma, const float* mean,
+                          const float* rstd, int rows, int c, float* dx, float* dgamma, float* dbeta) override {
+    cpu::layernorm_backward(dy, x, gamma, mean, rstd, rows, c, dx, dgamma, dbeta);
+  }
+  void bias_gelu_forward(float* pre, const float* bias, float* out, int rows, int cols) override {
+    cpu::bias_gelu_forward(pre, bias, out, rows, cols);
+  }
+  void gelu_backward_bias_grad(const float* dout, const float* pre, float* dpre, float* dbias, int rows,
+                               int cols) override {
+    cpu::gelu_backward_bias_grad(dout, pre, dpre, dbias, rows, cols);
+  }
+  void attention_forward(const float* qkv, int batch, int context, int c, int heads, float* out,
+                         float* lse) override {
+    cpu::attention_forward(qkv, batch, context, c, heads, out, lse, attention_scratch(context));
+  }
+  void attention_backward(const float* dout, const float* qkv, const float* out, const float* lse, int batch,
+                          int context, int c, int heads, float* dqkv) override {
+    cpu::attention_backward(dout, qkv, out, lse, batch, context, c, heads, dqkv, attention_scratch(context));
+  }
+  double sum_squares(const float* x, size_t n) override { return cpu::sum_squares(x, n); }
+
   void sgd_update(float* __restrict w, const float* __restrict g, float* __restrict v, size_t n,
                   const SgdParams& p) override {
     const float lr = p.lr, m = p.momentum, wd = p.weight_decay;
@@ -250,6 +285,15 @@ class CpuBackend final : public Backend {
       w[i] = w[i] * decay - lr * (mi / c1) / (std::sqrt(vi / c2) + eps);
     }
   }
+
+ private:
+  // One head's score matrix and its gradient: all the attention kernels keep at a time.
+  float* attention_scratch(int context) {
+    const size_t need = 2 * static_cast<size_t>(context) * context;
+    if (attention_scratch_.size() < need) attention_scratch_.resize(need);
+    return attention_scratch_.data();
+  }
+  std::vector<float> attention_scratch_;
 };
 
 }  // namespace

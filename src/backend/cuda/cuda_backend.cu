@@ -20,6 +20,7 @@ class CudaBackend final : public Backend {
     CUBLAS_CHECK(cublasSetStream(blas_, stream_));
   }
   ~CudaBackend() override {
+    attention_scratch_ = DeviceBuffer();  // freed while the backend is whole
     cublasDestroy(blas_);
     cudaStreamDestroy(stream_);
   }
@@ -92,10 +93,93 @@ class CudaBackend final : public Backend {
     cuda::launch_adamw_update(stream_, w, g, m, v, n, p, c1, c2);
   }
 
+  void embedding_forward(const int32_t* tokens, const float* wte, const float* wpe, int rows, int context, int c,
+                         int vocab, float* y) override {
+    cuda::launch_embedding_forward(stream_, tokens, wte, wpe, rows, context, c, vocab, y);
+  }
+  void embedding_backward(const float* dy, const int32_t* tokens, int rows, int context, int c, float* dwte,
+                          float* dwpe) override {
+    cuda::launch_embedding_backward(stream_, dy, tokens, rows, context, c, dwte, dwpe);
+  }
+  void layernorm_forward(const float* x, const float* gamma, const float* beta, int rows, int c, float* y,
+                         float* mean, float* rstd) override {
+    cuda::launch_layernorm_forward(stream_, x, gamma, beta, rows, c, y, mean, rstd);
+  }
+  void layernorm_backward(const float* dy, const float* x, const float* gamma, const float* mean, const float* rstd,
+                          int rows, int c, float* dx, float* dgamma, float* dbeta) override {
+    cuda::launch_layernorm_backward(stream_, dy, x, gamma, mean, rstd, rows, c, dx, dgamma, dbeta);
+  }
+  void bias_gelu_forward(float* pre, const float* bias, float* out, int rows, int cols) override {
+    cuda::launch_bias_gelu_forward(stream_, pre, bias, out, rows, cols);
+  }
+  void gelu_backward_bias_grad(const float* dout, const float* pre, float* dpre, float* dbias, int rows,
+                               int cols) override {
+    cuda::launch_gelu_backward_bias_grad(stream_, dout, pre, dpre, dbias, rows, cols);
+  }
+  // One sequence at a time, its heads batched: the scores of all heads of a sequence
+  // ([heads, t, t]) live in device scratch.
+  void attention_forward(const float* qkv, int batch, int context, int c, int heads, float* out,
+                         float* lse) override {
+    const int t = context, d = c / heads, ld = 3 * c;
+    const long long tt = static_cast<long long>(t) * t;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    float* scores = attention_scratch(heads, t);
+    for (int b = 0; b < batch; ++b) {
+      const float* q = qkv + static_cast<size_t>(b) * t * ld;
+      gemm_batched(false, true, t, t, d, 1.0f, q, ld, d, q + c, ld, d, 0.0f, scores, t, tt, heads);
+      cuda::launch_causal_softmax(stream_, scores, lse + static_cast<size_t>(b) * heads * t, heads, t, scale, false);
+      gemm_batched(false, false, t, d, t, 1.0f, scores, t, tt, q + 2 * c, ld, d, 0.0f,
+                   out + static_cast<size_t>(b) * t * c, c, d, heads);
+    }
+  }
+  void attention_backward(const float* dout, const float* qkv, const float* out, const float* lse, int batch,
+                          int context, int c, int heads, float* dqkv) override {
+    const int t = context, d = c / heads, ld = 3 * c;
+    const long long tt = static_cast<long long>(t) * t;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+    float* p = attention_scratch(heads, t);
+    float* dp = p + static_cast<size_t>(heads) * tt;
+    for (int b = 0; b < batch; ++b) {
+      const float* q = qkv + static_cast<size_t>(b) * t * ld;
+      const float* dO = dout + static_cast<size_t>(b) * t * c;
+      const float* o = out + static_cast<size_t>(b) * t * c;
+      float* dq = dqkv + static_cast<size_t>(b) * t * ld;
+      gemm_batched(false, true, t, t, d, 1.0f, q, ld, d, q + c, ld, d, 0.0f, p, t, tt, heads);
+      cuda::launch_causal_softmax(stream_, p, const_cast<float*>(lse) + static_cast<size_t>(b) * heads * t, heads, t,
+                                  scale, true);
+      gemm_batched(true, false, t, d, t, 1.0f, p, t, tt, dO, c, d, 0.0f, dq + 2 * c, ld, d, heads);
+      gemm_batched(false, true, t, t, d, 1.0f, dO, c, d, q + 2 * c, ld, d, 0.0f, dp, t, tt, heads);
+      cuda::launch_attention_score_grad(stream_, p, dp, dO, o, heads, t, c, d);
+      gemm_batched(false, false, t, d, t, scale, dp, t, tt, q + c, ld, d, 0.0f, dq, ld, d, heads);
+      gemm_batched(true, false, t, d, t, scale, dp, t, tt, q, ld, d, 0.0f, dq + c, ld, d, heads);
+    }
+  }
+  double sum_squares(const float* x, size_t n) override {
+    float norm = 0.0f;
+    CUBLAS_CHECK(cublasSetPointerMode(blas_, CUBLAS_POINTER_MODE_HOST));
+    CUBLAS_CHECK(cublasSnrm2(blas_, static_cast<int>(n), x, 1, &norm));
+    return static_cast<double>(norm) * norm;
+  }
+
  private:
   int device_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
+  DeviceBuffer attention_scratch_;  // two [heads, t, t] score matrices
+
+  // Row-major strided batched C_i = op(A_i) op(B_i), as gemm() maps it onto column-major cuBLAS.
+  void gemm_batched(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda,
+                    long long stride_a, const float* b, int ldb, long long stride_b, float beta, float* c, int ldc,
+                    long long stride_c, int count) {
+    CUBLAS_CHECK(cublasSgemmStridedBatched(blas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                           trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b, ldb, stride_b, a,
+                                           lda, stride_a, &beta, c, ldc, stride_c, count));
+  }
+  float* attention_scratch(int heads, int t) {
+    const size_t need = sizeof(float) * 2 * static_cast<size_t>(heads) * t * t;
+    if (attention_scratch_.bytes() < need) attention_scratch_ = DeviceBuffer(*this, need);
+    return attention_scratch_.f32();
+  }
 };
 
 }  // namespace

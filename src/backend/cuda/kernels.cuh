@@ -28,4 +28,17 @@ void launch_col2im(cudaStream_t s, const float* cols, int batch, int h, int w, i
 void launch_maxpool2_forward(cudaStream_t s, const float* x, int batch, int h, int w, int c, float* y, int32_t* argmax);
 void launch_maxpool2_backward(cudaStream_t s, const float* dy, const int32_t* argmax, int batch, int h, int w, int c, float* dx);
 
+// transformer.cu
+void launch_embedding_forward(cudaStream_t s, const int32_t* tokens, const float* wte, const float* wpe, int rows, int context, int c, int vocab, float* y);
+void launch_embedding_backward(cudaStream_t s, const float* dy, const int32_t* tokens, int rows, int context, int c, float* dwte, float* dwpe);
+void launch_layernorm_forward(cudaStream_t s, const float* x, const float* gamma, const float* beta, int rows, int c, float* y, float* mean, float* rstd);
+void launch_layernorm_backward(cudaStream_t s, const float* dy, const float* x, const float* gamma, const float* mean, const float* rstd, int rows, int c, float* dx, float* dgamma, float* dbeta);
+void launch_bias_gelu_forward(cudaStream_t s, float* pre, const float* bias, float* out, int rows, int cols);
+void launch_gelu_backward_bias_grad(cudaStream_t s, const float* dout, const float* pre, float* dpre, float* dbias, int rows, int cols);
+// Over heads x t rows of raw scores [heads, t, t]: each row's log-sum-exp of the scaled,
+// causally masked scores into lse (or, from_lse, read from it), then the probabilities in place.
+void launch_causal_softmax(cudaStream_t s, float* scores, float* lse, int heads, int t, float scale, bool from_lse);
+// dS = P (dP - rowsum(dO o)) in place of dP, for the heads of one sequence.
+void launch_attention_score_grad(cudaStream_t s, const float* p, float* dp, const float* dout, const float* out, int heads, int t, int c, int d);
+
 }  // namespace hearsay::cuda
