@@ -183,3 +183,91 @@ TEST_CASE("parity: a whole CNN training step gives the same loss and gradients")
     check_close(oc.get(mc.grads(), mc.num_params()), od.get(md.grads(), md.num_params()), 1e-4, "cnn gradients");
   }
 }
+
+TEST_CASE("parity: transformer kernels (embedding, layernorm, gelu, causal attention, sum of squares) agree with the cpu backend") {
+  if (other_devices().empty()) HEARSAY_SKIP(kNoDevice);
+  for (const auto& name : other_devices()) {
+    CAPTURE(name);
+    Pair p(name);
+    const int batch = 3, t = 37, c = 48, heads = 3, rows = batch * t, vocab = 256;
+    // Embedding, forward and scatter-add backward.
+    std::vector<int32_t> tokens(rows);
+    for (int i = 0; i < rows; ++i) tokens[i] = (i * 131 + 7) % vocab;
+    const auto wte = random_vector(vocab * c, 30), wpe = random_vector(t * c, 31), dy = random_vector(rows * c, 32);
+    float* ec = p.c.zeros(rows * c);
+    float* ed = p.d.zeros(rows * c);
+    p.cpu->embedding_forward(p.c.put(tokens), p.c.put(wte), p.c.put(wpe), rows, t, c, vocab, ec);
+    p.dev->embedding_forward(p.d.put(tokens), p.d.put(wte), p.d.put(wpe), rows, t, c, vocab, ed);
+    check_close(p.c.get(ec, rows * c), p.d.get(ed, rows * c), 1e-6, "embedding_forward");
+    float* dwte_c = p.c.put(wte);
+    float* dwpe_c = p.c.put(wpe);
+    float* dwte_d = p.d.put(wte);
+    float* dwpe_d = p.d.put(wpe);
+    p.cpu->embedding_backward(p.c.put(dy), p.c.put(tokens), rows, t, c, dwte_c, dwpe_c);
+    p.dev->embedding_backward(p.d.put(dy), p.d.put(tokens), rows, t, c, dwte_d, dwpe_d);
+    check_close(p.c.get(dwte_c, vocab * c), p.d.get(dwte_d, vocab * c), 1e-5, "embedding_backward wte");
+    check_close(p.c.get(dwpe_c, t * c), p.d.get(dwpe_d, t * c), 1e-5, "embedding_backward wpe");
+    // LayerNorm.
+    const auto x = random_vector(rows * c, 33, -2, 2), gamma = random_vector(c, 34), beta = random_vector(c, 35);
+    float *yc = p.c.zeros(rows * c), *mc = p.c.zeros(rows), *rc = p.c.zeros(rows);
+    float *yd = p.d.zeros(rows * c), *md = p.d.zeros(rows), *rd = p.d.zeros(rows);
+    p.cpu->layernorm_forward(p.c.put(x), p.c.put(gamma), p.c.put(beta), rows, c, yc, mc, rc);
+    p.dev->layernorm_forward(p.d.put(x), p.d.put(gamma), p.d.put(beta), rows, c, yd, md, rd);
+    check_close(p.c.get(yc, rows * c), p.d.get(yd, rows * c), 1e-5, "layernorm_forward");
+    const auto dx0 = random_vector(rows * c, 36);
+    float *dxc = p.c.put(dx0), *dgc = p.c.zeros(c), *dbc = p.c.zeros(c);
+    float *dxd = p.d.put(dx0), *dgd = p.d.zeros(c), *dbd = p.d.zeros(c);
+    p.cpu->layernorm_backward(p.c.put(dy), p.c.put(x), p.c.put(gamma), mc, rc, rows, c, dxc, dgc, dbc);
+    p.dev->layernorm_backward(p.d.put(dy), p.d.put(x), p.d.put(gamma), md, rd, rows, c, dxd, dgd, dbd);
+    check_close(p.c.get(dxc, rows * c), p.d.get(dxd, rows * c), 1e-4, "layernorm_backward dx");
+    check_close(p.c.get(dgc, c), p.d.get(dgd, c), 1e-4, "layernorm_backward dgamma");
+    check_close(p.c.get(dbc, c), p.d.get(dbd, c), 1e-4, "layernorm_backward dbeta");
+    // Bias + GELU.
+    float *pc = p.c.put(x), *oc = p.c.zeros(rows * c), *dpc = p.c.zeros(rows * c), *dbiasc = p.c.zeros(c);
+    float *pd = p.d.put(x), *od = p.d.zeros(rows * c), *dpd = p.d.zeros(rows * c), *dbiasd = p.d.zeros(c);
+    p.cpu->bias_gelu_forward(pc, p.c.put(beta), oc, rows, c);
+    p.dev->bias_gelu_forward(pd, p.d.put(beta), od, rows, c);
+    check_close(p.c.get(oc, rows * c), p.d.get(od, rows * c), 1e-5, "bias_gelu_forward");
+    p.cpu->gelu_backward_bias_grad(p.c.put(dy), pc, dpc, dbiasc, rows, c);
+    p.dev->gelu_backward_bias_grad(p.d.put(dy), pd, dpd, dbiasd, rows, c);
+    check_close(p.c.get(dpc, rows * c), p.d.get(dpd, rows * c), 1e-5, "gelu_backward");
+    check_close(p.c.get(dbiasc, c), p.d.get(dbiasd, c), 1e-4, "gelu bias grad");
+    // Causal attention.
+    const auto qkv = random_vector(rows * 3 * c, 37, -2, 2);
+    float *ac = p.c.zeros(rows * c), *lc = p.c.zeros(batch * heads * t), *dqc = p.c.zeros(rows * 3 * c);
+    float *ad = p.d.zeros(rows * c), *ld = p.d.zeros(batch * heads * t), *dqd = p.d.zeros(rows * 3 * c);
+    p.cpu->attention_forward(p.c.put(qkv), batch, t, c, heads, ac, lc);
+    p.dev->attention_forward(p.d.put(qkv), batch, t, c, heads, ad, ld);
+    check_close(p.c.get(ac, rows * c), p.d.get(ad, rows * c), 1e-5, "attention_forward");
+    check_close(p.c.get(lc, batch * heads * t), p.d.get(ld, batch * heads * t), 1e-5, "attention lse");
+    p.cpu->attention_backward(p.c.put(dy), p.c.put(qkv), ac, lc, batch, t, c, heads, dqc);
+    p.dev->attention_backward(p.d.put(dy), p.d.put(qkv), ad, ld, batch, t, c, heads, dqd);
+    check_close(p.c.get(dqc, rows * 3 * c), p.d.get(dqd, rows * 3 * c), 1e-4, "attention_backward");
+    CHECK(p.dev->sum_squares(p.d.put(x), x.size()) == doctest::Approx(p.cpu->sum_squares(p.c.put(x), x.size())).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("parity: a whole GPT training step gives the same loss and gradients") {
+  if (other_devices().empty()) HEARSAY_SKIP(kNoDevice);
+  for (const auto& name : other_devices()) {
+    CAPTURE(name);
+    auto cpu = create_backend("cpu", 1);
+    auto dev = create_backend(name, 1);
+    ModelSpec spec;
+    spec.kind = ModelSpec::Kind::kGpt;
+    spec.gpt = GptSpec{.vocab = 256, .context = 32, .layers = 2, .heads = 4, .width = 64};
+    const int batch = 3;
+    auto mc = create_model(spec, *cpu, batch, 3);
+    auto md = create_model(spec, *dev, batch, 3);
+    std::vector<int32_t> x(batch * 32), y(batch * 32);
+    for (size_t i = 0; i < x.size(); ++i) {
+      x[i] = static_cast<int32_t>((i * 89 + 5) % 256);
+      y[i] = static_cast<int32_t>((i * 53 + 1) % 256);
+    }
+    OnDevice oc(*cpu), od(*dev);
+    const BatchStats sc = mc->forward_backward(Batch{oc.put(x), oc.put(y), batch});
+    const BatchStats sd = md->forward_backward(Batch{od.put(x), od.put(y), batch});
+    CHECK(sd.loss() == doctest::Approx(sc.loss()).epsilon(1e-4));
+    check_close(oc.get(mc->grads(), mc->num_params()), od.get(md->grads(), md->num_params()), 1e-4, "gpt gradients");
+  }
+}
