@@ -19,8 +19,15 @@ bench-deps:
 $(BUILD_DIR)/CMakeCache.txt: | deps
 	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DHEARSAY_CUDA=$(HEARSAY_CUDA) $(CMAKE_FLAGS)
 
-build: deps $(BUILD_DIR)/CMakeCache.txt
+build: deps $(BUILD_DIR)/CMakeCache.txt data/kjv.txt
 	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+# The text corpus of the GPT configs: the whole King James Bible from Debian's bible-kjv,
+# one verse a line ("Ge1:1 In the beginning..."), 4.4 MB.
+data/kjv.txt: | deps
+	mkdir -p data
+	bible -f gen1:1-rev22:21 > data/kjv.txt.tmp
+	mv data/kjv.txt.tmp data/kjv.txt
 
 test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)

@@ -50,8 +50,9 @@ struct SweepPoint {
 // seed: seed + r).
 std::vector<SweepPoint> sweep_points(const config::Config& c);
 
-// Loads (or generates) the train and test sets the data config names.
-TrainTest load_data(const config::DataConfig& data, uint64_t seed);
+// Loads (or generates) the train and test sets the data config names; `context` is the
+// window length text is cut into (the GPT's model.gpt.context).
+TrainTest load_data(const config::DataConfig& data, uint64_t seed, int context);
 // The model spec for the config, shaped by the data (input shape, class count).
 ModelSpec model_spec(const config::ModelConfig& model, const Dataset& train);
 // The optimizer's registry name: optim.optimizer, or, where only the deprecated optim.kind

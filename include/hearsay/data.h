@@ -21,6 +21,18 @@ struct Dataset {
   std::vector<float> features;  // size * dim(), row-major (NHWC per sample)
   std::vector<int32_t> labels;  // size, each in [0, num_classes)
 
+  // Text (format TEXT; features and labels stay empty): one stream of bytes, the tokens.
+  // Sample i is the window of context + 1 bytes at offset i * stride: its first context
+  // bytes are the input, each one's next byte the target. Training sets use stride 1
+  // (windows at every offset), validation sets stride = context (disjoint windows).
+  std::vector<uint8_t> text;
+  int context = 0;  // > 0 marks a text data set
+  int64_t stride = 1;
+  // Where each document starts in `text` (ascending, the first 0): what non-IID shards
+  // keep whole (Partition::kDocuments).
+  std::vector<int64_t> document_starts;
+
+  bool is_text() const { return context > 0; }
   int dim() const { return height * width * channels; }
   const float* row(int64_t i) const { return features.data() + i * dim(); }
 };
@@ -48,7 +60,23 @@ Dataset load_libsvm(const std::string& path, int num_features = 0, int num_class
 TrainTest make_synthetic(int64_t train_size, int64_t test_size, int dim, int num_classes,
                          float separation, uint64_t seed);
 
-enum class Partition { kIid, kDirichlet };
+// Any UTF-8 file as one token stream of bytes (format TEXT). The last validation_fraction
+// of it is held out as the validation set (disjoint windows of `context`); the rest trains.
+// document_regex (ECMAScript; may be empty) is tried on each line: its first group names
+// the line's document, and a document starts where that name changes (lines it does not
+// match stay in the document before them). A missing file, bytes that are not UTF-8 (with
+// their offset), or a text too short for one window of each set is an InputError.
+TrainTest load_text(const std::string& path, int context, double validation_fraction,
+                    const std::string& document_regex);
+
+// The windows `idx` of a text data set as model inputs x [n, context] and next-byte
+// targets y [n, context].
+void gather_tokens(const Dataset& data, const int64_t* idx, int n, int32_t* x, int32_t* y);
+
+// kDocuments (text only): each peer trains on a contiguous run of whole documents, the
+// runs as near equal in bytes as document boundaries allow (non-IID: peers see different
+// books). kIid on text: window offsets dealt at random, as for any data set.
+enum class Partition { kIid, kDirichlet, kDocuments };
 
 // Splits the sample indices of `data` among num_shards peers. IID: a seeded permutation
 // cut into near-equal parts. Dirichlet: each class's samples split by proportions drawn

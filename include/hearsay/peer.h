@@ -120,6 +120,8 @@ class Peer {
  private:
   // The next minibatch of this peer's shard into batch_x_ / batch_y_ (on the device).
   void next_batch(int batch, int64_t* idx);
+  // Text windows idx[0..n) of `set` into batch_x_ (tokens) and batch_y_ (next tokens).
+  void load_token_batch(const Dataset& set, const int64_t* idx, int n);
   // checkpoint.dir/NAME.ckpt, or "" without checkpoints.
   std::string checkpoint_path() const;
   void save_checkpoint(int64_t step, double wall_s);
@@ -142,6 +144,7 @@ class Peer {
   DeviceBuffer batch_x_, batch_y_;
   std::vector<float> host_x_;
   std::vector<int32_t> host_y_;
+  std::vector<int32_t> host_tokens_;  // text: a batch's token ids, gathered on the host
 };
 
 }  // namespace hearsay

@@ -4,7 +4,7 @@
 
 namespace hearsay {
 
-TrainTest load_data(const config::DataConfig& d, uint64_t seed) {
+TrainTest load_data(const config::DataConfig& d, uint64_t seed, int context) {
   TrainTest tt;
   switch (d.format()) {
     case config::DataConfig::IDX: {
@@ -22,6 +22,10 @@ TrainTest load_data(const config::DataConfig& d, uint64_t seed) {
       tt = make_synthetic(d.synthetic_train(), d.synthetic_test(), d.synthetic_dim(),
                           d.num_classes() > 0 ? d.num_classes() : 10, d.synthetic_separation(), seed);
       break;
+    case config::DataConfig::TEXT:
+      tt = load_text(d.text_path(), context, d.validation_fraction(), d.document_regex());
+      if (d.test_limit() > 0 && d.test_limit() < tt.test.size) tt.test.size = d.test_limit();
+      return tt;
   }
   if (d.test_limit() > 0 && d.test_limit() < tt.test.size) {
     tt.test.size = d.test_limit();
@@ -41,7 +45,15 @@ ModelSpec model_spec(const config::ModelConfig& m, const Dataset& train) {
     case config::ModelConfig::LOGREG: s.kind = ModelSpec::Kind::kLogReg; break;
     case config::ModelConfig::MLP: s.kind = ModelSpec::Kind::kMlp; break;
     case config::ModelConfig::CNN: s.kind = ModelSpec::Kind::kCnn; break;
+    case config::ModelConfig::GPT: s.kind = ModelSpec::Kind::kGpt; break;
   }
+  const bool text = train.is_text();
+  if (text != (s.kind == ModelSpec::Kind::kGpt)) {
+    throw InputError(text ? "model.kind: text data (data.format TEXT) trains model GPT, not " + config::ModelConfig::Kind_Name(m.kind())
+                          : "model.kind GPT trains on text: set data.format TEXT");
+  }
+  const config::GptConfig& g = m.gpt();
+  s.gpt = GptSpec{.vocab = 256, .context = g.context(), .layers = g.layers(), .heads = g.heads(), .width = g.width()};
   s.hidden.assign(m.hidden().begin(), m.hidden().end());
   s.conv_channels.assign(m.conv_channels().begin(), m.conv_channels().end());
   if (s.conv_channels.empty()) s.conv_channels = {16, 32};
@@ -96,11 +108,15 @@ PeerSpec peer_spec(const config::Config& c) {
   s.seed = c.seed();
   s.device = c.device();
   s.threads = c.threads();
-  s.data = load_data(c.data(), c.seed());
+  s.data = load_data(c.data(), c.seed(), c.model().gpt().context());
   const auto& d = c.data();
   s.num_shards = d.num_shards();
   s.shard = d.shard();
-  s.partition = d.partition() == config::DataConfig::DIRICHLET ? Partition::kDirichlet : Partition::kIid;
+  switch (d.partition()) {
+    case config::DataConfig::IID: s.partition = Partition::kIid; break;
+    case config::DataConfig::DIRICHLET: s.partition = Partition::kDirichlet; break;
+    case config::DataConfig::DOCUMENTS: s.partition = Partition::kDocuments; break;
+  }
   s.dirichlet_alpha = d.dirichlet_alpha();
   s.model = model_spec(c.model(), s.data.train);
   s.model_description = c.model().ShortDebugString();

@@ -14,6 +14,37 @@ void shuffle(std::vector<T>& v, Rng& rng) {
   for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[rng.below(i)]);
 }
 
+// Contiguous runs of whole documents, cut where the running byte count first reaches
+// each shard's equal share; a shard's windows are those that start inside its run.
+std::vector<std::vector<int64_t>> document_shards(const Dataset& data, int num_shards) {
+  if (!data.is_text()) throw InputError("sharding: partition DOCUMENTS needs text data (format TEXT)");
+  const std::vector<int64_t>& starts = data.document_starts;
+  const int64_t bytes = static_cast<int64_t>(data.text.size());
+  if (static_cast<int64_t>(starts.size()) < num_shards) {
+    throw InputError("sharding: " + std::to_string(num_shards) + " shards but the text has " +
+                     std::to_string(starts.size()) + " documents (data.document_regex)");
+  }
+  std::vector<std::vector<int64_t>> shards(num_shards);
+  size_t doc = 0;
+  for (int s = 0; s < num_shards; ++s) {
+    const int64_t begin = starts[doc];
+    // Leave at least one document for each shard after this one.
+    const size_t last_allowed = starts.size() - static_cast<size_t>(num_shards - s);
+    const int64_t share = bytes * (s + 1) / num_shards;
+    size_t next = doc + 1;
+    while (next <= last_allowed && starts[next] < share) ++next;
+    if (s + 1 == num_shards) next = starts.size();
+    const int64_t end = next < starts.size() ? starts[next] : bytes;
+    for (int64_t i = begin; i < std::min(end, data.size); ++i) shards[s].push_back(i);
+    if (shards[s].empty()) {
+      throw InputError("sharding: documents " + std::to_string(doc) + ".." + std::to_string(next - 1) +
+                       " hold no whole window of the model's context");
+    }
+    doc = next;
+  }
+  return shards;
+}
+
 }  // namespace
 
 std::vector<std::vector<int64_t>> shard_indices(const Dataset& data, int num_shards,
@@ -24,6 +55,10 @@ std::vector<std::vector<int64_t>> shard_indices(const Dataset& data, int num_sha
   }
   Rng rng(seed, 11);
   std::vector<std::vector<int64_t>> shards(num_shards);
+  if (partition == Partition::kDocuments) return document_shards(data, num_shards);
+  if (data.is_text() && partition == Partition::kDirichlet) {
+    throw InputError("sharding: text has no labels to skew with Dirichlet; use partition DOCUMENTS for non-IID text");
+  }
   if (partition == Partition::kIid) {
     std::vector<int64_t> all(data.size);
     std::iota(all.begin(), all.end(), 0);

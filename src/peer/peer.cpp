@@ -35,12 +35,35 @@ Peer::Peer(PeerSpec spec, EventLog& log, Progress* progress, const PeerNetwork* 
     engine_ = std::make_unique<GossipEngine>(network_.gossip, network_.peers, network_.me, *network_.transport, *model_,
                                              *optimizer_, clock_, log_, spec_.seed);
   }
-  batch_x_ = DeviceBuffer(*backend_, sizeof(float) * static_cast<size_t>(max_batch) * data_.train.dim());
-  batch_y_ = DeviceBuffer(*backend_, sizeof(int32_t) * static_cast<size_t>(max_batch));
-  if (!backend_->is_host()) {
-    host_x_.resize(static_cast<size_t>(max_batch) * data_.train.dim());
-    host_y_.resize(max_batch);
+  if (data_.train.is_text() != (model_->batch_kind() == BatchKind::kTokens)) {
+    throw InputError("peer " + spec_.name + ": the model reads " +
+                     (model_->batch_kind() == BatchKind::kTokens ? "text" : "features") + " but the data is " +
+                     (data_.train.is_text() ? "text" : "features"));
   }
+  // A sample is dim() floats and one label, or context token ids and as many targets
+  // (int32: the same 4 bytes a float takes).
+  const bool text = data_.train.is_text();
+  const size_t x_per_sample = text ? static_cast<size_t>(data_.train.context) : static_cast<size_t>(data_.train.dim());
+  const size_t y_per_sample = text ? static_cast<size_t>(data_.train.context) : 1;
+  batch_x_ = DeviceBuffer(*backend_, sizeof(float) * static_cast<size_t>(max_batch) * x_per_sample);
+  batch_y_ = DeviceBuffer(*backend_, sizeof(int32_t) * static_cast<size_t>(max_batch) * y_per_sample);
+  host_tokens_.resize(text ? static_cast<size_t>(max_batch) * x_per_sample : 0);
+  if (!backend_->is_host()) {
+    host_x_.resize(text ? 0 : static_cast<size_t>(max_batch) * x_per_sample);
+    host_y_.resize(static_cast<size_t>(max_batch) * y_per_sample);
+  }
+}
+
+// Text windows into the batch buffers (through host staging on a device backend).
+void Peer::load_token_batch(const Dataset& set, const int64_t* idx, int n) {
+  const size_t count = static_cast<size_t>(n) * set.context;
+  if (backend_->is_host()) {
+    gather_tokens(set, idx, n, batch_x_.i32(), batch_y_.i32());
+    return;
+  }
+  gather_tokens(set, idx, n, host_tokens_.data(), host_y_.data());
+  backend_->upload(batch_x_.data(), host_tokens_.data(), sizeof(int32_t) * count);
+  backend_->upload(batch_y_.data(), host_y_.data(), sizeof(int32_t) * count);
 }
 
 Peer::~Peer() = default;
@@ -52,7 +75,9 @@ void Peer::stop() {
 
 void Peer::next_batch(int batch, int64_t* idx) {
   sampler_->next(batch, idx);
-  if (backend_->is_host()) {
+  if (data_.train.is_text()) {
+    load_token_batch(data_.train, idx, batch);
+  } else if (backend_->is_host()) {
     gather_batch(data_.train, idx, batch, batch_x_.f32(), batch_y_.i32());
   } else {
     gather_batch(data_.train, idx, batch, host_x_.data(), host_y_.data());
@@ -84,6 +109,12 @@ BatchStats Peer::evaluate() {
   std::vector<int64_t> idx(eb);
   for (int64_t start = 0; start < test.size; start += eb) {
     const int n = static_cast<int>(std::min<int64_t>(eb, test.size - start));
+    if (test.is_text()) {
+      for (int i = 0; i < n; ++i) idx[i] = start + i;
+      load_token_batch(test, idx.data(), n);
+      total += model_->evaluate(Batch{batch_x_.data(), batch_y_.i32(), n});
+      continue;
+    }
     if (backend_->is_host()) {
       // Test rows are contiguous: hand them to the model without copying.
       const auto* labels = test.labels.data() + start;
