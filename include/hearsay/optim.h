@@ -42,6 +42,8 @@ struct OptimizerSpec {
   float beta1 = 0.9f;  // adamw: the moments' decay rates, in [0, 1)
   float beta2 = 0.999f;
   float eps = 1e-8f;  // adamw: added to the denominator sqrt(v), > 0
+  // Every optimizer: > 0 clips each step's gradient to this global L2 norm (0: never).
+  float grad_clip_norm = 0.0f;
 };
 
 // An optimizer's state on the host, as a checkpoint keeps it: the name of the optimizer
@@ -88,6 +90,11 @@ NamedRegistry<OptimizerFactory>& optimizers();
 // Creates the optimizer spec.name names for n parameters on `backend`. Throws InputError
 // when the name is not registered (listing those that are) or a hyper-parameter it reads
 // is out of range (naming the field).
+// With spec.grad_clip_norm > 0 the optimizer comes wrapped in clip_gradient_norm().
 std::unique_ptr<Optimizer> create_optimizer(Backend& backend, size_t n, const OptimizerSpec& spec);
+// `inner`, stepping with the gradient scaled to at most max_norm in L2 norm (the caller's
+// gradient buffer is not changed). Throws InputError unless max_norm is positive.
+std::unique_ptr<Optimizer> clip_gradient_norm(std::unique_ptr<Optimizer> inner, Backend& backend, size_t n,
+                                              float max_norm);
 
 }  // namespace hearsay

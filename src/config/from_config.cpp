@@ -83,6 +83,7 @@ OptimizerSpec optimizer_spec(const config::OptimConfig& o) {
   s.beta1 = o.beta1();
   s.beta2 = o.beta2();
   s.eps = o.eps();
+  s.grad_clip_norm = o.grad_clip_norm();
   return s;
 }
 

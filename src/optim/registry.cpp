@@ -14,7 +14,9 @@ NamedRegistry<OptimizerFactory>& optimizers() {
 }
 
 std::unique_ptr<Optimizer> create_optimizer(Backend& backend, size_t n, const OptimizerSpec& spec) {
-  return optimizers().get(spec.name)(backend, n, spec);
+  std::unique_ptr<Optimizer> opt = optimizers().get(spec.name)(backend, n, spec);
+  if (spec.grad_clip_norm != 0.0f) opt = clip_gradient_norm(std::move(opt), backend, n, spec.grad_clip_norm);
+  return opt;
 }
 
 }  // namespace hearsay

@@ -383,3 +383,26 @@ TEST_CASE("optimizer state: SGD's velocity round-trips") {
   plain->load_state(s, "test");
   CHECK(plain->steps() == 2);
 }
+
+TEST_CASE("grad_clip_norm: a gradient above the bound steps as if scaled to it, one below is untouched, the buffer stays") {
+  auto backend = create_backend("cpu", 1);
+  OptimizerSpec spec;
+  spec.name = "sgd";
+  spec.grad_clip_norm = 1.0f;
+  auto opt = create_optimizer(*backend, 2, spec);
+  std::vector<float> w = {0.0f, 0.0f};
+  const std::vector<float> big = {3.0f, 4.0f};  // norm 5: stepped as (0.6, 0.8)
+  opt->step(w.data(), big.data(), 1.0f);
+  CHECK(w[0] == doctest::Approx(-0.6));
+  CHECK(w[1] == doctest::Approx(-0.8));
+  CHECK(big[0] == 3.0f);
+  const std::vector<float> small = {0.3f, 0.4f};  // norm 0.5: as it is
+  opt->step(w.data(), small.data(), 1.0f);
+  CHECK(w[0] == doctest::Approx(-0.9));
+  CHECK(w[1] == doctest::Approx(-1.2));
+  CHECK(opt->name() == "sgd");
+  CHECK(opt->steps() == 2);
+  spec.grad_clip_norm = -1.0f;
+  CHECK_THROWS_WITH_AS(create_optimizer(*backend, 2, spec), doctest::Contains("optim.grad_clip_norm must be a positive"),
+                       InputError);
+}

@@ -1,0 +1,51 @@
+// Global-norm gradient clipping (optim.grad_clip_norm), as a wrapper around whichever
+// optimizer the config names: when the gradient's L2 norm exceeds the bound, the step
+// uses the gradient scaled down to it (the model's gradient buffer is left as it was, so
+// what an algorithm sends or averages is unchanged).
+#include <cmath>
+
+#include "hearsay/error.h"
+#include "hearsay/optim.h"
+
+namespace hearsay {
+namespace {
+
+class GlobalNormClip final : public Optimizer {
+ public:
+  GlobalNormClip(std::unique_ptr<Optimizer> inner, Backend& backend, size_t n, float max_norm)
+      : inner_(std::move(inner)), backend_(backend), n_(n), max_norm_(max_norm) {}
+
+  const std::string& name() const override { return inner_->name(); }
+  void step(float* w, const float* g, float lr) override {
+    const double norm = std::sqrt(backend_.sum_squares(g, n_));
+    if (norm > max_norm_) {
+      if (clipped_.bytes() == 0) clipped_ = DeviceBuffer(backend_, sizeof(float) * n_);
+      backend_.copy(clipped_.data(), g, sizeof(float) * n_);
+      backend_.scale(n_, static_cast<float>(max_norm_ / norm), clipped_.f32());
+      g = clipped_.f32();
+    }
+    inner_->step(w, g, lr);
+  }
+  int64_t steps() const override { return inner_->steps(); }
+  OptimizerState save_state() const override { return inner_->save_state(); }
+  void load_state(const OptimizerState& state, const std::string& where) override { inner_->load_state(state, where); }
+
+ private:
+  std::unique_ptr<Optimizer> inner_;
+  Backend& backend_;
+  size_t n_;
+  float max_norm_;
+  DeviceBuffer clipped_;  // allocated at the first step that clips
+};
+
+}  // namespace
+
+std::unique_ptr<Optimizer> clip_gradient_norm(std::unique_ptr<Optimizer> inner, Backend& backend, size_t n,
+                                              float max_norm) {
+  if (!(max_norm > 0.0f) || !std::isfinite(max_norm)) {
+    throw InputError("optim.grad_clip_norm must be a positive number (0: no clipping), got " + std::to_string(max_norm));
+  }
+  return std::make_unique<GlobalNormClip>(std::move(inner), backend, n, max_norm);
+}
+
+}  // namespace hearsay
