@@ -11,6 +11,8 @@
 #include <google/protobuf/text_format.h>
 
 #include "hearsay/build_config.h"
+#include "hearsay/checkpoint.h"
+#include "hearsay/checkpoint.pb.h"
 #include "hearsay/command_line.h"
 #include "hearsay/config.h"
 #include "hearsay/config.pb.h"
@@ -23,6 +25,8 @@ namespace {
 constexpr const char* kUsage =
     "usage: hearsay-peer --config FILE [--peer NAME] [--set FRAGMENT]... [--log PATH] [--quiet]\n"
     "       hearsay-peer --config FILE --list-peers | --print-config | --plan | --measure-step N\n"
+    "       hearsay-peer --config FILE --sample --checkpoint FILE --prompt TEXT [--tokens N]\n"
+    "                    [--temperature T]\n"
     "  --peer NAME    which peer of the config's cluster this process is (default: from\n"
     "                 SLURM_PROCID or RANK); without a cluster the peer trains alone\n"
     "  --list-peers   print the cluster's peer names, one per line, and exit\n"
@@ -31,6 +35,10 @@ constexpr const char* kUsage =
     "                 as JSON, for hearsay-run; exit 2 on the first bad one\n"
     "  --measure-step N  train N steps alone and print the median step time as JSON\n"
     "                 (hearsay-run's experiment.emulate_compute)\n"
+    "  --sample       print the prompt and N bytes (default 200) a trained GPT writes after\n"
+    "                 it, drawn at temperature T (default 0.8; 0: the likeliest byte), from\n"
+    "                 the parameters of a checkpoint (checkpoint.dir/NAME.ckpt) of the\n"
+    "                 config's model\n"
     "  --config FILE  experiment or peer config (protobuf text format, docs/CONFIG.md)\n"
     "  --set FRAG     merge a text-format fragment over the config, e.g. 'train { epochs: 1 }'\n"
     "  --log PATH     JSON Lines event log (docs/LOGS.md); overrides log.path\n"
@@ -98,12 +106,35 @@ static void raise_descriptor_limit() {
   setrlimit(RLIMIT_NOFILE, &r);
 }
 
+// The config's model with a checkpoint's parameters, then text it writes after `prompt`.
+std::string sample_from_checkpoint(const hearsay::config::Config& cfg, const std::string& checkpoint_path,
+                                   const std::string& prompt, int tokens, double temperature) {
+  // The GPT's shape is all in the config; a marker data set stands in for the corpus.
+  hearsay::Dataset text;
+  text.context = cfg.model().gpt().context();
+  const hearsay::ModelSpec spec = hearsay::model_spec(cfg.model(), text);
+  auto backend = hearsay::create_backend(cfg.device(), cfg.threads());
+  auto model = hearsay::create_model(spec, *backend, 1, cfg.seed());
+  const auto c = hearsay::read_checkpoint(checkpoint_path);
+  if (!c) throw hearsay::InputError(checkpoint_path + ": no such checkpoint (--checkpoint)");
+  if (c->num_params() != model->num_params()) {
+    throw hearsay::InputError(checkpoint_path + ": holds " + std::to_string(c->num_params()) +
+                              " parameters, but the config's model has " + std::to_string(model->num_params()));
+  }
+  std::vector<float> params(model->num_params());
+  hearsay::bytes_to_floats(c->params(), params.data(), params.size(), checkpoint_path + ": params");
+  model->set_params(params);
+  return hearsay::generate_text(*model, prompt, tokens, temperature, cfg.seed());
+}
+
 int main(int argc, char** argv) {
   raise_descriptor_limit();
   std::string config_path, log_path, peer_name;
   std::vector<std::string> overrides;
-  bool quiet = false, list_peers = false, print_config = false, plan = false;
-  int measure_steps = 0;
+  bool quiet = false, list_peers = false, print_config = false, plan = false, sample = false;
+  int measure_steps = 0, sample_tokens = 200;
+  std::string checkpoint_path, prompt;
+  double temperature = 0.8;
   hearsay::CommandLine cli;
   cli.stop({"--help", "-h"})
       .stop({"--version"})
@@ -115,7 +146,12 @@ int main(int argc, char** argv) {
       .flag("--print-config", &print_config)
       .flag("--plan", &plan)
       .flag("--quiet", &quiet)
-      .integer("--measure-step", &measure_steps, 1, 100000, "a number of steps");
+      .integer("--measure-step", &measure_steps, 1, 100000, "a number of steps")
+      .flag("--sample", &sample)
+      .text("--checkpoint", &checkpoint_path, "a file")
+      .text("--prompt", &prompt, "a text")
+      .integer("--tokens", &sample_tokens, 0, 1000000, "a number of bytes")
+      .number("--temperature", &temperature, 0.0, 100.0, "a number");
   try {
     const std::string stopped_at = cli.parse(argc, argv);
     if (stopped_at == "--help") {
@@ -130,6 +166,7 @@ int main(int argc, char** argv) {
     return usage_error(e.what());
   }
   if (config_path.empty()) return usage_error("--config is required");
+  if (sample && (checkpoint_path.empty() || prompt.empty())) return usage_error("--sample needs --checkpoint and --prompt");
   // A closed pipe or socket is an error to report, not a reason to die.
   std::signal(SIGPIPE, SIG_IGN);
 
@@ -147,6 +184,12 @@ int main(int argc, char** argv) {
     }
     if (plan) {
       std::fputs(plan_json(cfg, config_path, overrides).c_str(), stdout);
+      return 0;
+    }
+    if (sample) {
+      const std::string text = sample_from_checkpoint(cfg, checkpoint_path, prompt, sample_tokens, temperature);
+      std::fwrite(text.data(), 1, text.size(), stdout);
+      std::fputc('\n', stdout);
       return 0;
     }
     if (measure_steps > 0) {

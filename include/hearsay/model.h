@@ -100,6 +100,12 @@ class Model final : public Trainable {
 // GPT, max_batch counts sequences of gpt.context tokens.
 std::unique_ptr<Trainable> create_model(const ModelSpec& spec, Backend& backend, int max_batch, uint64_t seed);
 
+// The prompt followed by `tokens` bytes sampled one at a time from a GPT's next-byte
+// distribution at `temperature` (0: the likeliest byte each time), seeded. Throws
+// InputError when the model is not a GPT or an argument is out of range.
+std::string generate_text(Trainable& model, const std::string& prompt, int tokens, double temperature,
+                          uint64_t seed);
+
 // Number of classes and input shape come from the data; this fills them in and checks the
 // spec. Throws InputError naming the problem.
 void check_model_spec(const ModelSpec& spec);
