@@ -1,6 +1,7 @@
 // The step suite: training-step throughput of the MLP 784-256-256-10 on one CPU thread,
 // the sgemm roofline of the same GEMM shapes, and PyTorch on the same model, batch and
-// data, measured in the same run (bench/torch_step.py).
+// data, measured in the same run (bench/torch_step.py); then the GPT at two sizes
+// (gpt_step_bench.cpp).
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "gpt_step_bench.h"
 #include "subprocess.h"
 #include "hearsay/backend.h"
 #include "hearsay/command_line.h"
@@ -21,6 +23,7 @@ namespace hearsay::bench {
 namespace {
 
 struct Options {
+  std::vector<std::string> models{"mlp", "gpt-0.8m", "gpt-10m"};
   std::vector<int> batches{64, 256};
   int repeats = 7;
   double round_s = 0.5;
@@ -30,7 +33,8 @@ struct Options {
 Options parse(int argc, char** argv) {
   Options o;
   CommandLine("step bench")
-      .integer_list("--batches", &o.batches, 1, 1 << 16, "a list of batch sizes")
+      .text_list("--models", &o.models, "a list of mlp, gpt-0.8m, gpt-10m")
+      .integer_list("--batches", &o.batches, 1, 1 << 16, "a list of batch sizes (the MLP's)")
       .integer("--repeats", &o.repeats, 1, 1000, "a number of rounds")
       .number("--round-s", &o.round_s, 1e-3, 3600, "a number of seconds")
       .flag({"--no-torch"}, [&o] { o.torch = false; })
@@ -57,8 +61,31 @@ std::unique_ptr<LineProcess> start_torch(int batch, std::string* blas, std::stri
 
 }  // namespace
 
+void run_mlp_cases(const Options& o);
+
 int run_step_bench(int argc, char** argv) {
   const Options o = parse(argc, argv);
+  for (const std::string& m : o.models) {
+    if (m != "mlp" && m != "gpt-0.8m" && m != "gpt-10m") {
+      throw UsageError("step bench: --models: unknown model '" + m + "' (mlp, gpt-0.8m, gpt-10m)");
+    }
+  }
+  for (const std::string& m : o.models) {
+    if (m == "mlp") run_mlp_cases(o);
+    // The two sizes, 2048 tokens a step each.
+    if (m == "gpt-0.8m") {
+      run_gpt_step_case("gpt-l4-w128-h4-t128/b16", GptSpec{.vocab = 256, .context = 128, .layers = 4, .heads = 4, .width = 128},
+                        16, o.repeats, o.round_s, o.torch);
+    }
+    if (m == "gpt-10m") {
+      run_gpt_step_case("gpt-l6-w384-h6-t256/b8", GptSpec{.vocab = 256, .context = 256, .layers = 6, .heads = 6, .width = 384},
+                        8, o.repeats, o.round_s, o.torch);
+    }
+  }
+  return 0;
+}
+
+void run_mlp_cases(const Options& o) {
   auto backend = create_backend("cpu", 1);
 
   Dataset data;
@@ -176,7 +203,6 @@ int run_step_bench(int argc, char** argv) {
       std::printf("%s\n", t.str().c_str());
     }
   }
-  return 0;
 }
 
 }  // namespace hearsay::bench

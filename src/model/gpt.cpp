@@ -231,11 +231,13 @@ std::string Gpt::summary() const {
 double Gpt::gemm_flops_per_sample() const {
   const double c = spec_.width, t = spec_.context, v = spec_.vocab;
   // Per token: the block's linear layers (3c + c + 4c + 4c outputs of c inputs) and the
-  // head, forward and twice backward; attention's products over full t x t score
-  // matrices: 2 forward, 5 backward (the scores again, dV, dP, dQ, dK).
+  // head, forward and twice backward. Attention's products over the causal triangle of
+  // the scores (t (t + 1) / 2 query-key pairs a head): 2 forward, 5 backward (the scores
+  // again, dV, dP, dQ, dK). The CPU kernels compute a little more (whole blocks of 64
+  // queries), the CUDA ones the full t x t.
   const double linear = 2.0 * (12.0 * c * c) * spec_.layers + 2.0 * c * v;
-  const double attention = 2.0 * t * c * (2 + 5) * spec_.layers;
-  return t * (3.0 * linear + attention);
+  const double attention_per_sequence = 2.0 * (t * (t + 1) / 2.0) * c * (2 + 5) * spec_.layers;
+  return t * 3.0 * linear + attention_per_sequence;
 }
 
 }  // namespace hearsay

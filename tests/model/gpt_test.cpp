@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include "../../src/model/gpt.h"
 #include "hearsay/backend.h"
@@ -95,25 +96,30 @@ TEST_CASE("gpt kernels: bias plus GELU's backward pass matches finite difference
 
 TEST_CASE("gpt kernels: causal attention's backward pass matches finite differences, and no query sees a later key") {
   auto b = create_backend("cpu", 1);
-  const int batch = 2, t = 5, c = 8, heads = 2, rows = batch * t;
-  std::vector<float> qkv = uniform(rows * 3 * c, 8);
-  const std::vector<float> r = uniform(rows * c, 9);
-  std::vector<float> out(rows * c), lse(batch * heads * t);
-  auto objective = [&] {
-    b->attention_forward(qkv.data(), batch, t, c, heads, out.data(), lse.data());
-    return dot(out, r);
-  };
-  objective();
-  std::vector<float> dqkv(rows * 3 * c, 9.0f);
-  b->attention_backward(r.data(), qkv.data(), out.data(), lse.data(), batch, t, c, heads, dqkv.data());
-  check_against_differences(qkv, dqkv, objective, "dqkv");
-  // Causality: the first token's output is its own value; changing the last token's key
-  // and value moves no earlier output.
-  for (int k = 0; k < c; ++k) CHECK(out[k] == doctest::Approx(qkv[2 * c + k]).epsilon(1e-6));
-  const std::vector<float> before = out;
-  for (int k = c; k < 3 * c; ++k) qkv[(t - 1) * 3 * c + k] += 1.0f;
-  objective();
-  for (int i = 0; i < (t - 1) * c; ++i) CHECK(out[i] == before[i]);
+  // A short context (one block of queries), and one of 130 (the CPU kernels' blocks of 64
+  // queries: two whole ones and a partial one).
+  for (const auto& [batch, t, c, heads] : {std::tuple{2, 5, 8, 2}, std::tuple{1, 130, 4, 1}}) {
+    CAPTURE(t);
+    const int rows = batch * t;
+    std::vector<float> qkv = uniform(rows * 3 * c, 8);
+    const std::vector<float> r = uniform(rows * c, 9);
+    std::vector<float> out(rows * c), lse(batch * heads * t);
+    auto objective = [&] {
+      b->attention_forward(qkv.data(), batch, t, c, heads, out.data(), lse.data());
+      return dot(out, r);
+    };
+    objective();
+    std::vector<float> dqkv(rows * 3 * c, 9.0f);
+    b->attention_backward(r.data(), qkv.data(), out.data(), lse.data(), batch, t, c, heads, dqkv.data());
+    check_against_differences(qkv, dqkv, objective, "dqkv");
+    // Causality: the first token's output is its own value; changing the last token's key
+    // and value moves no earlier output.
+    for (int k = 0; k < c; ++k) CHECK(out[k] == doctest::Approx(qkv[2 * c + k]).epsilon(1e-6));
+    const std::vector<float> before = out;
+    for (int k = c; k < 3 * c; ++k) qkv[(t - 1) * 3 * c + k] += 1.0f;
+    objective();
+    for (int i = 0; i < (t - 1) * c; ++i) CHECK(out[i] == before[i]);
+  }
 }
 
 TEST_CASE("gpt kernels: the embedding gathers token and position rows and its backward pass scatter-adds them") {
