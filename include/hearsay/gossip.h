@@ -23,6 +23,7 @@
 #include <stdexcept>
 #include <map>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -207,6 +208,9 @@ class GossipEngine {
   void wait_sent(uint64_t step);
   // Waits for the synchronous message of (round, phase) from peer index `from`.
   Message wait_sync(int from, uint64_t round, uint32_t phase);
+  // The same without waiting: the message when it has arrived, else nullopt (a refused
+  // one throws as wait_sync does).
+  std::optional<Message> poll_sync(int from, uint64_t round, uint32_t phase);
   // Host copy of the parameters, and writing them back.
   std::vector<float> params_host();
   void set_params_host(const std::vector<float>& p);
@@ -237,6 +241,8 @@ class GossipEngine {
   void note_own_gradient(const DeviceSnapshot& g);
 
  private:
+  // A synchronous algorithm cannot go on without a message the inbox refused.
+  [[noreturn]] void throw_refused_sync(int from, uint64_t round, const std::string& why) const;
   void on_frame(const std::string& from, InFrame&& frame);
   void lie(std::vector<float>& v);  // spec_.byzantine
   // A neighbour's update failed a check: count it, say so, maybe quarantine the sender.

@@ -87,8 +87,36 @@ BatchStats gradient_only(GossipEngine& e, const Batch& batch);
 // phase0 + n + 1 of `round`; waits for the peers.
 std::vector<float> allreduce_sum(GossipEngine& e, MessageKind kind, std::vector<float> v, uint64_t round, uint32_t phase0,
                                  bool compressed);
-// The mean of every peer's parameters (fp32, phases 0.. of `round`): local_sgd's and
-// diloco's average.
+// allreduce_sum as an object, so that it can run a piece at a time between training
+// steps (Streaming DiLoCo overlaps it with them): progress() does what the messages
+// that have arrived allow and never waits; finish() waits for the rest and returns the
+// sum. The same plan, in the same order, as allreduce_sum.
+class AllReduce {
+ public:
+  struct Op;
+  AllReduce(GossipEngine& e, MessageKind kind, std::vector<float> v, uint64_t round, uint32_t phase0, bool compressed);
+  ~AllReduce();
+  AllReduce(const AllReduce&) = delete;
+  AllReduce& operator=(const AllReduce&) = delete;
+  // True when every step is done (finish() then only returns the sum).
+  bool progress();
+  std::vector<float> finish();
+
+ private:
+  GossipEngine::Message header(size_t offset, uint32_t phase) const;
+  void post(const Op& op);
+  void take(const Op& op, const GossipEngine::Message& m);
+
+  GossipEngine& e_;
+  MessageKind kind_;
+  std::vector<float> v_;
+  uint64_t round_;
+  bool raw_;  // fp32 as it is; else gossip.codec (encode_once)
+  std::vector<Op> plan_;
+  size_t next_ = 0;
+};
+// The mean of every peer's parameters (fp32, phases 0.. of `round`): local_sgd's
+// average.
 std::vector<float> average_models(GossipEngine& e, uint64_t round);
 
 // allreduce with codec powersgd (powersgd_allreduce.cpp): the mean of every peer's

@@ -740,20 +740,30 @@ bool GossipEngine::idle() const {
 
 void GossipEngine::settle() { algorithm_->settle(*this); }
 
+void GossipEngine::throw_refused_sync(int from, uint64_t round, const std::string& why) const {
+  throw InputError("peer " + peers_[me_] + ": " + spec_.algorithm + " refused peer " + peers_[from] + "'s update for round " +
+                   std::to_string(round) + " (" + why + "); a synchronous algorithm cannot go on without it");
+}
+
 GossipEngine::Message GossipEngine::wait_sync(int from, uint64_t round, uint32_t phase) {
   std::string refused;
   auto m = inbox_->wait_sync(from, round, phase, spec_.sync_timeout_s, stopped_, &refused);
   if (!m) {
     if (stopped_) throw StopRequested();
-    if (!refused.empty()) {
-      throw InputError("peer " + peers_[me_] + ": " + spec_.algorithm + " refused peer " + peers_[from] + "'s update for round " +
-                       std::to_string(round) + " (" + refused + "); a synchronous algorithm cannot go on without it");
-    }
+    if (!refused.empty()) throw_refused_sync(from, round, refused);
     throw InputError("peer " + peers_[me_] + ": " + spec_.algorithm + " waited " + std::to_string(spec_.sync_timeout_s) +
                      " s for peer " + peers_[from] + " (round " + std::to_string(round) +
                      "); synchronous algorithms do not tolerate a missing peer");
   }
   return std::move(*m);
+}
+
+std::optional<GossipEngine::Message> GossipEngine::poll_sync(int from, uint64_t round, uint32_t phase) {
+  std::string refused;
+  auto m = inbox_->wait_sync(from, round, phase, 0.0, stopped_, &refused);
+  if (!m && !refused.empty()) throw_refused_sync(from, round, refused);
+  if (!m && stopped_) throw StopRequested();
+  return m;
 }
 
 std::vector<float> GossipEngine::params_host() { return model_.get_params(); }

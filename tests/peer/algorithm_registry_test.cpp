@@ -84,15 +84,15 @@ TEST_CASE("registry: an algorithm's options are checked where it declares them, 
   // An unknown algorithm's error lists the registered ones, the test's among them.
   CHECK_THROWS_WITH_AS(parse_config(config_text("    algorithm: \"nope\"\n"), "n.textproto"),
                        doctest::Contains("unknown 'nope'; use adpsgd, allreduce, choco, diloco, dpsgd, gossip_grad, local_sgd, "
-                                         "never_communicate, sgp"),
+                                         "never_communicate, sgp, streaming_diloco"),
                        InputError);
 }
 
 TEST_CASE("registry: it is the one list of algorithms, with what each declares") {
   const auto names = gossip_algorithms();
   CHECK(names == std::vector<std::string>{"adpsgd", "allreduce", "choco", "diloco", "dpsgd", "gossip_grad", "local_sgd",
-                                          "never_communicate", "sgp"});
-  for (const char* sync : {"allreduce", "dpsgd", "local_sgd", "diloco"}) CHECK(is_synchronous(sync));
+                                          "never_communicate", "sgp", "streaming_diloco"});
+  for (const char* sync : {"allreduce", "dpsgd", "local_sgd", "diloco", "streaming_diloco"}) CHECK(is_synchronous(sync));
   for (const char* async : {"adpsgd", "gossip_grad", "sgp", "choco", "never_communicate"}) CHECK_FALSE(is_synchronous(async));
   CHECK(find_algorithm("dpsgd")->undirected_topology);
   CHECK(find_algorithm("choco")->undirected_topology);

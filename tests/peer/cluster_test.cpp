@@ -48,6 +48,8 @@ ClusterResult cluster(const std::string& algorithm, int n, const config::Config&
   s.gossip.algorithm = algorithm;
   s.gossip.topology.kind = algorithm == "sgp" ? "exponential" : algorithm == "adpsgd" ? "random" : "ring";
   if (algorithm == "local_sgd" || algorithm == "diloco") s.gossip.options = "local_steps: 4";
+  // Logistic regression is one unit: one fragment.
+  if (algorithm == "streaming_diloco") s.gossip.options = "local_steps: 4 fragments: 1 overlap_steps: 1";
   s.slowdown = std::move(slowdown);
   return run_cluster(s);
 }

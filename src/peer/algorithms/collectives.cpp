@@ -15,76 +15,60 @@
 #include "../algorithm.h"
 
 namespace hearsay {
+
+// The collective as a plan of posts and takes (posts never wait; a take waits for one
+// message), run in order: at once (allreduce_sum), or as far as the messages that have
+// arrived allow, a piece between training steps (AllReduce::progress).
+struct AllReduce::Op {
+  enum Type { kPost, kTake } type;
+  std::vector<int> peers;  // post: to whom; take: from whom (one)
+  size_t offset = 0, len = 0;
+  uint32_t phase = 0;
+  bool exact = false;   // post: as fp32 whatever the codec
+  bool assign = false;  // take: copy into v instead of adding
+};
+
 namespace {
 
-struct Collective {
-  GossipEngine& e;
-  uint64_t round;
-  uint64_t total;  // the whole vector's length (offsets are within it)
-  bool raw;        // fp32 as it is; else gossip.codec (encode_once)
-  MessageKind kind;  // what the vector is: gradients (allreduce, PowerSGD's factors) or models
-
-  // Sends v[offset, offset + len) to each of `to` as (round, phase): encoded once, the
-  // same bytes to all, and the decoded values replace v's, so the sender holds what the
-  // receivers will; as fp32 when raw, or `exact`.
-  void post(const std::vector<int>& to, std::vector<float>& v, size_t offset, size_t len, uint32_t phase, bool exact = false) {
-    std::vector<float> part(v.begin() + static_cast<long>(offset), v.begin() + static_cast<long>(offset + len));
-    if (raw || exact) {
-      for (int j : to) e.send(j, header(offset, phase), part);
-      return;
-    }
-    auto enc = e.encode_once(part, offset);
-    for (int j : to) e.send_encoded(j, header(offset, phase), enc);
-    std::copy(enc->decoded.begin(), enc->decoded.end(), v.begin() + static_cast<long>(offset));
+// Sum over `ring` (peer indices; this peer among them) of every member's v; phases
+// phase0 .. phase0 + ring.size() - 1.
+void plan_ring_sum(std::vector<AllReduce::Op>& plan, size_t len, int me_peer, const std::vector<int>& ring,
+                   uint32_t phase0) {
+  using Op = AllReduce::Op;
+  const int n = static_cast<int>(ring.size());
+  if (n < 2) return;
+  const int me = static_cast<int>(std::find(ring.begin(), ring.end(), me_peer) - ring.begin());
+  const int right = ring[(me + 1) % n], left = ring[(me + n - 1) % n];
+  auto begin = [&](int c) { return len * static_cast<size_t>(((c % n) + n) % n) / n; };
+  auto size = [&](int c) {
+    const int k = ((c % n) + n) % n;
+    return len * static_cast<size_t>(k + 1) / n - len * static_cast<size_t>(k) / n;
+  };
+  // Reduce-scatter: after n-1 phases this peer holds the whole sum of chunk me+1. (A
+  // chunk sent here is overwritten by the all-gather, so post's rounding of it is moot.)
+  for (int s = 0; s < n - 1; ++s) {
+    const uint32_t phase = phase0 + static_cast<uint32_t>(s);
+    plan.push_back(Op{.type = Op::kPost, .peers = {right}, .offset = begin(me - s), .len = size(me - s), .phase = phase});
+    plan.push_back(Op{.type = Op::kTake, .peers = {left}, .phase = phase});
   }
-  GossipEngine::Message header(size_t offset, uint32_t phase) const {
-    return {.kind = kind, .synchronous = true, .round = round, .phase = phase, .offset = offset, .total = total};
+  // All-gather: the owner of each finished chunk sends it, encoded once, to everyone.
+  const int mine = me + 1;
+  std::vector<int> others;
+  for (int j : ring) {
+    if (j != me_peer) others.push_back(j);
   }
-  // Waits for (round, phase) from `from`; adds (or, with assign, copies) it into v.
-  void take(int from, std::vector<float>& v, uint32_t phase, bool assign) {
-    const auto m = e.wait_sync(from, round, phase);
-    const size_t b = m.offset;
-    for (size_t i = 0; i < m.data.size() && b + i < v.size(); ++i) v[b + i] = assign ? m.data[i] : v[b + i] + m.data[i];
+  const uint32_t gather = phase0 + static_cast<uint32_t>(n - 1);
+  plan.push_back(Op{.type = Op::kPost, .peers = others, .offset = begin(mine), .len = size(mine), .phase = gather});
+  for (int k = 0; k < n; ++k) {
+    if (k != me) plan.push_back(Op{.type = Op::kTake, .peers = {ring[k]}, .phase = gather, .assign = true});
   }
-
-  // Sum over `ring` (peer indices; this peer among them) of every member's v; phases
-  // phase0 .. phase0 + ring.size() - 1.
-  void ring_sum(std::vector<float>& v, const std::vector<int>& ring, uint32_t phase0) {
-    const int n = static_cast<int>(ring.size());
-    if (n < 2) return;
-    const int me = static_cast<int>(std::find(ring.begin(), ring.end(), e.me()) - ring.begin());
-    const int right = ring[(me + 1) % n], left = ring[(me + n - 1) % n];
-    const size_t len = v.size();
-    auto begin = [&](int c) { return len * static_cast<size_t>(((c % n) + n) % n) / n; };
-    auto size = [&](int c) {
-      const int k = ((c % n) + n) % n;
-      return len * static_cast<size_t>(k + 1) / n - len * static_cast<size_t>(k) / n;
-    };
-    // Reduce-scatter: after n-1 phases this peer holds the whole sum of chunk me+1. (A
-    // chunk sent here is overwritten by the all-gather, so post's rounding of it is moot.)
-    for (int s = 0; s < n - 1; ++s) {
-      post({right}, v, begin(me - s), size(me - s), phase0 + static_cast<uint32_t>(s));
-      take(left, v, phase0 + static_cast<uint32_t>(s), false);
-    }
-    // All-gather: the owner of each finished chunk sends it, encoded once, to everyone.
-    const int mine = me + 1;
-    std::vector<int> others;
-    for (int j : ring) {
-      if (j != e.me()) others.push_back(j);
-    }
-    const uint32_t gather = phase0 + static_cast<uint32_t>(n - 1);
-    post(others, v, begin(mine), size(mine), gather);
-    for (int k = 0; k < n; ++k) {
-      if (k != me) take(ring[k], v, gather, true);
-    }
-  }
-};
+}
 
 }  // namespace
 
-std::vector<float> allreduce_sum(GossipEngine& e, MessageKind kind, std::vector<float> v, uint64_t round, uint32_t phase0,
-                                 bool compressed) {
-  Collective c{e, round, v.size(), !compressed || e.spec().codec.name == "none", kind};
+AllReduce::AllReduce(GossipEngine& e, MessageKind kind, std::vector<float> v, uint64_t round, uint32_t phase0,
+                     bool compressed)
+    : e_(e), kind_(kind), v_(std::move(v)), round_(round), raw_(!compressed || e.spec().codec.name == "none") {
   const int n = static_cast<int>(e.peers().size());
   const auto& site_of = e.spec().topology.site_of;
   std::map<int, std::vector<int>> sites;  // site index -> its peers, in cluster order
@@ -92,8 +76,8 @@ std::vector<float> allreduce_sum(GossipEngine& e, MessageKind kind, std::vector<
   std::vector<int> everyone(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) everyone[static_cast<size_t>(i)] = i;
   if (sites.size() < 2 || sites.size() == static_cast<size_t>(n)) {
-    c.ring_sum(v, everyone, phase0);
-    return v;
+    plan_ring_sum(plan_, v_.size(), e.me(), everyone, phase0);
+    return;
   }
   const std::vector<int>& site = sites[site_of[static_cast<size_t>(e.me())]];
   const int leader = site.front();
@@ -101,17 +85,77 @@ std::vector<float> allreduce_sum(GossipEngine& e, MessageKind kind, std::vector<
   for (const auto& [s, members] : sites) leaders.push_back(members.front());
   const uint32_t up = phase0, across = phase0 + 1, down = phase0 + 1 + static_cast<uint32_t>(leaders.size());
   if (e.me() != leader) {
-    c.post({leader}, v, 0, v.size(), up);  // v is then replaced by the site's result
-    c.take(leader, v, down, true);
-    return v;
+    // v is replaced by the site's result.
+    plan_.push_back(Op{.type = Op::kPost, .peers = {leader}, .offset = 0, .len = v_.size(), .phase = up});
+    plan_.push_back(Op{.type = Op::kTake, .peers = {leader}, .phase = down, .assign = true});
+    return;
   }
-  for (size_t k = 1; k < site.size(); ++k) c.take(site[k], v, up, false);
-  c.ring_sum(v, leaders, across);
-  const std::vector<int> members(site.begin() + 1, site.end());
+  for (size_t k = 1; k < site.size(); ++k) plan_.push_back(Op{.type = Op::kTake, .peers = {site[k]}, .phase = up});
+  plan_ring_sum(plan_, v_.size(), e.me(), leaders, across);
   // Down inside the site as fp32: a re-encoding would differ between sites (codecs with
   // random rounding), and the site's own links are not the WAN.
-  if (!members.empty()) c.post(members, v, 0, v.size(), down, true);
-  return v;
+  const std::vector<int> members(site.begin() + 1, site.end());
+  if (!members.empty()) {
+    plan_.push_back(Op{.type = Op::kPost, .peers = members, .offset = 0, .len = v_.size(), .phase = down, .exact = true});
+  }
+}
+
+AllReduce::~AllReduce() = default;
+
+GossipEngine::Message AllReduce::header(size_t offset, uint32_t phase) const {
+  return {.kind = kind_, .synchronous = true, .round = round_, .phase = phase, .offset = offset, .total = v_.size()};
+}
+
+// Sends v[offset, offset + len) to each of op.peers as (round, phase): encoded once, the
+// same bytes to all, and the decoded values replace v's, so the sender holds what the
+// receivers will; as fp32 when raw, or exact.
+void AllReduce::post(const Op& op) {
+  std::vector<float> part(v_.begin() + static_cast<long>(op.offset), v_.begin() + static_cast<long>(op.offset + op.len));
+  if (raw_ || op.exact) {
+    for (int j : op.peers) e_.send(j, header(op.offset, op.phase), part);
+    return;
+  }
+  auto enc = e_.encode_once(part, op.offset);
+  for (int j : op.peers) e_.send_encoded(j, header(op.offset, op.phase), enc);
+  std::copy(enc->decoded.begin(), enc->decoded.end(), v_.begin() + static_cast<long>(op.offset));
+}
+
+// Adds (or, with assign, copies) an arrived message into v.
+void AllReduce::take(const Op& op, const GossipEngine::Message& m) {
+  const size_t b = m.offset;
+  for (size_t i = 0; i < m.data.size() && b + i < v_.size(); ++i) v_[b + i] = op.assign ? m.data[i] : v_[b + i] + m.data[i];
+}
+
+bool AllReduce::progress() {
+  while (next_ < plan_.size()) {
+    const Op& op = plan_[next_];
+    if (op.type == Op::kPost) {
+      post(op);
+    } else {
+      auto m = e_.poll_sync(op.peers.front(), round_, op.phase);
+      if (!m) return false;
+      take(op, *m);
+    }
+    ++next_;
+  }
+  return true;
+}
+
+std::vector<float> AllReduce::finish() {
+  for (; next_ < plan_.size(); ++next_) {
+    const Op& op = plan_[next_];
+    if (op.type == Op::kPost) {
+      post(op);
+    } else {
+      take(op, e_.wait_sync(op.peers.front(), round_, op.phase));
+    }
+  }
+  return std::move(v_);
+}
+
+std::vector<float> allreduce_sum(GossipEngine& e, MessageKind kind, std::vector<float> v, uint64_t round, uint32_t phase0,
+                                 bool compressed) {
+  return AllReduce(e, kind, std::move(v), round, phase0, compressed).finish();
 }
 
 std::vector<float> average_models(GossipEngine& e, uint64_t round) {

@@ -1,5 +1,6 @@
 // diloco (Douillard et al., 2023): H inner steps alone from the shared anchor a (the inner
-// optimizer is optim: AdamW in the paper); then delta = a - mean(x) over the peers;
+// optimizer is optim: AdamW in the paper); then the outer gradient delta = mean over the
+// peers of (a - x), all-reduced through gossip.codec (hierarchically across sites);
 // v <- mu v + delta; a <- a - outer_lr (delta + mu v) (outer Nesterov); x <- a. Every peer
 // waits for the others at each outer step.
 #include <cmath>
@@ -19,10 +20,13 @@ class Diloco final : public Algorithm {
     if (anchor_.empty()) anchor_ = e.params_host();
     const BatchStats s = local_step(e, batch, lr);
     if (step % h_ != h_ - 1) return s;
-    const auto avg = average_models(e, step / h_);
-    if (velocity_.empty()) velocity_.assign(avg.size(), 0.0f);
-    for (size_t i = 0; i < avg.size(); ++i) {
-      const float delta = anchor_[i] - avg[i];
+    std::vector<float> delta = e.params_host();
+    for (size_t i = 0; i < delta.size(); ++i) delta[i] = anchor_[i] - delta[i];
+    const auto sum = allreduce_sum(e, MessageKind::kModelDelta, std::move(delta), step / h_, 0, true);
+    if (velocity_.empty()) velocity_.assign(sum.size(), 0.0f);
+    const float inv = 1.0f / static_cast<float>(e.peers().size());
+    for (size_t i = 0; i < sum.size(); ++i) {
+      const float delta = sum[i] * inv;
       velocity_[i] = static_cast<float>(mu_ * velocity_[i] + delta);
       anchor_[i] -= static_cast<float>(outer_lr_ * (delta + mu_ * velocity_[i]));
     }

@@ -1,0 +1,109 @@
+// diloco and streaming_diloco (src/peer/algorithms/): the outer steps' defining
+// invariants on in-process clusters: after an outer step every peer holds the same
+// global model (diloco) or fragment (streaming, merge factor 0), bit for bit, under
+// every codec and across sites; fragments not yet synchronised differ; and Streaming
+// DiLoCo with one fragment, no overlap and alpha 0 is DiLoCo.
+#include <doctest/doctest.h>
+
+#include <cstring>
+
+#include "hearsay/cluster.h"
+#include "hearsay/config.h"
+#include "hearsay/config.pb.h"
+
+using namespace hearsay;
+
+namespace {
+
+// An MLP of two units (fc1, fc2): streaming_diloco's two fragments.
+const char* kSmall = R"(
+  name: "dl" seed: 9
+  model { kind: MLP hidden: [16] }
+  data { format: SYNTHETIC synthetic_train: 2048 synthetic_test: 256 synthetic_dim: 12 num_classes: 4 }
+  optim { optimizer: "adamw" lr: 0.01 }
+  train { batch_size: 16 epochs: 0 eval_every_steps: 1000000 }
+  log { every_steps: 1000 }
+)";
+
+ClusterResult run(const std::string& algorithm, const std::string& options, int steps, const std::string& codec = "none",
+                  std::vector<int> site_of = {}) {
+  ClusterSpec s;
+  s.base = peer_spec(parse_config(kSmall, "diloco-test", {"train { max_steps: " + std::to_string(steps) + " }"}));
+  s.peers = 4;
+  s.gossip.algorithm = algorithm;
+  s.gossip.options = options;
+  s.gossip.topology.kind = "ring";
+  s.gossip.topology.site_of = std::move(site_of);
+  s.gossip.codec.name = codec;
+  return run_cluster(s);
+}
+
+bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, 4 * n) == 0; }
+
+// fc1's parameters (weight [16, 12] and bias [16]) lead the flat buffer; fc2's follow.
+constexpr size_t kFc1 = 16 * 12 + 16;
+
+}  // namespace
+
+TEST_CASE("diloco: after each outer step every peer holds the same model bit for bit, under every codec and across sites") {
+  for (const char* codec : {"none", "fp16", "int8"}) {
+    for (const std::vector<int>& sites : {std::vector<int>{}, std::vector<int>{0, 0, 1, 1}}) {
+      CAPTURE(codec);
+      CAPTURE(sites.size());
+      const ClusterResult r = run("diloco", "local_steps: 4", 8, codec, sites);
+      REQUIRE(r.final_params.size() == 4);
+      const size_t n = r.final_params[0].size();
+      CHECK(!same_bits(r.initial_params[0].data(), r.final_params[0].data(), n));
+      for (int i = 1; i < 4; ++i) CHECK(same_bits(r.final_params[0].data(), r.final_params[i].data(), n));
+    }
+  }
+}
+
+TEST_CASE("streaming_diloco: a fragment just merged with alpha 0 is the same on every peer, the other is not, "
+          "with and without overlap") {
+  // H = 4, two fragments: fc1 syncs after steps 3, 7, ..., fc2 after steps 1, 5, .... With
+  // tau = 0 and 8 steps, fc1 was merged after the last step; with tau = 1 and 9 steps,
+  // fc1's outer step (sent after step 7) was merged after the last. fc2 then has had
+  // two local steps since its own merge.
+  for (const auto& [tau, steps] : {std::pair{0, 8}, std::pair{1, 9}}) {
+    CAPTURE(tau);
+    const ClusterResult r = run("streaming_diloco",
+                                "local_steps: 4 fragments: 2 mix_alpha: 0 overlap_steps: " + std::to_string(tau), steps,
+                                "none", {0, 0, 1, 1});
+    REQUIRE(r.final_params.size() == 4);
+    const size_t n = r.final_params[0].size();
+    for (int i = 1; i < 4; ++i) {
+      CHECK(same_bits(r.final_params[0].data(), r.final_params[i].data(), kFc1));
+      CHECK(!same_bits(r.final_params[0].data() + kFc1, r.final_params[i].data() + kFc1, n - kFc1));
+    }
+  }
+}
+
+TEST_CASE("streaming_diloco: with one fragment, no overlap and alpha 0 it is diloco, bit for bit") {
+  const ClusterResult d = run("diloco", "local_steps: 4 outer_lr: 0.7 outer_momentum: 0.9", 12, "fp16");
+  const ClusterResult s = run("streaming_diloco",
+                              "local_steps: 4 fragments: 1 overlap_steps: 0 mix_alpha: 0 outer_lr: 0.7 outer_momentum: 0.9", 12,
+                              "fp16");
+  REQUIRE(d.final_params.size() == 4);
+  REQUIRE(s.final_params.size() == 4);
+  for (int i = 0; i < 4; ++i) {
+    CHECK(same_bits(d.final_params[i].data(), s.final_params[i].data(), d.final_params[i].size()));
+  }
+}
+
+TEST_CASE("streaming_diloco: options out of range are refused naming the field") {
+  auto bad = [](const std::string& options) {
+    return parse_config(std::string(kSmall) + "train { max_steps: 10 } cluster { secret_env: \"HOME\" peers { name: \"a\" address: \"127.0.0.1:1\" } "
+                                              "peers { name: \"b\" address: \"127.0.0.1:2\" } "
+                                              "gossip { algorithm: \"streaming_diloco\" "
+                                              "[hearsay.algorithms.streaming_diloco] { " +
+                            options + " } } }",
+                        "s.textproto");
+  };
+  CHECK_THROWS_WITH_AS(bad("local_steps: 8 fragments: 2 overlap_steps: 4"),
+                       doctest::Contains("streaming_diloco].overlap_steps: must be in [0, local_steps / fragments)"), InputError);
+  CHECK_THROWS_WITH_AS(bad("fragments: 0"), doctest::Contains("streaming_diloco].fragments: must be in [1, local_steps]"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(bad("mix_alpha: 1"), doctest::Contains("mix_alpha: must be in [0, 1)"), InputError);
+  CHECK_NOTHROW(bad("local_steps: 8 fragments: 2 overlap_steps: 3"));
+}
