@@ -129,28 +129,42 @@ def save(fig, out, stem):
     plt.close(fig)
 
 
-def plot_accuracy(lines, out, target):
+def plot_against_time_steps_bytes(lines, out, column, scale, ylabel, title, stem, target=None):
+    """One panel each for time, steps and bytes: the peers' mean of the evaluated metric
+    (column 1: test accuracy, 2: test loss), with the spread over repeats as a band."""
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
     for (label, runs), color in zip(lines.items(), plt.rcParams["axes.prop_cycle"].by_key()["color"] * 10):
         for ax, kind in zip(axes, ("time", "steps", "bytes")):
-            x, m, lo, hi = mean_band([r.curve(kind) for r in runs], 1)
+            x, m, lo, hi = mean_band([[c for c in r.curve(kind) if c[column] is not None] for r in runs], column)
             if not x:
                 continue
             if kind == "bytes" and x and x[0] <= 0:
                 x = [max(v, 1) for v in x]
-            ax.plot(x, [100 * v for v in m], color=color, label=f"{label} (x{len(runs)})" if len(runs) > 1 else label)
+            ax.plot(x, [scale * v for v in m], color=color, label=f"{label} (x{len(runs)})" if len(runs) > 1 else label)
             if len(runs) > 1:
-                ax.fill_between(x, [100 * v for v in lo], [100 * v for v in hi], color=color, alpha=0.2, step=None)
+                ax.fill_between(x, [scale * v for v in lo], [scale * v for v in hi], color=color, alpha=0.2, step=None)
     titles = ("wall-clock time (s)", "steps (mean over peers)", "bytes sent (all peers)")
     for ax, xl in zip(axes, titles):
-        ax.set(xlabel=xl, ylabel="test accuracy (%, mean over peers)")
+        ax.set(xlabel=xl, ylabel=ylabel)
         if target:
-            ax.axhline(100 * target, color="grey", linestyle=":", linewidth=1)
+            ax.axhline(scale * target, color="grey", linestyle=":", linewidth=1)
         ax.grid(alpha=0.3)
     axes[2].set_xscale("log")
     axes[0].legend(fontsize=8)
-    fig.suptitle("Test accuracy")
-    save(fig, out, "accuracy")
+    fig.suptitle(title)
+    save(fig, out, stem)
+
+
+def plot_accuracy(lines, out, target):
+    plot_against_time_steps_bytes(lines, out, 1, 100, "test accuracy (%, mean over peers)", "Test accuracy", "accuracy",
+                                  target)
+
+
+def plot_test_loss(lines, out):
+    """Test (validation) loss against time, steps and bytes: a language model's measure
+    (nats per byte for text; bits per byte = nats / ln 2)."""
+    plot_against_time_steps_bytes(lines, out, 2, 1, "test loss (nats, mean over peers)", "Test (validation) loss",
+                                  "test-loss")
 
 
 def plot_loss(lines, out):
@@ -237,6 +251,7 @@ img{{max-width:100%;margin:1em 0}}</style></head><body>
 {chr(10).join(rows)}
 </table>
 <img src="accuracy.png" alt="test accuracy against time, steps and bytes">
+<img src="test-loss.png" alt="test (validation) loss against time, steps and bytes">
 <img src="loss.png" alt="test and training loss">
 <img src="staleness.png" alt="staleness histogram">
 <img src="step_rate.png" alt="step rate per peer">
@@ -264,10 +279,11 @@ def main():
     lines = group(runs)
     plot_accuracy(lines, out, target)
     plot_loss(lines, out)
+    plot_test_loss(lines, out)
     plot_staleness(lines, out)
     plot_step_rate(lines, out)
     write_index(runs, out, target)
-    print(f"hearsay-plot: {len(runs)} run(s), {len(lines)} line(s): wrote accuracy, loss, staleness, step_rate "
+    print(f"hearsay-plot: {len(runs)} run(s), {len(lines)} line(s): wrote accuracy, test-loss, loss, staleness, step_rate "
           f"(.png, .svg) and index.html to {out}")
 
 

@@ -172,7 +172,7 @@ class HearsayPlot(unittest.TestCase):
         with tempfile.TemporaryDirectory(prefix="hearsay-plot-test-") as out:
             r = subprocess.run([PLOT, RECORDED, "--out", out], capture_output=True, text=True, timeout=120)
             self.assertEqual(r.returncode, 0, r.stderr)
-            for stem in ("accuracy", "loss", "staleness", "step_rate"):
+            for stem in ("accuracy", "test-loss", "loss", "staleness", "step_rate"):
                 for ext in ("png", "svg"):
                     path = os.path.join(out, f"{stem}.{ext}")
                     self.assertGreater(os.path.getsize(path), 1000, path)
