@@ -287,9 +287,9 @@ class CpuBackend final : public Backend {
   }
 
  private:
-  // One head's score matrix and its gradient: all the attention kernels keep at a time.
+  // One block of one head's scores and their gradient: all the attention kernels keep.
   float* attention_scratch(int context) {
-    const size_t need = 2 * static_cast<size_t>(context) * context;
+    const size_t need = cpu::attention_scratch_floats(context);
     if (attention_scratch_.size() < need) attention_scratch_.resize(need);
     return attention_scratch_.data();
   }

@@ -130,10 +130,15 @@ void gelu_backward_bias_grad(const float* dout, const float* pre, float* dpre, f
   }
 }
 
-// Causal attention skips the score matrix's upper triangle a block of query rows at a
-// time: rows [r0, r1) see keys [0, r1) only, so the products cost about half of the full
-// t x t ones (5/8 of them at t = 256 with blocks of 64).
+// Causal attention a block of query rows at a time: rows [r0, r1) see keys [0, r1) only,
+// so the products cost about half of the full t x t ones (5/8 of them at t = 256 with
+// blocks of 64), and the scratch holds one block's rows of the scores (and, backward,
+// of their gradient), never a whole t x t matrix.
 constexpr int kQueryBlock = 64;
+
+size_t attention_scratch_floats(int context) {
+  return 2 * static_cast<size_t>(std::min(context, kQueryBlock)) * static_cast<size_t>(context);
+}
 
 void attention_forward(const float* qkv, int batch, int context, int c, int heads, float* out, float* lse,
                        float* scratch) {
@@ -148,12 +153,12 @@ void attention_forward(const float* qkv, int batch, int context, int c, int head
       float* l = lse + (static_cast<size_t>(b) * heads + h) * t;
       for (int r0 = 0; r0 < t; r0 += kQueryBlock) {
         const int r1 = std::min(t, r0 + kQueryBlock), rows = r1 - r0;
-        float* s = scratch + static_cast<size_t>(r0) * t;
+        float* s = scratch;  // the block's rows of the scores, [rows, r1] with stride t
         // Raw scores q k^T of the block; each row's log-sum-exp over the keys it may see,
         // and its probabilities in place.
         sgemm(false, true, rows, r1, d, 1.0f, q + static_cast<size_t>(r0) * ld, ld, k, ld, 0.0f, s, t);
         for (int i = r0; i < r1; ++i) {
-          float* __restrict row = scratch + static_cast<size_t>(i) * t;
+          float* __restrict row = s + static_cast<size_t>(i - r0) * t;
           float mx = row[0];
           for (int j = 1; j <= i; ++j) mx = std::max(mx, row[j]);
           float sum = 0.0f;
@@ -176,8 +181,9 @@ void attention_backward(const float* dout, const float* qkv, const float* out, c
                         int context, int c, int heads, float* dqkv, float* scratch) {
   const int t = context, d = c / heads, ld = 3 * c;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  float* p = scratch;
-  float* dp = scratch + static_cast<size_t>(t) * t;
+  // One block's rows of the probabilities and of their gradient.
+  float* pb = scratch;
+  float* dpb = scratch + static_cast<size_t>(std::min(t, kQueryBlock)) * t;
   for (int b = 0; b < batch; ++b) {
     for (int h = 0; h < heads; ++h) {
       const size_t qkv_at = static_cast<size_t>(b) * t * ld + static_cast<size_t>(h) * d;
@@ -197,12 +203,10 @@ void attention_backward(const float* dout, const float* qkv, const float* out, c
       for (int r0 = last; r0 >= 0; r0 -= kQueryBlock) {
         const int r1 = std::min(t, r0 + kQueryBlock), rows = r1 - r0;
         const float beta = r0 == last ? 0.0f : 1.0f;
-        float* pb = p + static_cast<size_t>(r0) * t;
-        float* dpb = dp + static_cast<size_t>(r0) * t;
         // The probabilities again, from the scores and the kept log-sum-exp.
         sgemm(false, true, rows, r1, d, 1.0f, q + static_cast<size_t>(r0) * ld, ld, k, ld, 0.0f, pb, t);
         for (int i = r0; i < r1; ++i) {
-          float* __restrict row = p + static_cast<size_t>(i) * t;
+          float* __restrict row = pb + static_cast<size_t>(i - r0) * t;
           const float li = l[i];
           for (int j = 0; j <= i; ++j) row[j] = fast_exp(scale * row[j] - li);
           for (int j = i + 1; j < r1; ++j) row[j] = 0.0f;
@@ -215,8 +219,8 @@ void attention_backward(const float* dout, const float* qkv, const float* out, c
           const float* __restrict doi = dO + static_cast<size_t>(i) * c;
           float di = 0.0f;
           for (int j = 0; j < d; ++j) di += oi[j] * doi[j];
-          float* __restrict dpi = dp + static_cast<size_t>(i) * t;
-          const float* __restrict pi = p + static_cast<size_t>(i) * t;
+          float* __restrict dpi = dpb + static_cast<size_t>(i - r0) * t;
+          const float* __restrict pi = pb + static_cast<size_t>(i - r0) * t;
           for (int j = 0; j < r1; ++j) dpi[j] = pi[j] * (dpi[j] - di);
         }
         sgemm(false, false, rows, d, r1, scale, dpb, t, k, ld, 0.0f, dq + static_cast<size_t>(r0) * ld, ld);

@@ -18,7 +18,8 @@ void layernorm_backward(const float* dy, const float* x, const float* gamma, con
                         const float* rstd, int rows, int c, float* dx, float* dgamma, float* dbeta);
 void bias_gelu_forward(float* pre, const float* bias, float* out, int rows, int cols);
 void gelu_backward_bias_grad(const float* dout, const float* pre, float* dpre, float* dbias, int rows, int cols);
-// scratch: context x context floats (forward) or twice that (backward).
+// scratch: attention_scratch_floats(context) floats.
+size_t attention_scratch_floats(int context);
 void attention_forward(const float* qkv, int batch, int context, int c, int heads, float* out, float* lse,
                        float* scratch);
 void attention_backward(const float* dout, const float* qkv, const float* out, const float* lse, int batch,
