@@ -201,3 +201,46 @@ TEST_CASE("cli: a launcher whose task count differs from the cluster's peers exi
   CHECK(r.status == 2);
   CHECK(r.output.find("WORLD_SIZE=3 but the config's cluster lists 2 peers") != std::string::npos);
 }
+
+TEST_CASE("cli: a GPT on text trains, checkpoints and samples; bad text, a text/model mismatch or a wrong checkpoint exit 2") {
+  TempDir dir;
+  std::string text;
+  for (int i = 0; i < 300; ++i) text += "In the beginning God created the heaven and the earth.\n";
+  write_file(dir.file("t.txt"), text);
+  const std::string gpt = "model { kind: GPT gpt { layers: 1 heads: 2 width: 16 context: 16 } }\n"
+                          "optim { optimizer: \"adamw\" lr: 0.01 grad_clip_norm: 1 }\n"
+                          "train { batch_size: 4 epochs: 0 max_steps: 30 eval_every_steps: 30 eval_batch_size: 8 }\n";
+  write_file(dir.file("c.textproto"), gpt + "data { format: TEXT text_path: \"" + dir.file("t.txt") + "\" }\n" +
+                                          "checkpoint { dir: \"" + dir.file("ckpt") + "\" every_steps: 30 }\n");
+  const Run trained = run_peer("--quiet --config " + dir.file("c.textproto"));
+  INFO(trained.output);
+  REQUIRE(trained.status == 0);
+  CHECK(trained.output.find("final test accuracy") != std::string::npos);
+  const Run sample = run_peer("--config " + dir.file("c.textproto") + " --sample --checkpoint " + dir.file("ckpt/run.ckpt") +
+                              " --prompt 'In the' --tokens 20 --temperature 0");
+  INFO(sample.output);
+  CHECK(sample.status == 0);
+  CHECK(sample.output.rfind("In the", 0) == 0);
+  CHECK(sample.output.size() >= 26);
+  // A checkpoint of another shape.
+  write_file(dir.file("wide.textproto"), "model { kind: GPT gpt { layers: 1 heads: 2 width: 32 context: 16 } }\n");
+  const Run wrong = run_peer("--config " + dir.file("wide.textproto") + " --sample --checkpoint " + dir.file("ckpt/run.ckpt") +
+                             " --prompt x");
+  CHECK(wrong.status == 2);
+  CHECK(wrong.output.find("but the config's model has") != std::string::npos);
+  // Bytes that are not UTF-8, named with their offset.
+  write_file(dir.file("bad.txt"), text.substr(0, 1000) + "\xff" + text.substr(1000));
+  write_file(dir.file("bad.textproto"), gpt + "data { format: TEXT text_path: \"" + dir.file("bad.txt") + "\" }\n");
+  const Run bad = run_peer("--quiet --config " + dir.file("bad.textproto"));
+  CHECK(bad.status == 2);
+  CHECK(bad.output.find("not UTF-8: byte 1000 (0xff)") != std::string::npos);
+  // Text with a model that reads features, and a GPT on images.
+  write_file(dir.file("mlp.textproto"), "model { kind: MLP }\ndata { format: TEXT text_path: \"" + dir.file("t.txt") + "\" }\n");
+  const Run mlp = run_peer("--quiet --config " + dir.file("mlp.textproto"));
+  CHECK(mlp.status == 2);
+  CHECK(mlp.output.find("text data (data.format TEXT) trains model GPT, not MLP") != std::string::npos);
+  write_file(dir.file("img.textproto"), gpt + "data { format: SYNTHETIC }\n");
+  const Run img = run_peer("--quiet --config " + dir.file("img.textproto"));
+  CHECK(img.status == 2);
+  CHECK(img.output.find("model.kind GPT trains on text") != std::string::npos);
+}
