@@ -11,7 +11,7 @@
 
 #include "bench_util.h"
 #include "gpt_step_bench.h"
-#include "subprocess.h"
+#include "torch_server.h"
 #include "hearsay/backend.h"
 #include "hearsay/data.h"
 #include "hearsay/model.h"
@@ -57,23 +57,6 @@ std::vector<Gemm> gpt_gemms(const GptSpec& s, int rows) {
   g.push_back({true, false, v, c, n, 1});   // dwte
   g.push_back({false, false, n, c, v, 1});  // dx
   return g;
-}
-
-std::unique_ptr<LineProcess> start_torch(const GptSpec& s, int batch, const std::string& text, std::string* blas,
-                                         std::string* why) {
-  std::vector<std::string> args{"/usr/bin/python3", std::string(HEARSAY_SOURCE_DIR) + "/bench/torch_gpt.py", "--serve",
-                                "--layers", std::to_string(s.layers), "--heads", std::to_string(s.heads),
-                                "--width", std::to_string(s.width), "--context", std::to_string(s.context),
-                                "--batch", std::to_string(batch), "--text", text};
-  auto p = std::make_unique<LineProcess>(args, std::vector<std::string>{"OMP_NUM_THREADS=1"});
-  std::string line;
-  if (!p->receive(&line) || line.find("\"ready\":true") == std::string::npos) {
-    *why = line.empty() ? "python3 or torch could not start (make bench-deps installs python3-torch)" : line;
-    return nullptr;
-  }
-  const auto b = line.find("\"blas\":\"");
-  if (b != std::string::npos) *blas = line.substr(b + 8, line.find('"', b + 8) - b - 8);
-  return p;
 }
 
 }  // namespace
@@ -143,19 +126,12 @@ void run_gpt_step_case(const std::string& case_name, const GptSpec& spec, int ba
 
   std::vector<std::function<double(int)>> bodies{timed(step), timed(gemm_pass)};
   std::string blas, why;
-  std::unique_ptr<LineProcess> torch =
-      with_torch ? start_torch(spec, batch, data_name == "kjv" ? text_path : "", &blas, &why) : nullptr;
+  const std::vector<std::string> torch_args{
+      "--layers", std::to_string(spec.layers), "--heads", std::to_string(spec.heads), "--width", std::to_string(spec.width),
+      "--context", std::to_string(spec.context), "--batch", std::to_string(batch), "--text", data_name == "kjv" ? text_path : ""};
+  std::unique_ptr<LineProcess> torch = with_torch ? start_torch_server("torch_gpt.py", torch_args, &blas, &why) : nullptr;
   bool torch_failed = false;
-  if (torch) {
-    bodies.push_back([&](int iters) {
-      std::string line;
-      if (torch_failed || !torch->send(std::to_string(iters)) || !torch->receive(&line)) {
-        torch_failed = true;
-        return 1.0;
-      }
-      return std::atof(line.c_str());
-    });
-  }
+  if (torch) bodies.push_back(torch_steps(*torch, &torch_failed));
   const auto rounds = time_interleaved(bodies, repeats, round_s);
   const double step_s = median(rounds[0]);
   std::vector<double> fraction, speedup, torch_fraction;

@@ -10,7 +10,7 @@
 
 #include "bench_util.h"
 #include "gpt_step_bench.h"
-#include "subprocess.h"
+#include "torch_server.h"
 #include "hearsay/backend.h"
 #include "hearsay/command_line.h"
 #include "hearsay/data.h"
@@ -40,23 +40,6 @@ Options parse(int argc, char** argv) {
       .flag({"--no-torch"}, [&o] { o.torch = false; })
       .parse(argc, argv, 0);
   return o;
-}
-
-// PyTorch's step on the same model, batch and data, in a child process that answers step
-// counts with seconds (bench/torch_step.py --serve). Null when torch is unavailable.
-std::unique_ptr<LineProcess> start_torch(int batch, std::string* blas, std::string* why) {
-  auto p = std::make_unique<LineProcess>(
-      std::vector<std::string>{"/usr/bin/python3", std::string(HEARSAY_SOURCE_DIR) + "/bench/torch_step.py",
-                               "--serve", "--batch", std::to_string(batch)},
-      std::vector<std::string>{"OMP_NUM_THREADS=1"});
-  std::string line;
-  if (!p->receive(&line) || line.find("\"ready\":true") == std::string::npos) {
-    *why = line.empty() ? "python3 or torch could not start (make bench-deps installs python3-torch)" : line;
-    return nullptr;
-  }
-  const auto b = line.find("\"blas\":\"");
-  if (b != std::string::npos) *blas = line.substr(b + 8, line.find('"', b + 8) - b - 8);
-  return p;
 }
 
 }  // namespace
@@ -157,18 +140,11 @@ void run_mlp_cases(const Options& o) {
 
     std::vector<std::function<double(int)>> bodies{timed(step), timed(gemm_pass)};
     std::string blas, why;
-    std::unique_ptr<LineProcess> torch = o.torch ? start_torch(batch, &blas, &why) : nullptr;
+    // PyTorch's step on the same model, batch and data.
+    std::unique_ptr<LineProcess> torch =
+        o.torch ? start_torch_server("torch_step.py", {"--batch", std::to_string(batch)}, &blas, &why) : nullptr;
     bool torch_failed = false;
-    if (torch) {
-      bodies.push_back([&](int iters) {
-        std::string line;
-        if (torch_failed || !torch->send(std::to_string(iters)) || !torch->receive(&line)) {
-          torch_failed = true;
-          return 1.0;
-        }
-        return std::atof(line.c_str());
-      });
-    }
+    if (torch) bodies.push_back(torch_steps(*torch, &torch_failed));
     const auto rounds = time_interleaved(bodies, o.repeats, o.round_s);
     const double step_s = median(rounds[0]);
     const double gemm_s = median(rounds[1]);

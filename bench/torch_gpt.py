@@ -13,12 +13,12 @@ import argparse
 import json
 import math
 import os
-import statistics
-import sys
 import time
 
 import torch
 import torch.nn.functional as F
+
+from torch_serve import serve
 
 
 class Gpt(torch.nn.Module):
@@ -87,12 +87,6 @@ def windows(stream, starts, t):
     return w[:, :-1], w[:, 1:]
 
 
-def blas_library():
-    with open("/proc/self/maps") as f:
-        libs = {line.split()[-1] for line in f if "blas" in line}
-    return ",".join(sorted(os.path.realpath(l) for l in libs)) or "unknown"
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--layers", type=int, default=4)
@@ -134,14 +128,7 @@ def main():
             model(x, y).backward()
             opt.step()
 
-        print(json.dumps({"ready": True, "torch": torch.__version__, "blas": blas_library(),
-                          "params": sum(p.numel() for p in model.parameters())}, separators=(",", ":")), flush=True)
-        for line in sys.stdin:
-            n = int(line)
-            t0 = time.perf_counter()
-            for _ in range(n):
-                step()
-            print(time.perf_counter() - t0, flush=True)
+        serve(step, params=sum(p.numel() for p in model.parameters()))
         return
 
     if args.train:

@@ -17,6 +17,8 @@ import time
 import numpy as np
 import torch
 
+from torch_serve import blas_library, serve
+
 DATA = "/usr/share/datasets/fashion-mnist"
 
 
@@ -31,12 +33,6 @@ def load_images():
         f.read(8)
         y = np.frombuffer(f.read(), np.uint8).astype(np.int64)
     return x, y
-
-
-def blas_library():
-    with open("/proc/self/maps") as f:
-        libs = {line.split()[-1] for line in f if "blas" in line}
-    return ",".join(sorted(os.path.realpath(l) for l in libs)) or "unknown"
 
 
 def main():
@@ -71,16 +67,7 @@ def main():
         opt.step()
 
     if args.serve:
-        # Driven by hearsay-bench: announce, then answer each line "N" with the seconds N
-        # steps took, so the two programs' rounds interleave.
-        print(json.dumps({"ready": True, "torch": torch.__version__, "blas": blas_library()},
-                         separators=(",", ":")), flush=True)
-        for line in sys.stdin:
-            n = int(line)
-            t0 = time.perf_counter()
-            for _ in range(n):
-                step()
-            print(time.perf_counter() - t0, flush=True)
+        serve(step)  # driven by hearsay-bench
         return
 
     iters = 1

@@ -38,6 +38,11 @@ class StateWriter {
     put(static_cast<double>(v.size()));
     return raw(v.data(), 4 * v.size());
   }
+  // A vector that may not exist yet (empty until the first step): a flag, then the vector.
+  StateWriter& put_optional(const std::vector<float>& v) {
+    put(v.empty() ? 0.0 : 1.0);
+    return v.empty() ? *this : put(v);
+  }
   std::string str() const { return out_; }
 
  private:
@@ -63,6 +68,10 @@ class StateReader {
     std::vector<float> v(expect);
     take(v.data(), 4 * expect);
     return v;
+  }
+  // What put_optional wrote: left empty when it was, else `expect` floats.
+  void get_optional(std::vector<float>* v, size_t expect) {
+    if (get() != 0) *v = get_floats(expect);
   }
   bool done() const { return at_ == s_.size(); }
 

@@ -36,18 +36,14 @@ class Diloco final : public Algorithm {
 
   std::string save() const override {
     StateWriter w;
-    for (const auto* v : {&anchor_, &velocity_}) {
-      w.put(v->empty() ? 0.0 : 1.0);
-      if (!v->empty()) w.put(*v);
-    }
+    w.put_optional(anchor_).put_optional(velocity_);
     return w.str();
   }
   void load(const std::string& state, GossipEngine& e) override {
     if (state.empty()) return;
     StateReader r(state);
-    for (auto* v : {&anchor_, &velocity_}) {
-      if (r.get() != 0) *v = r.get_floats(e.model().num_params());
-    }
+    r.get_optional(&anchor_, e.model().num_params());
+    r.get_optional(&velocity_, e.model().num_params());
     if (!r.done()) throw InputError("checkpoint: diloco state has bytes left over");
   }
 

@@ -93,19 +93,15 @@ class StreamingDiloco final : public Algorithm {
   std::string save() const override {
     StateWriter w;
     w.put(static_cast<double>(syncs_));
-    for (const auto* v : {&anchor_, &velocity_}) {
-      w.put(v->empty() ? 0.0 : 1.0);
-      if (!v->empty()) w.put(*v);
-    }
+    w.put_optional(anchor_).put_optional(velocity_);
     return w.str();
   }
   void load(const std::string& state, GossipEngine& e) override {
     if (state.empty()) return;
     StateReader r(state);
     syncs_ = static_cast<uint64_t>(r.get());
-    for (auto* v : {&anchor_, &velocity_}) {
-      if (r.get() != 0) *v = r.get_floats(e.model().num_params());
-    }
+    r.get_optional(&anchor_, e.model().num_params());
+    r.get_optional(&velocity_, e.model().num_params());
     if (!r.done()) throw InputError("checkpoint: streaming_diloco state has bytes left over");
     if (!anchor_.empty()) fragments_ = fragments_of(e.model(), p_);
   }
