@@ -188,12 +188,10 @@ TrainResult Peer::run() {
     result.final_test_acc = s.accuracy();
     result.final_test_loss = s.loss();
     state.test_acc = s.accuracy();
-    log_.write(log_.event("eval")
-                   .add("step", step)
-                   .add("epoch", sampler_->epochs_done())
-                   .add("test_acc", s.accuracy())
-                   .add("test_loss", s.loss())
-                   .add("eval_s", eval_s));
+    JsonObject e = log_.event("eval");
+    e.add("step", step).add("epoch", sampler_->epochs_done()).add("test_acc", s.accuracy()).add("test_loss", s.loss());
+    if (data_.test.is_text()) e.add("test_bits_per_byte", s.loss() / std::log(2.0));
+    log_.write(e.add("eval_s", eval_s));
     if (t.target_test_acc > 0 && !result.time_to_target_s && s.accuracy() >= t.target_test_acc) {
       result.time_to_target_s = log_.elapsed();
       if (engine_) result.bytes_to_target = engine_->bytes_sent();
