@@ -5,6 +5,8 @@
 // DiLoCo with one fragment, no overlap and alpha 0 is DiLoCo.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "hearsay/cluster.h"
@@ -106,4 +108,28 @@ TEST_CASE("streaming_diloco: options out of range are refused naming the field")
                        InputError);
   CHECK_THROWS_WITH_AS(bad("mix_alpha: 1"), doctest::Contains("mix_alpha: must be in [0, 1)"), InputError);
   CHECK_NOTHROW(bad("local_steps: 8 fragments: 2 overlap_steps: 3"));
+}
+
+TEST_CASE("diloco: with outer_lr 1 and no momentum the outer step lands on the mean of the models: it is local_sgd") {
+  // a <- a - 1 x mean(a - x_j) = mean(x_j): a flipped sign, a sum instead of a mean or a
+  // stray momentum would land elsewhere. (diloco sums the deltas, local_sgd the models:
+  // equal up to float rounding.)
+  const ClusterResult d = run("diloco", "local_steps: 4 outer_lr: 1 outer_momentum: 0", 12);
+  const ClusterResult l = run("local_sgd", "local_steps: 4", 12);
+  REQUIRE(d.final_params.size() == 4);
+  REQUIRE(l.final_params.size() == 4);
+  double worst = 0, scale = 0;
+  for (size_t k = 0; k < d.final_params[0].size(); ++k) {
+    worst = std::max(worst, static_cast<double>(std::abs(d.final_params[0][k] - l.final_params[0][k])));
+    scale = std::max(scale, static_cast<double>(std::abs(l.final_params[0][k])));
+  }
+  INFO("largest difference " << worst << " against a largest parameter of " << scale);
+  CHECK(worst <= 1e-4 * scale);
+  // And with outer_lr 0.5 it is not (the test can tell).
+  const ClusterResult h = run("diloco", "local_steps: 4 outer_lr: 0.5 outer_momentum: 0", 12);
+  double moved = 0;
+  for (size_t k = 0; k < h.final_params[0].size(); ++k) {
+    moved = std::max(moved, static_cast<double>(std::abs(h.final_params[0][k] - l.final_params[0][k])));
+  }
+  CHECK(moved > 100 * worst);
 }
