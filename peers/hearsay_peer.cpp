@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <string>
@@ -222,8 +223,13 @@ int main(int argc, char** argv) {
                    log_path.empty() ? "" : ", log ", log_path.c_str());
       r = peer.run();
     }
-    std::printf("final test accuracy %.2f%% (loss %.4f) after %lld steps, %.2f epochs, %.1f s\n",
-                100.0 * r.final_test_acc, r.final_test_loss, static_cast<long long>(r.steps), r.epochs, r.wall_s);
+    // Text: the accuracy is of next bytes, and the loss is also given in bits per byte.
+    const std::string bits = cfg.data().format() == hearsay::config::DataConfig::TEXT
+                                 ? ", " + std::to_string(r.final_test_loss / std::log(2.0)).substr(0, 5) + " bits per byte"
+                                 : "";
+    std::printf("final test accuracy %.2f%% (loss %.4f%s) after %lld steps, %.2f epochs, %.1f s\n",
+                100.0 * r.final_test_acc, r.final_test_loss, bits.c_str(), static_cast<long long>(r.steps), r.epochs,
+                r.wall_s);
     return 0;
   } catch (const hearsay::InputError& e) {
     std::fprintf(stderr, "hearsay-peer: error: %s\n", e.what());

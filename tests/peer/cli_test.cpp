@@ -216,6 +216,7 @@ TEST_CASE("cli: a GPT on text trains, checkpoints and samples; bad text, a text/
   INFO(trained.output);
   REQUIRE(trained.status == 0);
   CHECK(trained.output.find("final test accuracy") != std::string::npos);
+  CHECK(trained.output.find(" bits per byte) after 30 steps") != std::string::npos);
   const Run sample = run_peer("--config " + dir.file("c.textproto") + " --sample --checkpoint " + dir.file("ckpt/run.ckpt") +
                               " --prompt 'In the' --tokens 20 --temperature 0");
   INFO(sample.output);
