@@ -75,6 +75,22 @@ def time_to(logs, target):
     return None
 
 
+def end_time(logs):
+    """When the last peer finished (its `end` event), seconds since the peers started."""
+    ends = [e["t"] for events in logs.values() for e in events if e["event"] == "end"]
+    return max(ends) if ends else None
+
+
+def loss_at(logs, t_end):
+    """The peers' mean of each one's latest validation loss at time t_end, or None."""
+    latest = {}
+    for events in logs.values():
+        for e in events:
+            if e["event"] == "eval" and e["t"] <= t_end:
+                latest[e["peer"]] = e["test_loss"]
+    return sum(latest.values()) / len(latest) if len(latest) == len(logs) else None
+
+
 def algorithm_of(point_dir):
     m = re.search(r"algorithm=([a-z_]+)", os.path.basename(os.path.normpath(point_dir)))
     return m.group(1) if m else os.path.basename(point_dir)
@@ -104,18 +120,24 @@ def main():
         for name, (logs, sites) in data.items():
             loss = final_loss(logs)
             sent = cross_site_bytes(logs, sites)
-            r = per_algorithm.setdefault(name, {"loss": [], "gap": [], "bytes": [], "fewer": [], "time": []})
+            r = per_algorithm.setdefault(name, {"loss": [], "gap": [], "bytes": [], "fewer": [], "time": [], "wall": [],
+                                                "ref_at_wall": []})
             r["loss"].append(loss)
             r["gap"].append(None if loss is None or ref is None else loss - ref)
             r["bytes"].append(sent)
             r["fewer"].append(ref_bytes / sent if sent else None)
             r["time"].append(None if ref is None else time_to(logs, ref + args.tolerance))
+            wall = end_time(logs)
+            r["wall"].append(wall)
+            # allreduce's loss when this run's last peer finished: the comparison on one clock.
+            r["ref_at_wall"].append(None if wall is None else loss_at(data["allreduce"][0], wall))
     print(f"| algorithm | final val loss (nats) | minus allreduce's | MB between sites | allreduce's bytes / these "
-          f"| time to allreduce's loss + {args.tolerance} (s) |")
-    print("|---|---|---|---|---|---|")
+          f"| time to allreduce's loss + {args.tolerance} (s) | time for all steps (s) | allreduce's loss at that time |")
+    print("|---|---|---|---|---|---|---|---|")
     for name, r in per_algorithm.items():
         cells = []
-        for key, fmt in (("loss", "{:.3f}"), ("gap", "{:+.3f}"), ("bytes", "{:.1f}"), ("fewer", "{:.0f}x"), ("time", "{:.0f}")):
+        for key, fmt in (("loss", "{:.3f}"), ("gap", "{:+.3f}"), ("bytes", "{:.1f}"), ("fewer", "{:.0f}x"), ("time", "{:.0f}"),
+                         ("wall", "{:.0f}"), ("ref_at_wall", "{:.3f}")):
             vals = [None if v is None else (v / 1e6 if key == "bytes" else v) for v in r[key]]
             m, s, n = mean_spread(vals)
             missing = len(vals) - n
