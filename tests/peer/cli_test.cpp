@@ -202,7 +202,7 @@ TEST_CASE("cli: a launcher whose task count differs from the cluster's peers exi
   CHECK(r.output.find("WORLD_SIZE=3 but the config's cluster lists 2 peers") != std::string::npos);
 }
 
-TEST_CASE("cli: a GPT on text trains, checkpoints and samples; bad text, a text/model mismatch or a wrong checkpoint exit 2") {
+TEST_CASE("cli: a GPT on text trains, checkpoints and samples, and bad text, a text/model mismatch or a wrong checkpoint exit 2") {
   TempDir dir;
   std::string text;
   for (int i = 0; i < 300; ++i) text += "In the beginning God created the heaven and the earth.\n";
