@@ -224,11 +224,12 @@ int main(int argc, char** argv) {
       r = peer.run();
     }
     // Text: the accuracy is of next bytes, and the loss is also given in bits per byte.
-    const std::string bits = cfg.data().format() == hearsay::config::DataConfig::TEXT
-                                 ? ", " + std::to_string(r.final_test_loss / std::log(2.0)).substr(0, 5) + " bits per byte"
-                                 : "";
+    char bits[48] = "";
+    if (cfg.data().format() == hearsay::config::DataConfig::TEXT) {
+      std::snprintf(bits, sizeof bits, ", %.3f bits per byte", r.final_test_loss / std::log(2.0));
+    }
     std::printf("final test accuracy %.2f%% (loss %.4f%s) after %lld steps, %.2f epochs, %.1f s\n",
-                100.0 * r.final_test_acc, r.final_test_loss, bits.c_str(), static_cast<long long>(r.steps), r.epochs,
+                100.0 * r.final_test_acc, r.final_test_loss, bits, static_cast<long long>(r.steps), r.epochs,
                 r.wall_s);
     return 0;
   } catch (const hearsay::InputError& e) {

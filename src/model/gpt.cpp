@@ -172,8 +172,7 @@ BatchStats Gpt::forward_backward(const Batch& batch) {
   b.gemm(true, false, v, c, n, 1.0f, dlogits_.f32(), v, lnf_.f32(), c, 0.0f, g + wte_, c);
   b.gemm(false, false, n, c, v, 1.0f, dlogits_.f32(), v, w + wte_, c, 0.0f, dln, c);
   b.fill_zero(dres, sizeof(float) * n * c);
-  const float* last = spec_.layers > 0 ? acts_.back().res_out.f32() : emb_.f32();
-  b.layernorm_backward(dln, last, w + lnf_w_, lnf_mean_.f32(), lnf_rstd_.f32(), n, c, dres, g + lnf_w_, g + lnf_b_);
+  b.layernorm_backward(dln, acts_.back().res_out.f32(), w + lnf_w_, lnf_mean_.f32(), lnf_rstd_.f32(), n, c, dres, g + lnf_w_, g + lnf_b_);
   for (int l = spec_.layers - 1; l >= 0; --l) {
     const BlockParams& p = block_params_[l];
     BlockActs& a = acts_[l];

@@ -127,7 +127,7 @@ class CudaBackend final : public Backend {
     for (int b = 0; b < batch; ++b) {
       const float* q = qkv + static_cast<size_t>(b) * t * ld;
       gemm_batched(false, true, t, t, d, 1.0f, q, ld, d, q + c, ld, d, 0.0f, scores, t, tt, heads);
-      cuda::launch_causal_softmax(stream_, scores, lse + static_cast<size_t>(b) * heads * t, heads, t, scale, false);
+      cuda::launch_causal_softmax(stream_, scores, nullptr, lse + static_cast<size_t>(b) * heads * t, heads, t, scale);
       gemm_batched(false, false, t, d, t, 1.0f, scores, t, tt, q + 2 * c, ld, d, 0.0f,
                    out + static_cast<size_t>(b) * t * c, c, d, heads);
     }
@@ -145,8 +145,7 @@ class CudaBackend final : public Backend {
       const float* o = out + static_cast<size_t>(b) * t * c;
       float* dq = dqkv + static_cast<size_t>(b) * t * ld;
       gemm_batched(false, true, t, t, d, 1.0f, q, ld, d, q + c, ld, d, 0.0f, p, t, tt, heads);
-      cuda::launch_causal_softmax(stream_, p, const_cast<float*>(lse) + static_cast<size_t>(b) * heads * t, heads, t,
-                                  scale, true);
+      cuda::launch_causal_softmax(stream_, p, lse + static_cast<size_t>(b) * heads * t, nullptr, heads, t, scale);
       gemm_batched(true, false, t, d, t, 1.0f, p, t, tt, dO, c, d, 0.0f, dq + 2 * c, ld, d, heads);
       gemm_batched(false, true, t, t, d, 1.0f, dO, c, d, q + 2 * c, ld, d, 0.0f, dp, t, tt, heads);
       cuda::launch_attention_score_grad(stream_, p, dp, dO, o, heads, t, c, d);

@@ -36,8 +36,9 @@ void launch_layernorm_backward(cudaStream_t s, const float* dy, const float* x, 
 void launch_bias_gelu_forward(cudaStream_t s, float* pre, const float* bias, float* out, int rows, int cols);
 void launch_gelu_backward_bias_grad(cudaStream_t s, const float* dout, const float* pre, float* dpre, float* dbias, int rows, int cols);
 // Over heads x t rows of raw scores [heads, t, t]: each row's log-sum-exp of the scaled,
-// causally masked scores into lse (or, from_lse, read from it), then the probabilities in place.
-void launch_causal_softmax(cudaStream_t s, float* scores, float* lse, int heads, int t, float scale, bool from_lse);
+// causally masked scores, read from lse_in when not null (the backward pass), else
+// computed into lse_out; then the probabilities in place.
+void launch_causal_softmax(cudaStream_t s, float* scores, const float* lse_in, float* lse_out, int heads, int t, float scale);
 // dS = P (dP - rowsum(dO o)) in place of dP, for the heads of one sequence.
 void launch_attention_score_grad(cudaStream_t s, const float* p, float* dp, const float* dout, const float* out, int heads, int t, int c, int d);
 

@@ -124,16 +124,17 @@ __global__ void column_sum_kernel(const float* __restrict__ d, int rows, int col
 }
 
 // Row i of each head's raw scores s [heads, t, t]: the log-sum-exp of its scaled scores over
-// keys j <= i into lse, and (when `probabilities`) the probabilities in place, zero after i.
-__global__ void causal_softmax_kernel(float* __restrict__ s, float* __restrict__ lse, int heads, int t, float scale,
-                                      bool from_lse) {
+// keys j <= i, read from lse_in when given, else computed into lse_out; then the
+// probabilities in place, zero after i.
+__global__ void causal_softmax_kernel(float* __restrict__ s, const float* __restrict__ lse_in, float* __restrict__ lse_out,
+                                      int heads, int t, float scale) {
   const int row = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= heads * t) return;
   const int i = row % t;
   float* r = s + size_t(row) * t;
   float l;
-  if (from_lse) {
-    l = lse[row];
+  if (lse_in != nullptr) {
+    l = lse_in[row];
   } else {
     float mx = -INFINITY;
     for (int j = lane; j <= i; j += 32) mx = fmaxf(mx, r[j]);
@@ -141,7 +142,7 @@ __global__ void causal_softmax_kernel(float* __restrict__ s, float* __restrict__
     float sum = 0.0f;
     for (int j = lane; j <= i; j += 32) sum += expf(scale * (r[j] - mx));
     l = scale * mx + logf(warp_sum(sum));
-    if (lane == 0) lse[row] = l;
+    if (lane == 0) lse_out[row] = l;
   }
   for (int j = lane; j < t; j += 32) r[j] = j <= i ? expf(scale * r[j] - l) : 0.0f;
 }
@@ -204,8 +205,9 @@ void launch_gelu_backward_bias_grad(cudaStream_t s, const float* dout, const flo
   CUDA_CHECK(cudaGetLastError());
 }
 
-void launch_causal_softmax(cudaStream_t s, float* scores, float* lse, int heads, int t, float scale, bool from_lse) {
-  causal_softmax_kernel<<<warp_rows_grid(heads * t), kBlock, 0, s>>>(scores, lse, heads, t, scale, from_lse);
+void launch_causal_softmax(cudaStream_t s, float* scores, const float* lse_in, float* lse_out, int heads, int t,
+                           float scale) {
+  causal_softmax_kernel<<<warp_rows_grid(heads * t), kBlock, 0, s>>>(scores, lse_in, lse_out, heads, t, scale);
   CUDA_CHECK(cudaGetLastError());
 }
 
