@@ -12,7 +12,7 @@ windows of the same size. Rounds alternate hearsay, PyTorch, ...; each contender
 is the median over its rounds of the median window, the slowest process's.
 Prints JSON lines (suite allreduce_vs_ddp).
 
-  make bench-deps   # python3-torch
+  make deps   # python3-torch
   /usr/bin/python3 bench/allreduce_vs_ddp.py --peers 2 --rounds 3
 """
 import argparse
@@ -161,7 +161,7 @@ def main():
     try:
         import torch  # noqa: F401
     except ImportError:
-        raise SystemExit("allreduce_vs_ddp: python3-torch is missing (make bench-deps)")
+        raise SystemExit("allreduce_vs_ddp: python3-torch is missing (make deps)")
     ours, theirs, version = [], [], ""
     with tempfile.TemporaryDirectory() as work:
         for _ in range(args.rounds):

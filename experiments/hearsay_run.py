@@ -51,6 +51,25 @@ def on_signal(signum, _frame):
     STOP["signal"] = signum
 
 
+def python_bin(args):
+    """hearsay-python, beside hearsay-peer: runs a config's `program` (a torch peer)."""
+    return os.path.join(os.path.dirname(os.path.realpath(args.peer_bin)), "hearsay-python")
+
+
+def program_cmd(args, program):
+    """The command that starts a peer: hearsay-peer, or the config's Python program."""
+    if not program:
+        return [args.peer_bin]
+    if not os.path.exists(program):
+        sys.stderr.write(f"hearsay-run: error: program '{program}': no such file (relative to {os.getcwd()})\n")
+        sys.exit(2)
+    if not os.path.exists(python_bin(args)):
+        sys.stderr.write(f"hearsay-run: error: program '{program}' needs {python_bin(args)}, which this build lacks "
+                         "(the Python front end: pybind11-dev, python3-dev)\n")
+        sys.exit(2)
+    return [python_bin(args), os.path.abspath(program)]
+
+
 def peer_cmd(args, config, extra_sets):
     cmd = [args.peer_bin, "--config", config]
     for s in list(args.set) + list(extra_sets):
@@ -92,7 +111,10 @@ def print_commands(args, p):
         print(f"# Every peer needs the cluster secret in ${env} (the same value everywhere).")
     for peer in p["peers"]:
         print(f"# site {peer['site']}, peer {peer['name']}, listens on {peer['address']}")
-        print(" ".join(shlex.quote(c) for c in peer_cmd(args, os.path.abspath(args.config), []) + ["--peer", peer["name"]]))
+        program = p["points"][0].get("program", "") if p["points"] else ""
+        cmd = program_cmd(args, program) + ["--config", os.path.abspath(args.config)]
+        cmd += [x for s in args.set for x in ("--set", s)] + ["--peer", peer["name"]]
+        print(" ".join(shlex.quote(c) for c in cmd))
     print("# or from Slurm: srun hearsay-peer --config CONFIG (the peer is SLURM_PROCID); see peers/")
 
 
@@ -215,7 +237,9 @@ def measure_emulated_step(args, p):
     """experiment.emulate_compute: one peer's step measured alone, scaled so that every peer
     of a run fits on this machine's cores at once (ceil(peers / cores)) with 30% to spare.
     Returns (emulated_step_s, measured_step_s)."""
-    r = subprocess.run(peer_cmd(args, args.config, []) + ["--measure-step", "50"], capture_output=True, text=True)
+    program = p["points"][0].get("program", "") if p["points"] else ""
+    cmd = program_cmd(args, program) + ["--config", args.config] + [x for s in args.set for x in ("--set", s)]
+    r = subprocess.run(cmd + ["--measure-step", "50"], capture_output=True, text=True)
     if r.returncode != 0:
         sys.stderr.write(r.stderr.replace("hearsay-peer:", "hearsay-run:"))
         sys.exit(2)
@@ -245,7 +269,7 @@ def run_point(args, p, point, run_dir, display, env, emulated=None):
         log = os.path.join(run_dir, f"{name}.jsonl")
         out = open(os.path.join(run_dir, f"{name}.out"), "w")
         err = open(os.path.join(run_dir, f"{name}.err"), "w")
-        cmd = [args.peer_bin, "--config", cfg_path, "--peer", name, "--quiet", "--log", log]
+        cmd = program_cmd(args, point.get("program", "")) + ["--config", cfg_path, "--peer", name, "--quiet", "--log", log]
         # One shared-WAN scope per run: its peers share the emulated site-to-site pipes.
         run_env = dict(env, HEARSAY_RUN_ID=f"{os.getpid()}:{os.path.abspath(run_dir)}")
         procs[name] = (subprocess.Popen(cmd, stdout=out, stderr=err, env=run_env), out, err)

@@ -55,8 +55,9 @@ std::string plan_json(const hearsay::config::Config& cfg, const std::string& pat
   for (const auto& p : hearsay::sweep_points(cfg)) {
     std::vector<std::string> all = overrides;
     all.insert(all.end(), p.sets.begin(), p.sets.end());
+    std::string program;
     try {
-      hearsay::load_config_file(path, all);
+      program = hearsay::load_config_file(path, all).program();
     } catch (const hearsay::InputError& e) {
       std::string what;
       for (const auto& [k, v] : p.values) {
@@ -70,7 +71,7 @@ std::string plan_json(const hearsay::config::Config& cfg, const std::string& pat
     JsonObject values;
     for (const auto& [k, v] : p.values) values.add(k, v);
     JsonObject o;
-    o.add("index", p.index).add("repeat", p.repeat).add("values", values).add("sets", p.sets);
+    o.add("index", p.index).add("repeat", p.repeat).add("values", values).add("sets", p.sets).add("program", program);
     points.push_back(std::move(o));
   }
   std::vector<JsonObject> peers;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -94,6 +95,21 @@ namespace hearsay {
 // Which peer of the config's cluster this process is: `requested` if given; else the
 // index in SLURM_PROCID or RANK (torchrun). Throws InputError if it names no peer.
 std::string resolve_peer_name(const config::Config& cfg, const std::string& requested);
+
+// A peer's place in its cluster with its transport open: listening at its address, its
+// neighbours dialled and waited for (cluster.connect_timeout_s; a synchronous algorithm
+// needs them all), under link emulation where the config has links. `network` points at
+// `transport`. What run_cluster_peer and the Python front end's peer train over.
+struct ClusterMembership {
+  std::unique_ptr<Transport> transport;
+  PeerNetwork network;
+};
+// `log` (link events) must outlive the transport; `stop` (may be null) ends the wait.
+ClusterMembership join_cluster(const config::Config& cfg, const std::string& peer_name, EventLog& log,
+                               const std::atomic<bool>* stop);
+// The config as the named peer of its cluster trains it: its name, its shard of the data,
+// its device.
+config::Config cluster_peer_config(const config::Config& cfg, const std::string& peer_name);
 
 // Runs one named peer of a cluster config as a real process (src/peer/cluster_peer.cpp):
 // opens the configured transport (under link emulation if the config has links), listens

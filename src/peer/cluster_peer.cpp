@@ -55,8 +55,8 @@ static void check_transport_trust(const config::ClusterConfig& cl) {
                    "between the sites is trusted");
 }
 
-TrainResult run_cluster_peer(const config::Config& base, const std::string& name, EventLog& log, Progress* progress,
-                             const std::atomic<bool>* stop) {
+ClusterMembership join_cluster(const config::Config& base, const std::string& name, EventLog& log,
+                               const std::atomic<bool>* stop) {
   const auto& cl = base.cluster();
   const int n = cl.peers_size();
   int me = -1;
@@ -119,21 +119,39 @@ TrainResult run_cluster_peer(const config::Config& base, const std::string& name
                  connected, n - 1);
   }
 
+  ClusterMembership m;
+  m.network.gossip = gossip_spec(cl);
+  m.network.gossip.byzantine = cl.peers(me).byzantine();
+  m.network.peers = ids;
+  m.network.me = me;
+  m.network.transport = transport.get();
+  m.network.slowdown = cl.ideal() ? 1.0 : cl.peers(me).slowdown();
+  m.transport = std::move(transport);
+  return m;
+}
+
+config::Config cluster_peer_config(const config::Config& base, const std::string& name) {
+  const auto& cl = base.cluster();
   config::Config cfg = base;
-  cfg.set_name(name);
-  cfg.mutable_data()->set_num_shards(n);
-  cfg.mutable_data()->set_shard(me);
-  if (!cl.peers(me).device().empty()) cfg.set_device(cl.peers(me).device());
-  PeerNetwork net;
-  net.gossip = gossip_spec(cl);
-  net.gossip.byzantine = cl.peers(me).byzantine();
-  net.peers = ids;
-  net.me = me;
-  net.transport = transport.get();
-  net.slowdown = cl.ideal() ? 1.0 : cl.peers(me).slowdown();
+  for (int i = 0; i < cl.peers_size(); ++i) {
+    if (cl.peers(i).name() != name) continue;
+    cfg.set_name(name);
+    cfg.mutable_data()->set_num_shards(cl.peers_size());
+    cfg.mutable_data()->set_shard(i);
+    if (!cl.peers(i).device().empty()) cfg.set_device(cl.peers(i).device());
+    return cfg;
+  }
+  throw InputError("peer '" + name + "' is not in cluster.peers");
+}
+
+TrainResult run_cluster_peer(const config::Config& base, const std::string& name, EventLog& log, Progress* progress,
+                             const std::atomic<bool>* stop) {
+  ClusterMembership cluster = join_cluster(base, name, log, stop);
+  auto& transport = cluster.transport;
+  const PeerNetwork& net = cluster.network;
   TrainResult result;
   {
-    Peer peer(peer_spec(cfg), log, progress, &net);
+    Peer peer(peer_spec(cluster_peer_config(base, name)), log, progress, &net);
     std::atomic<bool> done{false};
     std::thread watcher([&] {
       while (!done) {

@@ -1,0 +1,174 @@
+// A peer whose model and training loop belong to another framework: the PyTorch front end
+// (python/, docs/PYTORCH.md). The framework computes each step's gradient into a flat
+// buffer it shares with the engine and owns the optimizer; the engine does the rest of
+// what hearsay-peer does, from the same config: joins the cluster over its transport and
+// emulated links, runs the configured algorithm (codecs, mixer, guard) around each step,
+// deals this peer's shard of the config's data in the same order, keeps the step count,
+// the schedule, the stop criteria, the compute slowdown and the event log.
+//
+// Threads: one thread (the framework's) calls everything; step() runs the algorithm on
+// it and calls back into the framework's optimizer from it. The transport's threads are
+// the engine's own.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hearsay/clock.h"
+#include "hearsay/data.h"
+#include "hearsay/log.h"
+#include "hearsay/model.h"
+#include "hearsay/optim.h"
+#include "hearsay/peer.h"
+#include "hearsay/trainable.h"
+
+namespace hearsay {
+
+class GossipEngine;
+class Transport;
+
+// The framework's model as the engine sees it: flat parameter and gradient buffers that
+// the framework owns (host memory for device "cpu", else memory of that CUDA device), cut
+// into named views, and its optimizer.
+struct ExternalModel {
+  float* params = nullptr;
+  float* grads = nullptr;
+  size_t num_params = 0;
+  std::vector<ParamView> views;
+  std::string device = "cpu";
+  std::string description;  // the start event's "model"
+  // Updates the parameters from the gradient buffer with learning rate `lr` (the step's
+  // rate as the algorithm scales it). Must not throw through the engine; report failures
+  // by throwing std::exception.
+  std::function<void(float lr)> optimizer_step;
+};
+
+// The stats the framework measured on a step's batch (summed over it), as a native
+// forward pass reports them.
+struct ExternalStepStats {
+  double loss_sum = 0;
+  int64_t correct = 0;
+  int64_t count = 0;
+};
+
+struct ExternalPeerOptions {
+  std::string config_path;
+  std::vector<std::string> sets;  // --set fragments, merged in order
+  std::string name;               // which peer of the cluster; empty: SLURM_PROCID / RANK
+  std::string log_path;           // empty: the config's log.path
+  bool quiet = false;             // no progress line on stderr
+  bool alone = false;             // train alone even when the config lists a cluster
+};
+
+class ExternalPeer {
+ public:
+  // Loads and checks the config, joins the cluster (listens, dials, waits for the
+  // neighbours) and loads the data. Throws InputError naming the file, field or variable.
+  explicit ExternalPeer(const ExternalPeerOptions& options);
+  ~ExternalPeer();
+  ExternalPeer(const ExternalPeer&) = delete;
+  ExternalPeer& operator=(const ExternalPeer&) = delete;
+
+  // Hands the model to the engine and writes the start event; an asynchronous peer then
+  // asks a neighbour for its model (a late joiner's start), which overwrites the buffer.
+  // Once only. Throws InputError when the model does not fit (sizes, views, device).
+  void attach(ExternalModel model);
+  bool attached() const { return model_ != nullptr; }
+
+  // One step: the gradient of the batch is in the gradient buffer. Runs the algorithm
+  // (sends, waits for a synchronous round, mixes arrivals, calls the optimizer), then the
+  // bookkeeping of hearsay-peer's loop. Throws InputError when the loss diverged.
+  void step(const ExternalStepStats& stats, float lr);
+  // Whether the run goes on: steps left, not stopped, target not reached (alone).
+  bool running() const;
+  // Whether the step just taken is one the config evaluates after (train.eval_every_*,
+  // the epoch's end, the last step).
+  bool eval_due() const { return eval_due_; }
+  // The framework's evaluation of the current model on the test set: an eval event.
+  void record_eval(double test_acc, double test_loss);
+  // Writes the end event (once); run it when the loop ends.
+  void finish();
+  // Asks the loop to end after the current step (any thread; a signal handler's).
+  void stop();
+
+  // The next minibatch of this peer's shard in the native peer's order: x [batch, dim]
+  // floats (features) or [batch, context] token ids, y [batch] or [batch, context].
+  void next_batch(int batch, float* x_features, int32_t* x_tokens, int32_t* y);
+  const TrainTest& data() const { return spec_.data; }
+  // The learning rate of the config's schedule at the next step.
+  float scheduled_lr() const;
+
+  // The engine's part of a checkpoint (step count, sampler, the algorithm's state, every
+  // link's error-feedback residual and codec; the parameters are the framework's), as
+  // bytes, and restoring it. load throws InputError when the bytes do not fit.
+  std::string save_state() const;
+  void load_state(const std::string& bytes);
+
+  const std::string& name() const { return spec_.name; }
+  const PeerSpec& spec() const { return spec_; }
+  int64_t steps() const { return steps_; }
+  int64_t total_steps() const { return total_steps_; }
+  double epochs_done() const;
+  // The cluster's peer names (just this one alone), this peer's index, its algorithm.
+  const std::vector<std::string>& peers() const { return peers_; }
+  int rank() const { return me_; }
+  std::string algorithm() const;
+  uint64_t bytes_sent() const;
+  std::string checkpoint_dir() const { return spec_.checkpoint_dir; }
+  // Writes an event the framework built, after checking it against the schema; throws
+  // InputError saying which field is wrong.
+  void write_event(const JsonObject& event);
+  EventLog& log() { return *log_; }
+  // Host copies of what the engine reads at the model's addresses, and a write of the
+  // parameters there (tests of the shared buffers); the address it reads.
+  std::vector<float> engine_params() const;
+  std::vector<float> engine_grads() const;
+  void engine_write_params(const std::vector<float>& params);
+  const float* engine_params_address() const;
+
+ private:
+  // Seconds since the last step returned (or attach): the framework's compute.
+  double framework_compute_s() const;
+  void check_attached(const char* what) const;
+
+  PeerSpec spec_;
+  std::string model_kind_;  // the config's model, in text
+  std::unique_ptr<EventLog> log_;
+  std::unique_ptr<Progress> progress_;
+  std::unique_ptr<Transport> transport_;
+  PeerNetwork network_;
+  bool in_cluster_ = false;
+  std::vector<std::string> peers_;
+  int me_ = 0;
+  std::unique_ptr<BatchSampler> sampler_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Trainable> model_;
+  std::unique_ptr<Optimizer> optimizer_;
+  RealClock clock_;
+  std::unique_ptr<GossipEngine> engine_;
+  std::function<void(float)> optimizer_step_;
+
+  LrSchedule schedule_;
+  int64_t total_steps_ = 0;
+  int64_t steps_ = 0;
+  std::atomic<bool> stop_{false};
+  bool eval_due_ = false;
+  bool evaluated_last_ = false;  // an eval event for the current step count
+  bool finished_ = false;
+  std::optional<double> time_to_target_s_;
+  uint64_t bytes_to_target_ = 0;
+  double next_eval_s_ = 0;
+  int64_t last_epoch_ = 0;
+  double final_acc_ = 0, final_loss_ = 0;
+  double window_loss_ = 0, window_s_ = 0, train_s_ = 0;
+  int64_t window_steps_ = 0, compute_overruns_ = 0;
+  std::chrono::steady_clock::time_point last_return_;
+  ProgressState progress_state_;
+};
+
+}  // namespace hearsay

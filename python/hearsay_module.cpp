@@ -1,0 +1,320 @@
+// hearsay._engine: the engine under a Python training loop (docs/PYTORCH.md). It knows
+// nothing of torch: hearsay.torch (python/hearsay/torch.py) lays the model's parameters
+// and gradients out in flat tensors and hands their addresses here, with a callable that
+// runs the torch optimizer. Engine work runs with the GIL released; the optimizer callback
+// takes it back on the same thread.
+#include <poll.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include <pybind11/functional.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "hearsay/build_config.h"
+#include "hearsay/error.h"
+#include "hearsay/external_peer.h"
+#include "hearsay/gossip.h"
+#include "hearsay/log.h"
+#include "hearsay/model.h"
+
+namespace py = pybind11;
+
+namespace {
+
+py::array_t<float> to_array(const std::vector<float>& v);
+
+// A Python exception raised inside the optimizer callback crosses the engine as this, and
+// is raised again, as itself, once the step has returned to Python.
+struct PythonRaised : std::runtime_error {
+  PythonRaised() : std::runtime_error("the optimizer step raised a Python exception") {}
+};
+
+class PyPeer {
+ public:
+  PyPeer(const std::string& config, const std::string& name, const std::string& log, const std::vector<std::string>& sets,
+         bool quiet, bool alone) {
+    hearsay::ExternalPeerOptions o;
+    o.config_path = config;
+    o.name = name;
+    o.log_path = log;
+    o.sets = sets;
+    o.quiet = quiet;
+    o.alone = alone;
+    py::gil_scoped_release release;  // joining a cluster waits for the neighbours
+    peer_ = std::make_unique<hearsay::ExternalPeer>(o);
+  }
+  ~PyPeer() {
+    stop_watch();
+    py::gil_scoped_release release;  // the engine's threads end here; none of them needs the GIL
+    peer_.reset();
+  }
+
+  void attach(uintptr_t params, uintptr_t grads, size_t n, const std::vector<py::tuple>& views, const std::string& device,
+              const std::string& description, py::function optimizer_step) {
+    hearsay::ExternalModel m;
+    m.params = reinterpret_cast<float*>(params);
+    m.grads = reinterpret_cast<float*>(grads);
+    m.num_params = n;
+    m.device = device;
+    m.description = description;
+    for (const py::tuple& t : views) {
+      if (t.size() != 4) throw hearsay::InputError("attach: a view is (name, offset, size, shape)");
+      m.views.push_back({t[0].cast<std::string>(), t[1].cast<size_t>(), t[2].cast<size_t>(), t[3].cast<std::vector<int>>()});
+    }
+    optimizer_step_ = std::move(optimizer_step);
+    m.optimizer_step = [this](float lr) {
+      py::gil_scoped_acquire gil;
+      try {
+        optimizer_step_(lr);
+      } catch (py::error_already_set& e) {
+        raised_.emplace(std::move(e));
+        throw PythonRaised();
+      }
+    };
+    py::gil_scoped_release release;
+    peer_->attach(std::move(m));
+  }
+
+  void step(double loss_sum, int64_t correct, int64_t count, float lr) {
+    try {
+      py::gil_scoped_release release;
+      peer_->step({loss_sum, correct, count}, lr);
+    } catch (const PythonRaised&) {
+      py::error_already_set e = std::move(*raised_);
+      raised_.reset();
+      throw e;
+    }
+  }
+
+  // The next minibatch of the shard: (x float32 [b, dim] or int32 [b, context], y int32).
+  py::tuple next_batch(int batch) {
+    const auto& train = peer_->data().train;
+    if (train.is_text()) {
+      py::array_t<int32_t> x({batch, train.context}), y({batch, train.context});
+      peer_->next_batch(batch, nullptr, x.mutable_data(), y.mutable_data());
+      return py::make_tuple(x, y);
+    }
+    py::array_t<float> x({batch, train.dim()});
+    py::array_t<int32_t> y(batch);
+    peer_->next_batch(batch, x.mutable_data(), nullptr, y.mutable_data());
+    return py::make_tuple(x, y);
+  }
+
+  // Test samples [start, start + n) (fewer at the end), as next_batch shapes them.
+  py::tuple test_batch(int64_t start, int n) {
+    const auto& test = peer_->data().test;
+    if (start < 0 || start >= test.size || n < 1) {
+      throw hearsay::InputError("test_batch: start " + std::to_string(start) + " is outside the " + std::to_string(test.size) +
+                                " test samples");
+    }
+    n = static_cast<int>(std::min<int64_t>(n, test.size - start));
+    std::vector<int64_t> idx(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) idx[i] = start + i;
+    if (test.is_text()) {
+      py::array_t<int32_t> x({n, test.context}), y({n, test.context});
+      hearsay::gather_tokens(test, idx.data(), n, x.mutable_data(), y.mutable_data());
+      return py::make_tuple(x, y);
+    }
+    py::array_t<float> x({n, test.dim()});
+    py::array_t<int32_t> y(n);
+    hearsay::gather_batch(test, idx.data(), n, x.mutable_data(), y.mutable_data());
+    return py::make_tuple(x, y);
+  }
+
+  py::bytes save_state() const { return py::bytes(peer_->save_state()); }
+  void load_state(const py::bytes& b) { peer_->load_state(std::string(b)); }
+
+  // An event from Python: `fields` (str -> bool, int, float, str or list of str) after
+  // the common ones. Checked against the log's schema.
+  void log_event(const std::string& name, const py::dict& fields) {
+    hearsay::JsonObject e = peer_->log().event(name);
+    for (const auto& [key, value] : fields) {
+      const std::string k = py::str(key);
+      if (k == "t" || k == "peer" || k == "event") throw hearsay::InputError("log(): field '" + k + "' is the log's own");
+      if (py::isinstance<py::bool_>(value)) {
+        e.add(k, value.cast<bool>());
+      } else if (py::isinstance<py::int_>(value)) {
+        e.add(k, value.cast<int64_t>());
+      } else if (py::isinstance<py::float_>(value)) {
+        e.add(k, value.cast<double>());
+      } else if (py::isinstance<py::str>(value)) {
+        e.add(k, value.cast<std::string>());
+      } else if (value.is_none()) {
+        e.add_null(k);
+      } else if (py::isinstance<py::list>(value)) {
+        e.add(k, value.cast<std::vector<std::string>>());
+      } else {
+        throw hearsay::InputError("log(): field '" + k + "' is a " + std::string(py::str(value.get_type().attr("__name__"))) +
+                                  "; give a bool, int, float, str, None or list of str");
+      }
+    }
+    peer_->write_event(e);
+  }
+
+  // Signals: Python's handlers run only between bytecodes, never while a step waits for a
+  // synchronous round. Its wakeup file descriptor (signal.set_wakeup_fd) is written in the
+  // signal itself: a thread here reads it and stops the peer, so the wait ends.
+  void watch_signals(int fd) {
+    stop_watch();
+    watching_ = true;
+    watcher_ = std::thread([this, fd] {
+      while (watching_) {
+        pollfd p{fd, POLLIN, 0};
+        if (::poll(&p, 1, 100) > 0 && (p.revents & POLLIN)) {
+          char buf[64];
+          if (::read(fd, buf, sizeof buf) > 0) peer_->stop();
+        }
+      }
+    });
+  }
+  void stop_watch() {
+    watching_ = false;
+    if (watcher_.joinable()) watcher_.join();
+  }
+
+  // The config's native model as hearsay-peer would start it (model, seed): [(name,
+  // array)] in its order, each array shaped as the view. A torch copy of the same network
+  // can start from it, so that the two train the same weights.
+  py::list native_initial_params() const {
+    auto backend = hearsay::create_backend("cpu", 1);
+    auto model = hearsay::create_model(peer_->spec().model, *backend, 1, peer_->spec().seed);
+    const std::vector<float> all = model->get_params();
+    py::list out;
+    for (const auto& v : model->param_views()) {
+      std::vector<py::ssize_t> shape(v.shape.begin(), v.shape.end());
+      py::array_t<float> a(shape);
+      std::copy(all.begin() + static_cast<std::ptrdiff_t>(v.offset), all.begin() + static_cast<std::ptrdiff_t>(v.offset + v.size),
+                a.mutable_data());
+      out.append(py::make_tuple(v.name, a));
+    }
+    return out;
+  }
+
+  // What the engine reads at the parameter and gradient addresses it was given (host
+  // copies through the backend), and a write of the parameters through it: tests of the
+  // shared buffers.
+  py::array_t<float> engine_params() const { return to_array(peer_->engine_params()); }
+  py::array_t<float> engine_grads() const { return to_array(peer_->engine_grads()); }
+  void engine_write_params(const py::array_t<float, py::array::c_style | py::array::forcecast>& a) {
+    peer_->engine_write_params(std::vector<float>(a.data(), a.data() + a.size()));
+  }
+
+  hearsay::ExternalPeer& peer() { return *peer_; }
+
+ private:
+  std::unique_ptr<hearsay::ExternalPeer> peer_;
+  py::function optimizer_step_;
+  std::optional<py::error_already_set> raised_;
+  std::atomic<bool> watching_{false};
+  std::thread watcher_;
+};
+
+py::array_t<float> to_array(const std::vector<float>& v) {
+  py::array_t<float> a(static_cast<py::ssize_t>(v.size()));
+  std::copy(v.begin(), v.end(), a.mutable_data());
+  return a;
+}
+
+py::dict model_dict(const hearsay::ModelSpec& m) {
+  static const char* kinds[] = {"LOGREG", "MLP", "CNN", "GPT"};
+  py::dict d;
+  d["kind"] = kinds[static_cast<int>(m.kind)];
+  d["input_shape"] = py::make_tuple(m.height, m.width, m.channels);
+  d["num_classes"] = m.num_classes;
+  d["hidden"] = m.hidden;
+  d["conv_channels"] = m.conv_channels;
+  d["kernel"] = m.kernel;
+  d["fc_width"] = m.fc_width;
+  py::dict g;
+  g["vocab"] = m.gpt.vocab;
+  g["context"] = m.gpt.context;
+  g["layers"] = m.gpt.layers;
+  g["heads"] = m.gpt.heads;
+  g["width"] = m.gpt.width;
+  d["gpt"] = g;
+  return d;
+}
+
+py::dict optim_dict(const hearsay::OptimizerSpec& o, const hearsay::LrSchedule& s) {
+  py::dict d;
+  d["optimizer"] = o.name;
+  d["lr"] = s.base_lr;
+  d["momentum"] = o.momentum;
+  d["nesterov"] = o.nesterov;
+  d["weight_decay"] = o.weight_decay;
+  d["betas"] = py::make_tuple(o.beta1, o.beta2);
+  d["eps"] = o.eps;
+  d["grad_clip_norm"] = o.grad_clip_norm;
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_engine, m) {
+  m.doc() = "hearsay's engine for Python training loops; use hearsay.torch";
+  m.attr("__version__") = HEARSAY_VERSION;
+  m.attr("with_cuda") = HEARSAY_HAVE_CUDA != 0;
+  static py::exception<hearsay::InputError> input_error(m, "InputError", PyExc_ValueError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const hearsay::InputError& e) {
+      input_error(e.what());
+    }
+  });
+  m.def("algorithms", &hearsay::gossip_algorithms, "the registered gossip algorithms");
+
+  py::class_<PyPeer>(m, "Peer")
+      .def(py::init<const std::string&, const std::string&, const std::string&, const std::vector<std::string>&, bool, bool>(),
+           py::arg("config"), py::arg("name") = "", py::arg("log") = "", py::arg("sets") = std::vector<std::string>{},
+           py::arg("quiet") = false, py::arg("alone") = false)
+      .def("attach", &PyPeer::attach, py::arg("params"), py::arg("grads"), py::arg("n"), py::arg("views"), py::arg("device"),
+           py::arg("description"), py::arg("optimizer_step"))
+      .def("step", &PyPeer::step, py::arg("loss_sum"), py::arg("correct"), py::arg("count"), py::arg("lr"))
+      .def("next_batch", &PyPeer::next_batch, py::arg("batch"))
+      .def("test_batch", &PyPeer::test_batch, py::arg("start"), py::arg("n"))
+      .def("save_state", &PyPeer::save_state)
+      .def("load_state", &PyPeer::load_state)
+      .def("log_event", &PyPeer::log_event)
+      .def("watch_signals", &PyPeer::watch_signals)
+      .def("native_initial_params", &PyPeer::native_initial_params)
+      .def("engine_params", &PyPeer::engine_params)
+      .def("engine_grads", &PyPeer::engine_grads)
+      .def("engine_write_params", &PyPeer::engine_write_params)
+      .def_property_readonly("engine_params_address",
+                             [](PyPeer& p) { return reinterpret_cast<uintptr_t>(p.peer().engine_params_address()); })
+      .def("record_eval", [](PyPeer& p, double acc, double loss) { p.peer().record_eval(acc, loss); })
+      .def("finish", [](PyPeer& p) { p.peer().finish(); })
+      .def("stop", [](PyPeer& p) { p.peer().stop(); })
+      .def("scheduled_lr", [](PyPeer& p) { return p.peer().scheduled_lr(); })
+      .def_property_readonly("running", [](PyPeer& p) { return p.peer().running(); })
+      .def_property_readonly("eval_due", [](PyPeer& p) { return p.peer().eval_due(); })
+      .def_property_readonly("attached", [](PyPeer& p) { return p.peer().attached(); })
+      .def_property_readonly("name", [](PyPeer& p) { return p.peer().name(); })
+      .def_property_readonly("rank", [](PyPeer& p) { return p.peer().rank(); })
+      .def_property_readonly("peers", [](PyPeer& p) { return p.peer().peers(); })
+      .def_property_readonly("algorithm", [](PyPeer& p) { return p.peer().algorithm(); })
+      .def_property_readonly("synchronous", [](PyPeer& p) { return hearsay::is_synchronous(p.peer().algorithm()); })
+      .def_property_readonly("steps", [](PyPeer& p) { return p.peer().steps(); })
+      .def_property_readonly("total_steps", [](PyPeer& p) { return p.peer().total_steps(); })
+      .def_property_readonly("epochs_done", [](PyPeer& p) { return p.peer().epochs_done(); })
+      .def_property_readonly("bytes_sent", [](PyPeer& p) { return p.peer().bytes_sent(); })
+      .def_property_readonly("seed", [](PyPeer& p) { return p.peer().spec().seed; })
+      .def_property_readonly("device", [](PyPeer& p) { return p.peer().spec().device; })
+      .def_property_readonly("threads", [](PyPeer& p) { return p.peer().spec().threads; })
+      .def_property_readonly("batch_size", [](PyPeer& p) { return p.peer().spec().train.batch_size; })
+      .def_property_readonly("eval_batch_size", [](PyPeer& p) { return p.peer().spec().train.eval_batch_size; })
+      .def_property_readonly("test_size", [](PyPeer& p) { return p.peer().data().test.size; })
+      .def_property_readonly("shard_size", [](PyPeer& p) { return p.peer().data().train.size / p.peer().spec().num_shards; })
+      .def_property_readonly("checkpoint_dir", [](PyPeer& p) { return p.peer().spec().checkpoint_dir; })
+      .def_property_readonly("checkpoint_every_steps", [](PyPeer& p) { return p.peer().spec().checkpoint_every_steps; })
+      .def_property_readonly("model_config", [](PyPeer& p) { return model_dict(p.peer().spec().model); })
+      .def_property_readonly("optim_config",
+                             [](PyPeer& p) { return optim_dict(p.peer().spec().optimizer, p.peer().spec().schedule); });
+}

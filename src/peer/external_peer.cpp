@@ -1,0 +1,340 @@
+#include "hearsay/external_peer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "hearsay/checkpoint.h"
+#include "hearsay/checkpoint.pb.h"
+#include "hearsay/config.h"
+#include "hearsay/config.pb.h"
+#include "hearsay/error.h"
+#include "hearsay/gossip.h"
+#include "../log/event_schema.h"
+#include "../model/external.h"
+#include "../optim/callback_optimizer.h"
+
+namespace hearsay {
+
+ExternalPeer::ExternalPeer(const ExternalPeerOptions& o) {
+  const config::Config cfg = load_config_file(o.config_path, o.sets);
+  const bool cluster = cfg.cluster().peers_size() >= 2 && !o.alone;
+  std::string name = cfg.name();
+  if (cluster) name = resolve_peer_name(cfg, o.name);
+  const std::string log_path = o.log_path.empty() ? cfg.log().path() : o.log_path;
+  log_ = std::make_unique<EventLog>(log_path, name);
+  if (!o.quiet) progress_ = std::make_unique<Progress>(stderr, name);
+  if (cluster) {
+    ClusterMembership m = join_cluster(cfg, name, *log_, &stop_);
+    transport_ = std::move(m.transport);
+    network_ = m.network;
+    in_cluster_ = true;
+    peers_ = network_.peers;
+    me_ = network_.me;
+    check_algorithm_topology(network_.gossip, static_cast<int>(peers_.size()));
+    spec_ = peer_spec(cluster_peer_config(cfg, name));
+  } else {
+    spec_ = peer_spec(cfg);
+    peers_ = {name};
+  }
+  if (spec_.num_shards < 1 || spec_.shard < 0 || spec_.shard >= spec_.num_shards) {
+    throw InputError("peer " + spec_.name + ": shard " + std::to_string(spec_.shard) + " of " +
+                     std::to_string(spec_.num_shards) + " does not exist");
+  }
+  auto shards = shard_indices(spec_.data.train, spec_.num_shards, spec_.partition, spec_.dirichlet_alpha, spec_.seed);
+  // The native peer's sampler and seed: a torch peer sees its shard in the same order.
+  sampler_ = std::make_unique<BatchSampler>(std::move(shards[static_cast<size_t>(spec_.shard)]),
+                                            spec_.seed * 1315423911ULL + static_cast<uint64_t>(spec_.shard));
+
+  const TrainSpec& t = spec_.train;
+  const int64_t shard = in_cluster_ ? spec_.data.train.size / spec_.num_shards : sampler_->shard_size();
+  const double epoch_steps = std::ceil(t.epochs * static_cast<double>(shard) / t.batch_size);
+  if (!(epoch_steps >= 0 && epoch_steps < 1e15)) throw InputError("train.epochs: too many steps");
+  total_steps_ = static_cast<int64_t>(epoch_steps);
+  if (t.max_steps > 0) total_steps_ = t.epochs > 0 ? std::min(total_steps_, t.max_steps) : t.max_steps;
+  schedule_ = spec_.schedule;
+  schedule_.total_steps = total_steps_;
+  next_eval_s_ = t.eval_every_s;
+}
+
+ExternalPeer::~ExternalPeer() {
+  // The engine goes before the transport it listens on; the transport's threads end here.
+  if (engine_) engine_->stop();
+  engine_.reset();
+  if (transport_) transport_->close();
+}
+
+void ExternalPeer::attach(ExternalModel m) {
+  if (model_) throw InputError("peer " + spec_.name + ": a model is attached already (one model per peer)");
+  if (!m.optimizer_step) throw InputError("peer " + spec_.name + ": the model has no optimizer step");
+  backend_ = create_backend(m.device, spec_.threads);
+  if (backend_->is_host() != (m.device == "cpu")) {
+    throw InputError("peer " + spec_.name + ": device '" + m.device + "' is not where the backend computes");
+  }
+  const std::string description = m.description.empty() ? std::string("external") : m.description;
+  model_ = std::make_unique<ExternalTrainable>(*backend_, m.params, m.grads, m.num_params, std::move(m.views), description);
+  optimizer_step_ = std::move(m.optimizer_step);
+  // The framework's optimizer, wrapped for optim.grad_clip_norm as a native one would be.
+  optimizer_ = make_callback_optimizer(*backend_, m.params, m.grads, m.num_params,
+                                       [this](float lr) { optimizer_step_(lr); });
+  if (spec_.optimizer.grad_clip_norm > 0) {
+    optimizer_ = clip_gradient_norm(std::move(optimizer_), *backend_, m.num_params, spec_.optimizer.grad_clip_norm);
+  }
+  if (in_cluster_) {
+    engine_ = std::make_unique<GossipEngine>(network_.gossip, network_.peers, network_.me, *network_.transport, *model_,
+                                             *optimizer_, clock_, *log_, spec_.seed);
+  }
+  const int64_t shard = in_cluster_ ? spec_.data.train.size / spec_.num_shards : sampler_->shard_size();
+  log_->write(log_->event("start")
+                  .add("device", backend_->name())
+                  .add("model", description)
+                  .add("params", static_cast<int64_t>(m.num_params))
+                  .add("shard_size", shard)
+                  .add("batch_size", spec_.train.batch_size)
+                  .add("total_steps", total_steps_)
+                  .add("target_test_acc", spec_.train.target_test_acc)
+                  .add("seed", static_cast<int64_t>(spec_.seed))
+                  .add("unix_time", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()));
+  if (engine_ && network_.join) engine_->join();
+  last_return_ = std::chrono::steady_clock::now();
+}
+
+void ExternalPeer::check_attached(const char* what) const {
+  if (!model_) throw InputError(std::string("peer ") + spec_.name + ": " + what + " before a model was attached");
+}
+
+double ExternalPeer::framework_compute_s() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - last_return_).count();
+}
+
+void ExternalPeer::step(const ExternalStepStats& stats, float lr) {
+  check_attached("a step");
+  if (finished_) throw InputError("peer " + spec_.name + ": a step after finish()");
+  const double framework_s = framework_compute_s();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto* model = static_cast<ExternalTrainable*>(model_.get());
+  model->arm({stats.loss_sum, stats.correct, stats.count});
+  BatchStats s;
+  if (engine_) {
+    try {
+      s = engine_->step(Batch{nullptr, nullptr, static_cast<int>(stats.count)}, lr);
+    } catch (const StopRequested&) {
+      stop_ = true;  // stopped mid-round: the loop ends and finish() writes the end event
+      last_return_ = std::chrono::steady_clock::now();
+      return;
+    }
+  } else {
+    s = model->forward_backward(Batch{});
+    optimizer_->step(model->params(), model->grads(), lr);
+  }
+  // Stretch the computation only (the framework's and the engine's), as a native peer does.
+  const double took = framework_s + (engine_ ? engine_->last_compute_s() : 0.0);
+  const double base_s = spec_.train.emulated_step_s;
+  const double slowdown = in_cluster_ ? network_.slowdown : 1.0;
+  if (base_s > 0) {
+    const double want = slowdown * base_s;
+    if (took > want) ++compute_overruns_;
+    clock_.sleep_for(std::max(0.0, want - took));
+  } else if (slowdown > 1.0) {
+    clock_.sleep_for((slowdown - 1.0) * took);
+  }
+  const double step_s = framework_s + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  const double loss = s.loss();
+  if (!std::isfinite(loss)) {
+    std::string mixed;
+    if (engine_) {
+      for (const auto& n : engine_->mixed_this_step()) mixed += (mixed.empty() ? "" : ", ") + n;
+    }
+    log_->write(log_->event("diverged").add("step", steps_).add("lr", static_cast<double>(lr)).add("after_neighbours", !mixed.empty()));
+    throw InputError("training diverged at step " + std::to_string(steps_) + " (loss is not finite) " +
+                     (mixed.empty() ? std::string("with no neighbour's update mixed in this step; lower the learning rate")
+                                    : "after mixing updates from " + mixed + " in this step; check those peers"));
+  }
+  ++steps_;
+  evaluated_last_ = false;
+  window_loss_ += loss;
+  window_s_ += step_s;
+  train_s_ += step_s;
+  ++window_steps_;
+  const int batch = static_cast<int>(stats.count);
+  progress_state_.step = steps_;
+  progress_state_.epoch = sampler_->epochs_done();
+  progress_state_.loss = loss;
+  progress_state_.samples_per_s = train_s_ > 0 ? static_cast<double>(steps_) * batch / train_s_ : 0;
+  progress_state_.eta_s = progress_state_.samples_per_s > 0
+                              ? static_cast<double>(total_steps_ - steps_) * batch / progress_state_.samples_per_s
+                              : -1;
+  if (steps_ % spec_.log_every_steps == 0 || steps_ == total_steps_) {
+    if (engine_) engine_->log_stats(steps_);
+    log_->write(log_->event("step")
+                    .add("step", steps_)
+                    .add("epoch", progress_state_.epoch)
+                    .add("loss", window_loss_ / window_steps_)
+                    .add("lr", static_cast<double>(lr))
+                    .add("samples_per_s", window_s_ > 0 ? window_steps_ * batch / window_s_ : 0.0));
+    window_loss_ = window_s_ = 0;
+    window_steps_ = 0;
+  }
+  const TrainSpec& t = spec_.train;
+  const bool epoch_ended = static_cast<int64_t>(progress_state_.epoch) > last_epoch_;
+  last_epoch_ = static_cast<int64_t>(progress_state_.epoch);
+  eval_due_ = t.eval_every_steps > 0 ? steps_ % t.eval_every_steps == 0 : epoch_ended;
+  if (t.eval_every_s > 0) {
+    eval_due_ = log_->elapsed() >= next_eval_s_;
+    if (eval_due_) next_eval_s_ = (std::floor(log_->elapsed() / t.eval_every_s) + 1) * t.eval_every_s;
+  }
+  eval_due_ = eval_due_ || steps_ == total_steps_;
+  if (!eval_due_ && progress_) progress_->update(progress_state_);
+  last_return_ = std::chrono::steady_clock::now();
+}
+
+bool ExternalPeer::running() const {
+  if (stop_ || finished_ || steps_ >= total_steps_) return false;
+  return !(time_to_target_s_ && !engine_);  // alone, the target ends the run; a cluster's launcher stops it
+}
+
+void ExternalPeer::record_eval(double test_acc, double test_loss) {
+  check_attached("an evaluation");
+  if (!(test_acc >= 0 && test_acc <= 1)) {
+    throw InputError("peer " + spec_.name + ": test accuracy " + std::to_string(test_acc) + " is not a fraction in [0, 1]");
+  }
+  final_acc_ = test_acc;
+  final_loss_ = test_loss;
+  evaluated_last_ = true;
+  JsonObject e = log_->event("eval");
+  e.add("step", steps_).add("epoch", sampler_->epochs_done()).add("test_acc", test_acc).add("test_loss", test_loss);
+  if (spec_.data.test.is_text()) e.add("test_bits_per_byte", test_loss / std::log(2.0));
+  log_->write(e.add("eval_s", framework_compute_s()));
+  if (spec_.train.target_test_acc > 0 && !time_to_target_s_ && test_acc >= spec_.train.target_test_acc) {
+    time_to_target_s_ = log_->elapsed();
+    if (engine_) bytes_to_target_ = engine_->bytes_sent();
+  }
+  progress_state_.test_acc = test_acc;
+  if (progress_) progress_->update(progress_state_, true);
+  // The evaluation is not the next step's computation: a slowdown must not stretch it.
+  last_return_ = std::chrono::steady_clock::now();
+}
+
+void ExternalPeer::finish() {
+  if (finished_ || !model_) return;
+  finished_ = true;
+  auto end = log_->event("end");
+  end.add("steps", steps_)
+      .add("epoch", sampler_->epochs_done())
+      .add("final_test_acc", final_acc_)
+      .add("final_test_loss", final_loss_)
+      .add("train_s", train_s_)
+      .add("samples_per_s", train_s_ > 0 ? steps_ * spec_.train.batch_size / train_s_ : 0.0)
+      .add("bytes_sent", static_cast<int64_t>(bytes_sent()));
+  if (spec_.train.emulated_step_s > 0) {
+    end.add("emulated_step_s", spec_.train.emulated_step_s).add("compute_overruns", compute_overruns_);
+  }
+  if (time_to_target_s_) {
+    end.add("time_to_target_s", *time_to_target_s_);
+    if (engine_) end.add("bytes_to_target", static_cast<int64_t>(bytes_to_target_));
+  } else {
+    end.add_null("time_to_target_s");
+  }
+  log_->write(end);
+  if (progress_) progress_->finish(progress_state_);
+  // Messages already queued still leave; the neighbours see the link close after that.
+  if (engine_) engine_->stop();
+}
+
+void ExternalPeer::stop() {
+  stop_ = true;
+  if (engine_) engine_->stop();
+}
+
+void ExternalPeer::next_batch(int batch, float* x_features, int32_t* x_tokens, int32_t* y) {
+  if (batch < 1) throw InputError("peer " + spec_.name + ": a batch of " + std::to_string(batch) + " samples");
+  std::vector<int64_t> idx(static_cast<size_t>(batch));
+  sampler_->next(batch, idx.data());
+  if (spec_.data.train.is_text()) {
+    gather_tokens(spec_.data.train, idx.data(), batch, x_tokens, y);
+  } else {
+    gather_batch(spec_.data.train, idx.data(), batch, x_features, y);
+  }
+}
+
+float ExternalPeer::scheduled_lr() const { return schedule_.at(steps_); }
+
+double ExternalPeer::epochs_done() const { return sampler_->epochs_done(); }
+
+std::string ExternalPeer::algorithm() const { return in_cluster_ ? network_.gossip.algorithm : std::string("alone"); }
+
+uint64_t ExternalPeer::bytes_sent() const { return engine_ ? engine_->bytes_sent() : 0; }
+
+std::string ExternalPeer::save_state() const {
+  check_attached("state_dict()");
+  ckpt::Checkpoint c;
+  c.set_peer(spec_.name);
+  c.set_run(spec_.name);
+  c.set_num_params(model_->num_params());
+  c.set_step(steps_);
+  save_optimizer_state(optimizer_->save_state(), c);
+  const auto sampler = sampler_->state();
+  c.set_sampler_epoch(sampler.epoch);
+  c.set_sampler_pos(sampler.pos);
+  for (int64_t i : sampler.order) c.add_sampler_order(i);
+  if (engine_) engine_->save_state(c);
+  c.set_wall_s(train_s_);
+  std::string out;
+  c.SerializeToString(&out);
+  return out;
+}
+
+void ExternalPeer::load_state(const std::string& bytes) {
+  check_attached("load_state_dict()");
+  const std::string where = "peer " + spec_.name + ": state_dict";
+  ckpt::Checkpoint c;
+  if (!c.ParseFromString(bytes)) throw InputError(where + ": not a hearsay peer state (it does not parse)");
+  if (c.num_params() != model_->num_params()) {
+    throw InputError(where + ": holds the state of a model of " + std::to_string(c.num_params()) + " parameters, this one has " +
+                     std::to_string(model_->num_params()));
+  }
+  if (c.step() < 0) throw InputError(where + ": a negative step count");
+  BatchSampler::State st;
+  st.epoch = c.sampler_epoch();
+  st.pos = c.sampler_pos();
+  st.order.assign(c.sampler_order().begin(), c.sampler_order().end());
+  sampler_->restore(st);
+  optimizer_->load_state(load_optimizer_state(c, where), where);
+  if (engine_) engine_->load_state(c);
+  steps_ = c.step();
+  log_->write(log_->event("resume").add("step", steps_).add("path", std::string("state_dict")).add("their_wall_s", c.wall_s()));
+}
+
+void ExternalPeer::write_event(const JsonObject& event) {
+  const std::string problem = log_schema::problem(event);
+  if (!problem.empty()) throw InputError("peer " + spec_.name + ": event not written: " + problem);
+  log_->write(event);
+}
+
+std::vector<float> ExternalPeer::engine_params() const {
+  check_attached("engine_params()");
+  return model_->get_params();
+}
+
+std::vector<float> ExternalPeer::engine_grads() const {
+  check_attached("engine_grads()");
+  std::vector<float> g(model_->num_params());
+  backend_->download(g.data(), model_->grads(), sizeof(float) * g.size());
+  return g;
+}
+
+void ExternalPeer::engine_write_params(const std::vector<float>& params) {
+  check_attached("engine_write_params()");
+  if (params.size() != model_->num_params()) {
+    throw InputError("engine_write_params: " + std::to_string(params.size()) + " values for " +
+                     std::to_string(model_->num_params()) + " parameters");
+  }
+  model_->set_params(params);
+}
+
+const float* ExternalPeer::engine_params_address() const {
+  check_attached("engine_params_address");
+  return model_->params();
+}
+
+}  // namespace hearsay

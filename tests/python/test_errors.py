@@ -1,0 +1,74 @@
+"""hearsay.torch: bad input raises a Python exception that says what and where; no crash."""
+import os
+import tempfile
+import unittest
+
+import torch
+
+import hearsay
+import hearsay.torch as ht
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CONFIG = os.path.join(HERE, "alone-synthetic.textproto")
+
+
+def write(text):
+    f = tempfile.NamedTemporaryFile("w", suffix=".textproto", delete=False)
+    f.write(text)
+    f.close()
+    return f.name
+
+
+class Errors(unittest.TestCase):
+    def test_missing_config_names_the_file(self):
+        with self.assertRaisesRegex(hearsay.InputError, "no/such/config.textproto"):
+            ht.Peer("no/such/config.textproto", argv=[], handle_signals=False)
+
+    def test_bad_field_names_file_line_and_column(self):
+        path = write('name: "x"\ntrain { batch_size: -4 }\n')
+        with self.assertRaisesRegex(ValueError, os.path.basename(path) + r":2:\d+: .*batch_size"):
+            ht.Peer(path, argv=[], handle_signals=False)
+
+    def test_missing_secret_names_the_variable(self):
+        path = write('name: "x"\ndata { format: SYNTHETIC }\ncluster {\n  id: "c"\n  secret_env: "HEARSAY_TEST_NO_SUCH_SECRET"\n'
+                     '  peers { name: "a" address: "127.0.0.1:17455" }\n  peers { name: "b" address: "127.0.0.1:17456" }\n}\n')
+        os.environ.pop("HEARSAY_TEST_NO_SUCH_SECRET", None)
+        with self.assertRaisesRegex(hearsay.InputError, "HEARSAY_TEST_NO_SUCH_SECRET"):
+            ht.Peer(path, name="a", argv=[], handle_signals=False)
+
+    def test_unknown_peer_name_is_refused(self):
+        path = write('name: "x"\ncluster {\n  id: "c"\n  secret_env: "HEARSAY_SECRET"\n'
+                     '  peers { name: "a" address: "127.0.0.1:17455" }\n  peers { name: "b" address: "127.0.0.1:17456" }\n}\n')
+        with self.assertRaisesRegex(hearsay.InputError, "--peer 'zz': no such peer"):
+            ht.Peer(path, name="zz", argv=[], handle_signals=False)
+
+    def test_an_exception_in_the_optimizer_comes_back_as_itself(self):
+        peer = ht.Peer(CONFIG, argv=[], quiet=True, handle_signals=False)
+        model = torch.nn.Linear(8, 4)
+
+        class Broken(torch.optim.SGD):
+            def step(self, closure=None):
+                raise ArithmeticError("the optimizer broke")
+
+        opt = ht.DecentralizedOptimizer(model, Broken(model.parameters(), lr=0.1), peer)
+        x, y = peer.next_batch()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        with self.assertRaisesRegex(ArithmeticError, "the optimizer broke"):
+            opt.step()
+
+    def test_a_model_in_half_precision_is_refused(self):
+        peer = ht.Peer(CONFIG, argv=[], quiet=True, handle_signals=False)
+        model = torch.nn.Linear(8, 4).half()
+        with self.assertRaisesRegex(hearsay.InputError, "float32"):
+            ht.DecentralizedOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1), peer)
+
+    def test_a_bad_state_dict_is_refused(self):
+        peer = ht.Peer(CONFIG, argv=[], quiet=True, handle_signals=False)
+        model = torch.nn.Linear(8, 4)
+        ht.DecentralizedOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1), peer)
+        with self.assertRaisesRegex(hearsay.InputError, "does not parse|parameters"):
+            peer.load_state_dict({"hearsay_peer": b"\xff\xff\xff garbage"})
+
+
+if __name__ == "__main__":
+    unittest.main()
