@@ -290,7 +290,8 @@ PYBIND11_MODULE(_engine, m) {
       .def_property_readonly("engine_params_address",
                              [](PyPeer& p) { return reinterpret_cast<uintptr_t>(p.peer().engine_params_address()); })
       .def("record_eval", [](PyPeer& p, double acc, double loss) { p.peer().record_eval(acc, loss); })
-      .def("finish", [](PyPeer& p) { p.peer().finish(); })
+      .def("finish", [](PyPeer& p) { p.peer().finish(); }, py::call_guard<py::gil_scoped_release>())
+      .def("close", [](PyPeer& p) { p.peer().close(); }, py::call_guard<py::gil_scoped_release>())
       .def("stop", [](PyPeer& p) { p.peer().stop(); })
       .def("scheduled_lr", [](PyPeer& p) { return p.peer().scheduled_lr(); })
       .def_property_readonly("running", [](PyPeer& p) { return p.peer().running(); })

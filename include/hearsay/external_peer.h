@@ -91,8 +91,11 @@ class ExternalPeer {
   bool eval_due() const { return eval_due_; }
   // The framework's evaluation of the current model on the test set: an eval event.
   void record_eval(double test_acc, double test_loss);
-  // Writes the end event (once); run it when the loop ends.
+  // Writes the end event (once) and closes the peer; run it when the loop ends.
   void finish();
+  // Stops the engine and closes the transport (its links and threads); idempotent. After
+  // it no thread of the engine touches the framework's buffers.
+  void close();
   // Asks the loop to end after the current step (any thread; a signal handler's).
   void stop();
 

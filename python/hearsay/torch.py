@@ -19,6 +19,7 @@ what the configured algorithm calls for and mixes what neighbours sent into the
 parameters; synchronous algorithms average the gradient inside step().
 """
 import argparse
+import atexit
 import json
 import os
 import signal
@@ -70,6 +71,9 @@ class Peer:
                                     self.measure_steps > 0)
         self._finish_hooks = []
         self._batch_rows = None
+        # The transport's threads end before the interpreter tears down (and before torch
+        # frees the buffers they share), also when the script ends without finish().
+        atexit.register(self._engine.close)
         if handle_signals:
             self._handle_signals()
 
@@ -96,7 +100,12 @@ class Peer:
         self._engine.finish()
 
     def stop(self):
+        """Ends the run after the current step (a signal handler may call it)."""
         self._engine.stop()
+
+    def close(self):
+        """Closes the peer's links (finish() does it too)."""
+        self._engine.close()
 
     # --- data: this peer's shard of the config's data, in the native peer's order --
     def next_batch(self, batch=None, device="cpu"):

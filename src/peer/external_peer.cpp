@@ -57,10 +57,8 @@ ExternalPeer::ExternalPeer(const ExternalPeerOptions& o) {
 }
 
 ExternalPeer::~ExternalPeer() {
-  // The engine goes before the transport it listens on; the transport's threads end here.
-  if (engine_) engine_->stop();
-  engine_.reset();
-  if (transport_) transport_->close();
+  close();
+  engine_.reset();  // before the transport it listens on
 }
 
 void ExternalPeer::attach(ExternalModel m) {
@@ -237,8 +235,14 @@ void ExternalPeer::finish() {
   }
   log_->write(end);
   if (progress_) progress_->finish(progress_state_);
-  // Messages already queued still leave; the neighbours see the link close after that.
+  close();
+}
+
+void ExternalPeer::close() {
+  // As hearsay-peer ends: the engine stops waiting, then the transport closes its links
+  // and ends its threads, while the framework's buffers still exist.
   if (engine_) engine_->stop();
+  if (transport_) transport_->close();
 }
 
 void ExternalPeer::stop() {
@@ -272,7 +276,7 @@ std::string ExternalPeer::save_state() const {
   c.set_run(spec_.name);
   c.set_num_params(model_->num_params());
   c.set_step(steps_);
-  save_optimizer_state(optimizer_->save_state(), c);
+  // The optimizer's state is the framework's (torch's state_dict), not in this one.
   const auto sampler = sampler_->state();
   c.set_sampler_epoch(sampler.epoch);
   c.set_sampler_pos(sampler.pos);
@@ -299,7 +303,6 @@ void ExternalPeer::load_state(const std::string& bytes) {
   st.pos = c.sampler_pos();
   st.order.assign(c.sampler_order().begin(), c.sampler_order().end());
   sampler_->restore(st);
-  optimizer_->load_state(load_optimizer_state(c, where), where);
   if (engine_) engine_->load_state(c);
   steps_ = c.step();
   log_->write(log_->event("resume").add("step", steps_).add("path", std::string("state_dict")).add("their_wall_s", c.wall_s()));
