@@ -67,6 +67,18 @@ def worker(args):
         return r
 
     inner.step = timed_step
+    # The same loop in plain torch first (both peers at once, so under the same
+    # contention): what a step costs without hearsay.
+    plain = []
+    for _ in range(args.plain_steps + 3):
+        t0 = time.perf_counter()
+        x, y = peer.next_batch()
+        inner.zero_grad()
+        logits = model(x)
+        F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1)).backward()
+        inner.step()
+        plain.append(time.perf_counter() - t0)
+    plain = plain[3:]
     opt = ht.DecentralizedOptimizer(model, inner, peer)
     n = sum(p.numel() for p in model.parameters())
     rows = []
@@ -86,10 +98,14 @@ def worker(args):
     rows = rows[3:]  # warm-up
     med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
     share = statistics.median(r["engine_s"] / r["step_s"] for r in rows)
+    mean_share = sum(r["engine_s"] for r in rows) / sum(r["step_s"] for r in rows)
     print(json.dumps({"bench": "torch_overhead", "model": args.model, "params": n, "algorithm": peer.algorithm,
                       "peer": peer.name, "steps": len(rows), "step_s_median": round(med["step_s"], 5),
                       "torch_s_median": round(med["torch_s"], 5), "engine_s_median": round(med["engine_s"], 5),
-                      "engine_share_median": round(share, 4), "bytes_sent": peer.bytes_sent}), flush=True)
+                      "engine_share_median": round(share, 4), "engine_share_of_total": round(mean_share, 4),
+                      "plain_torch_step_s_median": round(statistics.median(plain), 5),
+                      "step_vs_plain_torch": round(med["step_s"] / statistics.median(plain), 4),
+                      "bytes_sent": peer.bytes_sent}), flush=True)
 
 
 def main():
@@ -97,6 +113,7 @@ def main():
     ap.add_argument("--model", choices=sorted(MODELS), default="gpt-10m")
     ap.add_argument("--algorithm", default="adpsgd")
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--plain-steps", type=int, default=10, help="plain torch steps first, the baseline")
     ap.add_argument("--port", type=int, default=17461)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--config", help=argparse.SUPPRESS)
@@ -107,7 +124,8 @@ def main():
     with tempfile.NamedTemporaryFile("w", suffix=".textproto", delete=False) as f:
         f.write(config(args.model, args.algorithm, args.steps + 3, args.port))
     env = dict(os.environ, HEARSAY_SECRET=os.environ.get("HEARSAY_SECRET", "torch-overhead-bench-secret"))
-    procs = [subprocess.Popen([sys.executable, __file__, "--worker", "--config", f.name, "--peer", p, "--model", args.model],
+    procs = [subprocess.Popen([sys.executable, __file__, "--worker", "--config", f.name, "--peer", p, "--model", args.model,
+                              "--plain-steps", str(args.plain_steps)],
                               env=env) for p in ("a", "b")]
     codes = [p.wait() for p in procs]
     os.unlink(f.name)

@@ -52,12 +52,6 @@ std::vector<Fragment> fragments_of(const Trainable& model, int p) {
   return out;
 }
 
-std::vector<float> gather(const std::vector<float>& v, const Fragment& f) {
-  std::vector<float> out;
-  for (const auto& [at, n] : f) out.insert(out.end(), v.begin() + static_cast<long>(at), v.begin() + static_cast<long>(at + n));
-  return out;
-}
-
 class StreamingDiloco final : public Algorithm {
  public:
   explicit StreamingDiloco(const algorithms::StreamingDilocoOptions& o, const MixerSpec& mixer)
