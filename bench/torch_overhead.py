@@ -102,6 +102,8 @@ def worker(args):
     print(json.dumps({"bench": "torch_overhead", "model": args.model, "params": n, "algorithm": peer.algorithm,
                       "peer": peer.name, "steps": len(rows), "step_s_median": round(med["step_s"], 5),
                       "torch_s_median": round(med["torch_s"], 5), "engine_s_median": round(med["engine_s"], 5),
+                      "engine_s_p90": round(sorted(r["engine_s"] for r in rows)[int(0.9 * (len(rows) - 1))], 5),
+                      "engine_s_max": round(max(r["engine_s"] for r in rows), 5),
                       "engine_share_median": round(share, 4), "engine_share_of_total": round(mean_share, 4),
                       "plain_torch_step_s_median": round(statistics.median(plain), 5),
                       "step_vs_plain_torch": round(med["step_s"] / statistics.median(plain), 4),

@@ -148,6 +148,10 @@ class Backend {
                             const AdamWParams& p, int64_t t) = 0;
 };
 
+// Sum of squares of n floats in host memory, in double: the CPU backend's sum_squares,
+// and what the engine measures received updates and its own gradient with.
+double host_sum_squares(const float* x, size_t n);
+
 // Creates the backend a device string names: "cpu" or "cuda:N". `threads` is the CPU
 // backend's BLAS thread count. Throws InputError for an unknown or unavailable device.
 std::unique_ptr<Backend> create_backend(const std::string& device, int threads = 1);

@@ -251,6 +251,8 @@ class GossipEngine {
   std::vector<Message> screen(std::vector<Message> arrivals);
   // device_dst += a * y, y on the host (uploaded through scratch_).
   void axpy_host(double a, const std::vector<float>& y, float* device_dst);
+  // y where the backend reads it: y itself on a host backend, else uploaded to scratch_.
+  const float* on_backend(const std::vector<float>& y);
   void put_on_wire(int to, Message&& m, std::function<void(const SendStatus&)> done);
   // put_on_wire for a device snapshot; false (nothing sent) when the host must encode it.
   bool put_device_on_wire(int to, Message& m, const std::function<void(const SendStatus&)>& done);

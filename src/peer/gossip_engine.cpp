@@ -327,8 +327,7 @@ std::vector<GossipEngine::Message> GossipEngine::screen(std::vector<Message> arr
       ++rejected_;
       continue;
     }
-    double sq = 0;
-    for (float v : m.data) sq += static_cast<double>(v) * v;
+    const double sq = host_sum_squares(m.data.data(), m.data.size());
     if (model_norm < 0 && m.kind != MessageKind::kGradient) {
       double x2 = 0;
 #if HEARSAY_HAVE_CUDA
@@ -338,10 +337,10 @@ std::vector<GossipEngine::Message> GossipEngine::screen(std::vector<Message> arr
         use_cuda_device(cuda_device_);
         x2 = device_sum_squares(model_.params(), model_.num_params());
       } else {
-        for (float v : params_host()) x2 += static_cast<double>(v) * v;
+        x2 = model_.backend().sum_squares(model_.params(), model_.num_params());
       }
 #else
-      for (float v : params_host()) x2 += static_cast<double>(v) * v;
+      x2 = model_.backend().sum_squares(model_.params(), model_.num_params());
 #endif
       model_norm = std::sqrt(x2);
     }
@@ -360,8 +359,7 @@ std::vector<GossipEngine::Message> GossipEngine::screen(std::vector<Message> arr
 }
 
 void GossipEngine::note_own_gradient(const std::vector<float>& g) {
-  double sq = 0;
-  for (float v : g) sq += static_cast<double>(v) * v;
+  const double sq = host_sum_squares(g.data(), g.size());
   const double n = std::sqrt(sq), old = own_grad_norm_.load();
   own_grad_norm_ = old <= 0 ? n : 0.9 * old + 0.1 * n;
 }
@@ -771,9 +769,16 @@ void GossipEngine::set_params_host(const std::vector<float>& p) { model_.set_par
 
 void GossipEngine::mix_params(const std::vector<float>& y, double w) {
   Backend& b = model_.backend();
-  b.upload(scratch_.data(), y.data(), sizeof(float) * y.size());
   b.scale(y.size(), static_cast<float>(1.0 - w), model_.params());
-  b.axpy(y.size(), static_cast<float>(w), scratch_.f32(), model_.params());
+  b.axpy(y.size(), static_cast<float>(w), on_backend(y), model_.params());
+}
+
+const float* GossipEngine::on_backend(const std::vector<float>& y) {
+  // A host backend reads host memory as it is: a copy would cost a pass over the model.
+  Backend& b = model_.backend();
+  if (b.is_host()) return y.data();
+  b.upload(scratch_.data(), y.data(), sizeof(float) * y.size());
+  return scratch_.f32();
 }
 
 void GossipEngine::mix_neighbour_model(int from, const std::vector<float>& y, double w) {
@@ -782,15 +787,19 @@ void GossipEngine::mix_neighbour_model(int from, const std::vector<float>& y, do
 }
 
 void GossipEngine::move_toward_neighbour(int from, const std::vector<float>& base, const std::vector<float>& y, double w) {
-  std::vector<float> diff = spec_.mixer.robust == MixerSpec::Robust::kNone ? y : robust_->target(from, base, y);
-  for (size_t i = 0; i < diff.size(); ++i) diff[i] -= base[i];
+  std::vector<float> diff;
+  if (spec_.mixer.robust == MixerSpec::Robust::kNone) {
+    diff.resize(y.size());
+    for (size_t i = 0; i < diff.size(); ++i) diff[i] = y[i] - base[i];
+  } else {
+    diff = robust_->target(from, base, y);
+    for (size_t i = 0; i < diff.size(); ++i) diff[i] -= base[i];
+  }
   axpy_params(w, diff);
 }
 
 void GossipEngine::axpy_host(double a, const std::vector<float>& y, float* device_dst) {
-  Backend& b = model_.backend();
-  b.upload(scratch_.data(), y.data(), sizeof(float) * y.size());
-  b.axpy(y.size(), static_cast<float>(a), scratch_.f32(), device_dst);
+  model_.backend().axpy(y.size(), static_cast<float>(a), on_backend(y), device_dst);
 }
 
 void GossipEngine::axpy_params(double a, const std::vector<float>& y) { axpy_host(a, y, model_.params()); }

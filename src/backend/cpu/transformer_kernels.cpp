@@ -9,6 +9,7 @@
 #include <string>
 
 #include "fast_math.h"
+#include "hearsay/backend.h"
 #include "hearsay/error.h"
 
 namespace hearsay::cpu {
@@ -230,10 +231,25 @@ void attention_backward(const float* dout, const float* qkv, const float* out, c
   }
 }
 
-double sum_squares(const float* x, size_t n) {
+double sum_squares(const float* x, size_t n) { return ::hearsay::host_sum_squares(x, n); }
+
+}  // namespace hearsay::cpu
+
+namespace hearsay {
+
+double host_sum_squares(const float* x, size_t n) {
+  // Eight independent partial sums, which the compiler turns into vector lanes (one running
+  // sum would make every addition wait for the one before: 4x slower on a model of tens
+  // of megabytes, measured on every arrival). Double, so that 1e8 terms keep their digits.
+  double lanes[8] = {};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) lanes[j] += static_cast<double>(x[i + j]) * x[i + j];
+  }
   double total = 0.0;
-  for (size_t i = 0; i < n; ++i) total += static_cast<double>(x[i]) * x[i];
+  for (; i < n; ++i) total += static_cast<double>(x[i]) * x[i];
+  for (double l : lanes) total += l;
   return total;
 }
 
-}  // namespace hearsay::cpu
+}  // namespace hearsay

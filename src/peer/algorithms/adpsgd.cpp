@@ -43,16 +43,23 @@ class Adpsgd final : public Algorithm {
     e.optimizer().step(e.model().params(), e.model().grads(), lr);
     expire();
     if (step % static_cast<uint64_t>(e.spec().gossip_every) == 0) {
-      std::vector<float> params;
+      std::vector<int> targets;
       for (int t : e.live_targets(static_cast<int64_t>(step))) {
         if (open_.count(t) != 0) t = idle_neighbour(e);  // one open exchange per neighbour
         if (t < 0) continue;
-        // A request stays a host send even on a GPU peer: the model sent is kept, as the
-        // base that complete() measures the reply from (move_toward_neighbour's host
-        // arithmetic, and a robust rule's), so it is downloaded once either way.
-        if (params.empty()) params = e.params_host();
-        open_[t] = {params, Clock::now()};
-        e.send(t, {.kind = MessageKind::kModel, .reply_requested = true}, params);
+        open_[t] = {{}, Clock::now()};  // open now: a later target of this round picks another
+        targets.push_back(t);
+      }
+      // A request stays a host send even on a GPU peer: the model sent is kept, as the
+      // base that complete() measures the reply from (move_toward_neighbour's host
+      // arithmetic, and a robust rule's), so it is downloaded once either way. The last
+      // send takes the download itself (a model is tens of megabytes: no copy to spare).
+      std::vector<float> params;
+      if (!targets.empty()) params = e.params_host();
+      for (size_t i = 0; i < targets.size(); ++i) {
+        open_[targets[i]].sent = params;
+        e.send(targets[i], {.kind = MessageKind::kModel, .reply_requested = true},
+               i + 1 == targets.size() ? std::move(params) : params);
       }
     }
     return s;
