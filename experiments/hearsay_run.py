@@ -369,6 +369,8 @@ def main():
         print(f"hearsay-run: error: {args.config}: cluster.peers lists {len(p['peers'])} peer(s); "
               "hearsay-run runs clusters (use hearsay-peer for one)", file=sys.stderr)
         return 2
+    for point in p["points"]:
+        program_cmd(args, point.get("program", ""))  # a missing program stops here, before any run
     if args.print_commands:
         print_commands(args, p)
         return 0

@@ -1,5 +1,6 @@
 """hearsay.torch: bad input raises a Python exception that says what and where; no crash."""
 import os
+import subprocess
 import tempfile
 import unittest
 
@@ -41,6 +42,18 @@ class Errors(unittest.TestCase):
                      '  peers { name: "a" address: "127.0.0.1:17455" }\n  peers { name: "b" address: "127.0.0.1:17456" }\n}\n')
         with self.assertRaisesRegex(hearsay.InputError, "--peer 'zz': no such peer"):
             ht.Peer(path, name="zz", argv=[], handle_signals=False)
+
+    def test_hearsay_run_refuses_a_missing_program_before_any_run(self):
+        root = os.path.dirname(os.path.dirname(HERE))
+        bin_dir = os.environ.get("HEARSAY_BIN_DIR", os.path.join(root, "build", "bin"))
+        out = tempfile.mkdtemp()
+        r = subprocess.run([os.path.join(bin_dir, "hearsay-run"), os.path.join(root, "configs", "torch-fmnist.textproto"),
+                            "--out-dir", out, "--set", 'program: "no/such/script.py"'], capture_output=True, text=True,
+                           timeout=60, cwd=root)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("program 'no/such/script.py': no such file", r.stderr)
+        self.assertEqual(os.listdir(out), [])
+        os.rmdir(out)
 
     def test_an_exception_in_the_optimizer_comes_back_as_itself(self):
         peer = ht.Peer(CONFIG, argv=[], quiet=True, handle_signals=False)

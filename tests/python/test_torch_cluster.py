@@ -5,6 +5,7 @@ One hearsay-run of tests/python/torch-fmnist.textproto (its runs are listed ther
 import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,6 +30,10 @@ class TorchCluster(unittest.TestCase):
         for path in glob.glob(os.path.join(cls.out, "*", "p*", "summary.json")):
             with open(path) as f:
                 cls.runs[int(os.path.basename(os.path.dirname(path))[1:4])] = json.load(f)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.out, ignore_errors=True)
 
     def test_every_run_ended_with_every_peer(self):
         self.assertEqual(sorted(self.runs), [0, 1, 2])
