@@ -4,6 +4,7 @@
 // runs the torch optimizer. Engine work runs with the GIL released; the optimizer callback
 // takes it back on the same thread.
 #include <poll.h>
+#include <csignal>
 #include <unistd.h>
 
 #include <atomic>
@@ -35,6 +36,10 @@ struct PythonRaised : std::runtime_error {
   PythonRaised() : std::runtime_error("the optimizer step raised a Python exception") {}
 };
 
+// The most samples one batch call returns (an argument from Python, bounded before it
+// sizes an allocation).
+constexpr int kMaxBatch = 1 << 20;
+
 class PyPeer {
  public:
   PyPeer(const std::string& config, const std::string& name, const std::string& log, const std::vector<std::string>& sets,
@@ -56,7 +61,7 @@ class PyPeer {
   }
 
   void attach(uintptr_t params, uintptr_t grads, size_t n, const std::vector<py::tuple>& views, const std::string& device,
-              const std::string& description, py::function optimizer_step) {
+              const std::string& description, py::function optimizer_step, bool join) {
     hearsay::ExternalModel m;
     m.params = reinterpret_cast<float*>(params);
     m.grads = reinterpret_cast<float*>(grads);
@@ -64,8 +69,12 @@ class PyPeer {
     m.device = device;
     m.description = description;
     for (const py::tuple& t : views) {
-      if (t.size() != 4) throw hearsay::InputError("attach: a view is (name, offset, size, shape)");
-      m.views.push_back({t[0].cast<std::string>(), t[1].cast<size_t>(), t[2].cast<size_t>(), t[3].cast<std::vector<int>>()});
+      try {
+        if (t.size() != 4) throw py::cast_error();
+        m.views.push_back({t[0].cast<std::string>(), t[1].cast<size_t>(), t[2].cast<size_t>(), t[3].cast<std::vector<int>>()});
+      } catch (const py::cast_error&) {
+        throw hearsay::InputError("attach: view " + std::to_string(m.views.size()) + " is not (name, offset, size, [dims])");
+      }
     }
     optimizer_step_ = std::move(optimizer_step);
     m.optimizer_step = [this](float lr) {
@@ -78,7 +87,7 @@ class PyPeer {
       }
     };
     py::gil_scoped_release release;
-    peer_->attach(std::move(m));
+    peer_->attach(std::move(m), join);
   }
 
   void step(double loss_sum, int64_t correct, int64_t count, float lr) {
@@ -95,6 +104,11 @@ class PyPeer {
   // The next minibatch of the shard: (x float32 [b, dim] or int32 [b, context], y int32).
   py::tuple next_batch(int batch) {
     const auto& train = peer_->data().train;
+    // Checked before anything is allocated for it.
+    if (batch < 1 || batch > kMaxBatch) {
+      throw hearsay::InputError("next_batch: a batch of " + std::to_string(batch) + " samples (1 to " +
+                                std::to_string(kMaxBatch) + ")");
+    }
     if (train.is_text()) {
       py::array_t<int32_t> x({batch, train.context}), y({batch, train.context});
       peer_->next_batch(batch, nullptr, x.mutable_data(), y.mutable_data());
@@ -109,7 +123,7 @@ class PyPeer {
   // Test samples [start, start + n) (fewer at the end), as next_batch shapes them.
   py::tuple test_batch(int64_t start, int n) {
     const auto& test = peer_->data().test;
-    if (start < 0 || start >= test.size || n < 1) {
+    if (start < 0 || start >= test.size || n < 1 || n > kMaxBatch) {
       throw hearsay::InputError("test_batch: start " + std::to_string(start) + " is outside the " + std::to_string(test.size) +
                                 " test samples");
     }
@@ -167,8 +181,13 @@ class PyPeer {
       while (watching_) {
         pollfd p{fd, POLLIN, 0};
         if (::poll(&p, 1, 100) > 0 && (p.revents & POLLIN)) {
-          char buf[64];
-          if (::read(fd, buf, sizeof buf) > 0) peer_->stop();
+          // Python writes each signal's number: only SIGTERM and SIGINT end the run (a
+          // DataLoader's SIGCHLD must not).
+          unsigned char buf[64];
+          const ssize_t n = ::read(fd, buf, sizeof buf);
+          for (ssize_t i = 0; i < n; ++i) {
+            if (buf[i] == SIGTERM || buf[i] == SIGINT) peer_->stop();
+          }
         }
       }
     });
@@ -275,7 +294,7 @@ PYBIND11_MODULE(_engine, m) {
            py::arg("config"), py::arg("name") = "", py::arg("log") = "", py::arg("sets") = std::vector<std::string>{},
            py::arg("quiet") = false, py::arg("alone") = false)
       .def("attach", &PyPeer::attach, py::arg("params"), py::arg("grads"), py::arg("n"), py::arg("views"), py::arg("device"),
-           py::arg("description"), py::arg("optimizer_step"))
+           py::arg("description"), py::arg("optimizer_step"), py::arg("join") = true)
       .def("step", &PyPeer::step, py::arg("loss_sum"), py::arg("correct"), py::arg("count"), py::arg("lr"))
       .def("next_batch", &PyPeer::next_batch, py::arg("batch"))
       .def("test_batch", &PyPeer::test_batch, py::arg("start"), py::arg("n"))
@@ -292,6 +311,7 @@ PYBIND11_MODULE(_engine, m) {
       .def("record_eval", [](PyPeer& p, double acc, double loss) { p.peer().record_eval(acc, loss); })
       .def("finish", [](PyPeer& p) { p.peer().finish(); }, py::call_guard<py::gil_scoped_release>())
       .def("close", [](PyPeer& p) { p.peer().close(); }, py::call_guard<py::gil_scoped_release>())
+      .def("synchronize", [](PyPeer& p) { p.peer().synchronize(); }, py::call_guard<py::gil_scoped_release>())
       .def("stop", [](PyPeer& p) { p.peer().stop(); })
       .def("scheduled_lr", [](PyPeer& p) { return p.peer().scheduled_lr(); })
       .def_property_readonly("running", [](PyPeer& p) { return p.peer().running(); })
@@ -315,6 +335,7 @@ PYBIND11_MODULE(_engine, m) {
       .def_property_readonly("shard_size", [](PyPeer& p) { return p.peer().data().train.size / p.peer().spec().num_shards; })
       .def_property_readonly("checkpoint_dir", [](PyPeer& p) { return p.peer().spec().checkpoint_dir; })
       .def_property_readonly("checkpoint_every_steps", [](PyPeer& p) { return p.peer().spec().checkpoint_every_steps; })
+      .def_property_readonly("resume", [](PyPeer& p) { return p.peer().spec().resume; })
       .def_property_readonly("model_config", [](PyPeer& p) { return model_dict(p.peer().spec().model); })
       .def_property_readonly("optim_config",
                              [](PyPeer& p) { return optim_dict(p.peer().spec().optimizer, p.peer().spec().schedule); });

@@ -74,10 +74,11 @@ class ExternalPeer {
   ExternalPeer(const ExternalPeer&) = delete;
   ExternalPeer& operator=(const ExternalPeer&) = delete;
 
-  // Hands the model to the engine and writes the start event; an asynchronous peer then
-  // asks a neighbour for its model (a late joiner's start), which overwrites the buffer.
-  // Once only. Throws InputError when the model does not fit (sizes, views, device).
-  void attach(ExternalModel model);
+  // Hands the model to the engine and writes the start event; with `join`, an
+  // asynchronous peer then asks a neighbour for its model (a late joiner's start), which
+  // overwrites the buffer (a peer about to resume from a checkpoint does not). Once only.
+  // Throws InputError when the model does not fit (sizes, views, device).
+  void attach(ExternalModel model, bool join = true);
   bool attached() const { return model_ != nullptr; }
 
   // One step: the gradient of the batch is in the gradient buffer. Runs the algorithm
@@ -96,6 +97,10 @@ class ExternalPeer {
   // Stops the engine and closes the transport (its links and threads); idempotent. After
   // it no thread of the engine touches the framework's buffers.
   void close();
+  // Waits for what the engine queued on the model's device (a CUDA backend runs on its own
+  // stream, which the framework's does not wait for). Every call that hands the buffers
+  // back to the framework ends with it.
+  void synchronize();
   // Asks the loop to end after the current step (any thread; a signal handler's).
   void stop();
 
@@ -135,6 +140,8 @@ class ExternalPeer {
   const float* engine_params_address() const;
 
  private:
+  // step() after its checks; a failure part-way marks the peer broken.
+  void run_step(const ExternalStepStats& stats, float lr);
   // Seconds since the last step returned (or attach): the framework's compute.
   double framework_compute_s() const;
   void check_attached(const char* what) const;
@@ -163,6 +170,7 @@ class ExternalPeer {
   bool eval_due_ = false;
   bool evaluated_last_ = false;  // an eval event for the current step count
   bool finished_ = false;
+  bool broken_ = false;  // a step failed part-way: the algorithm's state is not to be trusted
   std::optional<double> time_to_target_s_;
   uint64_t bytes_to_target_ = 0;
   double next_eval_s_ = 0;

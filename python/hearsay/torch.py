@@ -26,6 +26,7 @@ import signal
 import statistics
 import sys
 import time
+import weakref
 
 import torch
 
@@ -37,7 +38,7 @@ __all__ = ["Peer", "DecentralizedOptimizer", "InputError"]
 
 def _command_line(argv):
     """hearsay-peer's options, where the script was given them; the script's own stay its own."""
-    ap = argparse.ArgumentParser(add_help=False)
+    ap = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     ap.add_argument("--config")
     ap.add_argument("--peer")
     ap.add_argument("--log")
@@ -129,9 +130,11 @@ class Peer:
             yield x.to(device), torch.from_numpy(y).long().to(device)
 
     @torch.no_grad()
-    def evaluate(self, model, device="cpu", log=True):
+    def evaluate(self, model, device=None, log=True):
         """Accuracy and mean cross-entropy of `model`'s logits on the test set (per token
-        for text), written as an eval event unless log=False. Returns (acc, loss)."""
+        for text), written as an eval event unless log=False. Returns (acc, loss). The
+        batches go to `device`, by default the model's."""
+        device = device or next(model.parameters()).device
         was_training = model.training
         model.eval()
         loss_sum, correct, count = 0.0, 0, 0
@@ -152,9 +155,18 @@ class Peer:
         """An eval event for the model as it is after the last step."""
         self._engine.record_eval(float(test_acc), float(test_loss))
 
+    # Events the engine writes itself, from what it tracks (an eval also decides the time to
+    # target and the end event's accuracy): a script writes them through the engine.
+    _ENGINE_EVENTS = {"start": "the engine writes it at attach", "step": "opt.step() writes it",
+                      "end": "peer.finish() writes it", "gossip": "the engine writes it", "resume": "load_state_dict() writes it",
+                      "eval": "use peer.log_eval(acc, loss) or peer.evaluate(model)"}
+
     def log(self, event, **fields):
-        """Writes an event of the log's schema (docs/LOGS.md), e.g. peer.log("eval", ...);
-        a field the schema does not have, or of another type, raises InputError."""
+        """Writes an event of the log's schema (docs/LOGS.md), e.g. peer.log("checkpoint",
+        step=..., path=..., write_s=...); a field the schema does not have, or of another
+        type, raises InputError, as do the events the engine writes itself."""
+        if event in self._ENGINE_EVENTS:
+            raise InputError(f"log(): '{event}' events are the engine's: {self._ENGINE_EVENTS[event]}")
         self._engine.log_event(event, fields)
 
     def native_initial_params(self):
@@ -191,6 +203,7 @@ class Peer:
     optim_config = property(lambda self: self._engine.optim_config)
     checkpoint_dir = property(lambda self: self._engine.checkpoint_dir)
     checkpoint_every_steps = property(lambda self: self._engine.checkpoint_every_steps)
+    resume = property(lambda self: self._engine.resume)
 
     def _handle_signals(self):
         # SIGTERM (hearsay-run, Slurm) and SIGINT end the run after the current step, with
@@ -258,11 +271,16 @@ class DecentralizedOptimizer:
         if device != "cpu" and not _engine.with_cuda:
             raise InputError(f"DecentralizedOptimizer: the model is on {device} but this hearsay was built without CUDA")
         self._lr_given = None
-        peer._engine.attach(self.flat_params.data_ptr(), self.flat_grads.data_ptr(), n, views, device,
-                            f"torch {type(model).__name__} ({n} parameters)", self._optimizer_step)
         self._step_times, self._last_step = [], None
         self._checkpoint_path = (os.path.join(peer.checkpoint_dir, peer.name + ".pt") if peer.checkpoint_dir else None)
-        if self._checkpoint_path and os.path.exists(self._checkpoint_path):
+        resuming = bool(self._checkpoint_path and peer.resume and os.path.exists(self._checkpoint_path))
+        # The engine holds the callback, and the optimizer the peer: a weak reference keeps
+        # the two from holding each other forever.
+        this = weakref.ref(self)
+        peer._engine.attach(self.flat_params.data_ptr(), self.flat_grads.data_ptr(), n, views, device,
+                            f"torch {type(model).__name__} ({n} parameters)", lambda lr: this()._optimizer_step(lr),
+                            join=not resuming)  # a resumed peer goes on from its own state
+        if resuming:
             self.load_state_dict(torch.load(self._checkpoint_path, map_location=self.device))
         peer._finish_hooks.append(self._save_checkpoint)
 
@@ -283,7 +301,9 @@ class DecentralizedOptimizer:
         if self.lr_from_config:
             for g in self.optimizer.param_groups:
                 g["lr"] = self.peer.lr
-        lr = float(self.optimizer.param_groups[0]["lr"])
+        # The rate the engine scales: the first group's that is not zero (a frozen group
+        # listed first must not hide the algorithm's scaling from the others).
+        lr = next((float(g["lr"]) for g in self.optimizer.param_groups if g["lr"] > 0), 0.0)
         self._lr_given = lr
         count = int(count if count is not None else (self.peer._batch_rows or self.peer.batch_size))
         loss_sum = float(loss) * count if loss is not None else 0.0
@@ -298,8 +318,12 @@ class DecentralizedOptimizer:
 
     def _adopt_grads(self):
         # A gradient torch replaced (zero_grad(set_to_none=True), or assigned) goes back into
-        # the shared buffer; a missing one is zero.
+        # the shared buffer; a missing one is zero. A parameter moved out of the buffer
+        # (model.to(), .half(), an assignment) would train apart from the engine: refused.
         for p, offset, k in self._params:
+            if p.data_ptr() != self.flat_params[offset:offset + k].data_ptr():
+                raise InputError("DecentralizedOptimizer: a parameter no longer lives in the shared buffer (moved by "
+                                 ".to(), .half() or an assignment?); move the model before wrapping its optimizer")
             view = self.flat_grads[offset:offset + k]
             if p.grad is None:
                 view.zero_()
@@ -314,7 +338,7 @@ class DecentralizedOptimizer:
         # scaling, gossip_grad's staleness scale): torch's groups follow it for this step.
         ratio = lr / self._lr_given if self._lr_given else 1.0
         saved = None
-        if ratio != 1.0:
+        if abs(ratio - 1.0) > 1e-6:  # the engine's rate is float32: equal within its rounding
             saved = [g["lr"] for g in self.optimizer.param_groups]
             for g in self.optimizer.param_groups:
                 g["lr"] = g["lr"] * ratio
@@ -352,6 +376,8 @@ class DecentralizedOptimizer:
         if not self._checkpoint_path:
             return
         os.makedirs(os.path.dirname(self._checkpoint_path) or ".", exist_ok=True)
+        t0 = time.perf_counter()
         tmp = self._checkpoint_path + ".tmp"
         torch.save(self.state_dict(), tmp)
         os.replace(tmp, self._checkpoint_path)
+        self.peer.log("checkpoint", step=self.peer.steps, path=self._checkpoint_path, write_s=time.perf_counter() - t0)

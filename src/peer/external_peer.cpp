@@ -61,7 +61,7 @@ ExternalPeer::~ExternalPeer() {
   engine_.reset();  // before the transport it listens on
 }
 
-void ExternalPeer::attach(ExternalModel m) {
+void ExternalPeer::attach(ExternalModel m, bool join) {
   if (model_) throw InputError("peer " + spec_.name + ": a model is attached already (one model per peer)");
   if (!m.optimizer_step) throw InputError("peer " + spec_.name + ": the model has no optimizer step");
   backend_ = create_backend(m.device, spec_.threads);
@@ -92,8 +92,13 @@ void ExternalPeer::attach(ExternalModel m) {
                   .add("target_test_acc", spec_.train.target_test_acc)
                   .add("seed", static_cast<int64_t>(spec_.seed))
                   .add("unix_time", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()));
-  if (engine_ && network_.join) engine_->join();
+  if (engine_ && join) engine_->join();
+  synchronize();
   last_return_ = std::chrono::steady_clock::now();
+}
+
+void ExternalPeer::synchronize() {
+  if (backend_) backend_->synchronize();
 }
 
 void ExternalPeer::check_attached(const char* what) const {
@@ -107,6 +112,24 @@ double ExternalPeer::framework_compute_s() const {
 void ExternalPeer::step(const ExternalStepStats& stats, float lr) {
   check_attached("a step");
   if (finished_) throw InputError("peer " + spec_.name + ": a step after finish()");
+  if (broken_) {
+    throw InputError("peer " + spec_.name + ": an earlier step failed part-way (step " + std::to_string(steps_) +
+                     "); the algorithm's state is not consistent, so this peer takes no more steps");
+  }
+  if (stats.count < 1 || stats.count > (int64_t{1} << 30)) {
+    throw InputError("peer " + spec_.name + ": a step over " + std::to_string(stats.count) + " samples (count must be >= 1)");
+  }
+  try {
+    run_step(stats, lr);
+  } catch (const StopRequested&) {
+    throw;
+  } catch (...) {
+    broken_ = true;
+    throw;
+  }
+}
+
+void ExternalPeer::run_step(const ExternalStepStats& stats, float lr) {
   const double framework_s = framework_compute_s();
   const auto t0 = std::chrono::steady_clock::now();
   auto* model = static_cast<ExternalTrainable*>(model_.get());
@@ -117,6 +140,8 @@ void ExternalPeer::step(const ExternalStepStats& stats, float lr) {
       s = engine_->step(Batch{nullptr, nullptr, static_cast<int>(stats.count)}, lr);
     } catch (const StopRequested&) {
       stop_ = true;  // stopped mid-round: the loop ends and finish() writes the end event
+      eval_due_ = false;
+      synchronize();
       last_return_ = std::chrono::steady_clock::now();
       return;
     }
@@ -183,6 +208,7 @@ void ExternalPeer::step(const ExternalStepStats& stats, float lr) {
   }
   eval_due_ = eval_due_ || steps_ == total_steps_;
   if (!eval_due_ && progress_) progress_->update(progress_state_);
+  synchronize();
   last_return_ = std::chrono::steady_clock::now();
 }
 
@@ -298,13 +324,15 @@ void ExternalPeer::load_state(const std::string& bytes) {
                      std::to_string(model_->num_params()));
   }
   if (c.step() < 0) throw InputError(where + ": a negative step count");
+  // The engine's part first: what is most likely not to fit throws before anything changed.
+  if (engine_) engine_->load_state(c);
   BatchSampler::State st;
   st.epoch = c.sampler_epoch();
   st.pos = c.sampler_pos();
   st.order.assign(c.sampler_order().begin(), c.sampler_order().end());
   sampler_->restore(st);
-  if (engine_) engine_->load_state(c);
   steps_ = c.step();
+  synchronize();
   log_->write(log_->event("resume").add("step", steps_).add("path", std::string("state_dict")).add("their_wall_s", c.wall_s()));
 }
 
@@ -333,6 +361,7 @@ void ExternalPeer::engine_write_params(const std::vector<float>& params) {
                      std::to_string(model_->num_params()) + " parameters");
   }
   model_->set_params(params);
+  synchronize();
 }
 
 const float* ExternalPeer::engine_params_address() const {

@@ -68,6 +68,9 @@ class Errors(unittest.TestCase):
         torch.nn.functional.cross_entropy(model(x), y).backward()
         with self.assertRaisesRegex(ArithmeticError, "the optimizer broke"):
             opt.step()
+        # The algorithm stopped part-way: the peer takes no more steps, and says why.
+        with self.assertRaisesRegex(hearsay.InputError, "failed part-way"):
+            opt.step()
 
     def test_a_model_in_half_precision_is_refused(self):
         peer = ht.Peer(CONFIG, argv=[], quiet=True, handle_signals=False)

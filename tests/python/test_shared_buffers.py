@@ -96,11 +96,38 @@ class SharedBuffers(unittest.TestCase):
 
     def test_log_writes_schema_events_and_refuses_others(self):
         peer, model, opt = make()
-        peer.log("eval", step=0, epoch=0.0, test_acc=0.5, test_loss=1.0, eval_s=0.1)
+        peer.log("checkpoint", step=0, path="x.pt", write_s=0.1)
         with self.assertRaisesRegex(hearsay.InputError, "no_such_field"):
-            peer.log("eval", step=0, epoch=0.0, test_acc=0.5, test_loss=1.0, eval_s=0.1, no_such_field=1)
+            peer.log("checkpoint", step=0, path="x.pt", write_s=0.1, no_such_field=1)
         with self.assertRaisesRegex(hearsay.InputError, "no_such_event"):
             peer.log("no_such_event")
+        # The engine's own events go through the engine, which tracks what they say.
+        with self.assertRaisesRegex(hearsay.InputError, "log_eval"):
+            peer.log("eval", step=0, epoch=0.0, test_acc=0.5, test_loss=1.0, eval_s=0.1)
+
+    def test_a_parameter_moved_out_of_the_buffer_is_refused(self):
+        peer, model, opt = make()
+        model[0].weight.data = model[0].weight.data.clone()
+        opt.zero_grad()
+        with self.assertRaisesRegex(hearsay.InputError, "no longer lives in the shared buffer"):
+            opt.step(backward(peer, model))
+
+    def test_checkpoint_dir_saves_and_a_new_peer_resumes(self):
+        import tempfile
+        d = tempfile.mkdtemp()
+        sets = ['checkpoint { dir: "%s" every_steps: 2 }' % d]
+        peer = ht.Peer(CONFIG, argv=[], quiet=True, handle_signals=False, sets=sets)
+        model = torch.nn.Linear(8, 4)
+        opt = ht.DecentralizedOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1), peer)
+        for _ in range(5):
+            opt.zero_grad()
+            opt.step(backward(peer, model))
+        peer.finish()  # writes the last checkpoint
+        peer2 = ht.Peer(CONFIG, argv=[], quiet=True, handle_signals=False, sets=sets)
+        model2 = torch.nn.Linear(8, 4)
+        opt2 = ht.DecentralizedOptimizer(model2, torch.optim.SGD(model2.parameters(), lr=0.1), peer2)
+        self.assertEqual(peer2.steps, 5)
+        self.assertTrue(torch.equal(opt2.flat_params, opt.flat_params))
 
 
 if __name__ == "__main__":

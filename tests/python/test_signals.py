@@ -1,0 +1,82 @@
+"""A torch peer stopped by SIGTERM while its step waits for a synchronous round ends the
+run (with its end event) at once, as hearsay-peer does; hearsay-run relies on it."""
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+BIN = os.environ.get("HEARSAY_BIN_DIR", os.path.join(ROOT, "build", "bin"))
+
+CONFIG = '''name: "torch-signals"
+model { kind: MLP hidden: [16] }
+data { format: SYNTHETIC synthetic_train: 4096 synthetic_test: 256 synthetic_dim: 8 num_classes: 4 }
+optim { optimizer: "sgd" lr: 0.05 }
+train { batch_size: 16 max_steps: 1000000 epochs: 0 eval_every_steps: 1000000 }
+log { every_steps: 1 }
+cluster {
+  id: "torch-signals"
+  secret_env: "HEARSAY_SECRET"
+  peers { name: "a" address: "127.0.0.1:17457" }
+  peers { name: "b" address: "127.0.0.1:17458" }
+  gossip { algorithm: "allreduce" sync_timeout_s: 120 }
+}
+'''
+
+
+def events(path):
+    try:
+        with open(path) as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
+class Signals(unittest.TestCase):
+    def test_sigterm_ends_a_step_waiting_for_a_synchronous_round(self):
+        d = tempfile.mkdtemp()
+        config = os.path.join(d, "c.textproto")
+        with open(config, "w") as f:
+            f.write(CONFIG)
+        env = dict(os.environ, HEARSAY_SECRET="a-test-secret-of-enough-bytes")
+        log_a, log_b = os.path.join(d, "a.jsonl"), os.path.join(d, "b.jsonl")
+        native = subprocess.Popen([os.path.join(BIN, "hearsay-peer"), "--config", config, "--peer", "b", "--quiet",
+                                   "--log", log_b], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        torch_peer = subprocess.Popen([os.path.join(BIN, "hearsay-python"), os.path.join(ROOT, "examples", "torch", "fmnist.py"),
+                                       "--config", config, "--peer", "a", "--quiet", "--log", log_a], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            while not any(e["event"] == "step" and e["step"] >= 5 for e in events(log_a)):
+                self.assertLess(time.monotonic(), deadline, "the torch peer never stepped")
+                self.assertIsNone(torch_peer.poll(), torch_peer.stderr.read() if torch_peer.poll() is not None else "")
+                time.sleep(0.1)
+            native.send_signal(signal.SIGSTOP)  # the round's other half never comes
+            time.sleep(1.0)
+            steps_before = max(e["step"] for e in events(log_a) if e["event"] == "step")
+            time.sleep(1.0)
+            steps_after = max(e["step"] for e in events(log_a) if e["event"] == "step")
+            self.assertEqual(steps_before, steps_after, "the torch peer kept stepping without its neighbour")
+            t0 = time.monotonic()
+            torch_peer.send_signal(signal.SIGTERM)
+            out, err = torch_peer.communicate(timeout=30)
+            took = time.monotonic() - t0
+            self.assertEqual(torch_peer.returncode, 0, err)
+            self.assertLess(took, 10, "SIGTERM waited for the synchronous round's timeout")
+            end = [e for e in events(log_a) if e["event"] == "end"]
+            self.assertEqual(len(end), 1)
+            self.assertEqual(end[0]["steps"], steps_after)
+        finally:
+            for p in (torch_peer, native):
+                if p.poll() is None:
+                    p.send_signal(signal.SIGCONT)
+                    p.kill()
+                p.wait()
+
+
+if __name__ == "__main__":
+    unittest.main()
