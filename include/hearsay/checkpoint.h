@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "hearsay/data.h"
 #include "hearsay/optim.h"
 
 namespace hearsay {
@@ -35,5 +36,10 @@ void save_optimizer_state(const OptimizerState& s, ckpt::Checkpoint& c);
 // optimizer is not a registered one, a buffer is named twice, or its bytes are not whole
 // floats. Optimizer::load_state() then checks the name and the lengths against its own.
 OptimizerState load_optimizer_state(const ckpt::Checkpoint& c, const std::string& where);
+
+// The sampler's place in a checkpoint (epoch, position, the epoch's order), and back;
+// BatchSampler::restore() checks it against the shard.
+void save_sampler_state(const BatchSampler::State& s, ckpt::Checkpoint& c);
+BatchSampler::State load_sampler_state(const ckpt::Checkpoint& c);
 
 }  // namespace hearsay

@@ -152,4 +152,19 @@ OptimizerState load_optimizer_state(const ckpt::Checkpoint& c, const std::string
   return s;
 }
 
+void save_sampler_state(const BatchSampler::State& s, ckpt::Checkpoint& c) {
+  c.set_sampler_epoch(s.epoch);
+  c.set_sampler_pos(s.pos);
+  c.clear_sampler_order();
+  for (int64_t i : s.order) c.add_sampler_order(i);
+}
+
+BatchSampler::State load_sampler_state(const ckpt::Checkpoint& c) {
+  BatchSampler::State s;
+  s.epoch = c.sampler_epoch();
+  s.pos = c.sampler_pos();
+  s.order.assign(c.sampler_order().begin(), c.sampler_order().end());
+  return s;
+}
+
 }  // namespace hearsay

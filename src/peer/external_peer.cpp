@@ -303,10 +303,7 @@ std::string ExternalPeer::save_state() const {
   c.set_num_params(model_->num_params());
   c.set_step(steps_);
   // The optimizer's state is the framework's (torch's state_dict), not in this one.
-  const auto sampler = sampler_->state();
-  c.set_sampler_epoch(sampler.epoch);
-  c.set_sampler_pos(sampler.pos);
-  for (int64_t i : sampler.order) c.add_sampler_order(i);
+  save_sampler_state(sampler_->state(), c);
   if (engine_) engine_->save_state(c);
   c.set_wall_s(train_s_);
   std::string out;
@@ -326,11 +323,7 @@ void ExternalPeer::load_state(const std::string& bytes) {
   if (c.step() < 0) throw InputError(where + ": a negative step count");
   // The engine's part first: what is most likely not to fit throws before anything changed.
   if (engine_) engine_->load_state(c);
-  BatchSampler::State st;
-  st.epoch = c.sampler_epoch();
-  st.pos = c.sampler_pos();
-  st.order.assign(c.sampler_order().begin(), c.sampler_order().end());
-  sampler_->restore(st);
+  sampler_->restore(load_sampler_state(c));
   steps_ = c.step();
   synchronize();
   log_->write(log_->event("resume").add("step", steps_).add("path", std::string("state_dict")).add("their_wall_s", c.wall_s()));

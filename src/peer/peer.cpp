@@ -348,10 +348,7 @@ void Peer::save_checkpoint(int64_t step, double wall_s) {
   const auto params = model_->get_params();
   c.set_params(floats_to_bytes(params.data(), params.size()));
   save_optimizer_state(optimizer_->save_state(), c);
-  const auto sampler = sampler_->state();
-  c.set_sampler_epoch(sampler.epoch);
-  c.set_sampler_pos(sampler.pos);
-  for (int64_t i : sampler.order) c.add_sampler_order(i);
+  save_sampler_state(sampler_->state(), c);
   if (engine_) engine_->save_state(c);
   c.set_wall_s(wall_offset_s_ + wall_s);
   write_checkpoint(path, c);
@@ -372,11 +369,7 @@ int64_t Peer::resume() {
   bytes_to_floats(c->params(), params.data(), params.size(), where + ": params");
   model_->set_params(params);
   optimizer_->load_state(load_optimizer_state(*c, where), where);
-  BatchSampler::State st;
-  st.epoch = c->sampler_epoch();
-  st.pos = c->sampler_pos();
-  st.order.assign(c->sampler_order().begin(), c->sampler_order().end());
-  sampler_->restore(st);
+  sampler_->restore(load_sampler_state(*c));
   if (engine_) engine_->load_state(*c);
   wall_offset_s_ = c->wall_s();
   log_.write(log_.event("resume").add("step", c->step()).add("path", path).add("their_wall_s", c->wall_s()));
