@@ -3,6 +3,7 @@
 // and gradients out in flat tensors and hands their addresses here, with a callable that
 // runs the torch optimizer. Engine work runs with the GIL released; the optimizer callback
 // takes it back on the same thread.
+#include <malloc.h>
 #include <poll.h>
 #include <csignal>
 #include <unistd.h>
@@ -277,6 +278,14 @@ py::dict optim_dict(const hearsay::OptimizerSpec& o, const hearsay::LrSchedule& 
 
 PYBIND11_MODULE(_engine, m) {
   m.doc() = "hearsay's engine for Python training loops; use hearsay.torch";
+  // The engine hands whole models around: a 10M-parameter model is a 40 MB vector several
+  // times per exchange. glibc serves blocks above its mmap threshold (32 MB at most) with
+  // fresh mappings that the kernel zeroes on first touch, 30 ms each here, which was most
+  // of the engine's time per step on such a model (docs/BENCHMARKS.md, "The engine's
+  // overhead per step"). Blocks up to 512 MB come from the heap instead, and freed memory
+  // stays with the process (up to its peak) for the next one.
+  mallopt(M_MMAP_THRESHOLD, 512 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
   m.attr("__version__") = HEARSAY_VERSION;
   m.attr("with_cuda") = HEARSAY_HAVE_CUDA != 0;
   static py::exception<hearsay::InputError> input_error(m, "InputError", PyExc_ValueError);
