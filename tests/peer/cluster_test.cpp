@@ -176,13 +176,21 @@ TEST_CASE("cluster: with one peer 10x slower, asynchronous peers keep their pace
   straggler[3] = 100.0;
   for (const std::string algorithm : {"adpsgd", "gossip_grad", "sgp", "allreduce"}) {
     CAPTURE(algorithm);
-    const ClusterResult base_run = cluster(algorithm, 4, c, even);
-    const ClusterResult slow_run = cluster(algorithm, 4, c, straggler);
-    const double before = median_of(fast_rates(base_run, -1));
-    const double after = median_of(fast_rates(slow_run, 3));
-    const double slow = slow_run.peers[3].steps_per_s;
-    MESSAGE(algorithm << ": fast peers " << before << " steps/s alone, " << after << " beside a 10x slower peer (" << slow
-                      << " steps/s): " << after / before);
+    double before = 0, after = 0, slow = 0;
+    // The two runs' rates each vary up to 2x from run to run on a shared 2-core machine
+    // (the same algorithm's baseline measured 773 to 1561 steps/s): an asynchronous
+    // algorithm that falls short is measured once more, the pair afresh. One that waits
+    // for the straggler stays near its 10% however often it is measured.
+    for (int attempt = 0; attempt < 2; ++attempt) {
+      const ClusterResult base_run = cluster(algorithm, 4, c, even);
+      const ClusterResult slow_run = cluster(algorithm, 4, c, straggler);
+      before = median_of(fast_rates(base_run, -1));
+      after = median_of(fast_rates(slow_run, 3));
+      slow = slow_run.peers[3].steps_per_s;
+      MESSAGE(algorithm << ": fast peers " << before << " steps/s alone, " << after << " beside a 10x slower peer (" << slow
+                        << " steps/s): " << after / before);
+      if (algorithm == "allreduce" || after >= 0.85 * before) break;
+    }
     if (algorithm == "allreduce") {
       CHECK(after < 1.5 * slow);  // everyone runs at the straggler's pace
     } else {
