@@ -341,7 +341,7 @@ PYBIND11_MODULE(_engine, m) {
       .def_property_readonly("batch_size", [](PyPeer& p) { return p.peer().spec().train.batch_size; })
       .def_property_readonly("eval_batch_size", [](PyPeer& p) { return p.peer().spec().train.eval_batch_size; })
       .def_property_readonly("test_size", [](PyPeer& p) { return p.peer().data().test.size; })
-      .def_property_readonly("shard_size", [](PyPeer& p) { return p.peer().data().train.size / p.peer().spec().num_shards; })
+      .def_property_readonly("shard_size", [](PyPeer& p) { return p.peer().shard_size(); })
       .def_property_readonly("checkpoint_dir", [](PyPeer& p) { return p.peer().spec().checkpoint_dir; })
       .def_property_readonly("checkpoint_every_steps", [](PyPeer& p) { return p.peer().spec().checkpoint_every_steps; })
       .def_property_readonly("resume", [](PyPeer& p) { return p.peer().spec().resume; })

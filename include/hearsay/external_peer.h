@@ -121,6 +121,7 @@ class ExternalPeer {
   const PeerSpec& spec() const { return spec_; }
   int64_t steps() const { return steps_; }
   int64_t total_steps() const { return total_steps_; }
+  int64_t shard_size() const { return shard_size_; }
   double epochs_done() const;
   // The cluster's peer names (just this one alone), this peer's index, its algorithm.
   const std::vector<std::string>& peers() const { return peers_; }
@@ -164,6 +165,7 @@ class ExternalPeer {
   std::function<void(float)> optimizer_step_;
 
   LrSchedule schedule_;
+  int64_t shard_size_ = 0;  // the samples a step count is planned over (the mean shard in a cluster)
   int64_t total_steps_ = 0;
   int64_t steps_ = 0;
   std::atomic<bool> stop_{false};

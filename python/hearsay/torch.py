@@ -25,6 +25,7 @@ import os
 import signal
 import statistics
 import sys
+import threading
 import time
 import weakref
 
@@ -47,6 +48,14 @@ def _command_line(argv):
     ap.add_argument("--measure-step", type=int, default=0)
     args, _ = ap.parse_known_args(argv)
     return args
+
+
+def _tensors(x, y, device):
+    """A batch from the engine as torch takes it: features float32, token ids and labels int64."""
+    x = torch.from_numpy(x)
+    if x.dtype == torch.int32:
+        x = x.long()
+    return x.to(device), torch.from_numpy(y).long().to(device)
 
 
 class Peer:
@@ -112,22 +121,15 @@ class Peer:
     def next_batch(self, batch=None, device="cpu"):
         """The next minibatch of this peer's shard: x float32 [b, features] (images flat,
         channels last) or int64 token ids [b, context]; y int64 labels [b] or next tokens."""
-        x, y = self._engine.next_batch(batch or self.batch_size)
-        x = torch.from_numpy(x)
-        if x.dtype == torch.int32:
-            x = x.long()
+        x, y = _tensors(*self._engine.next_batch(batch or self.batch_size), device)
         self._batch_rows = int(x.shape[0])
-        return x.to(device), torch.from_numpy(y).long().to(device)
+        return x, y
 
     def test_batches(self, batch=None, device="cpu"):
         """The config's test set (text: validation windows) in batches of eval_batch_size."""
         batch = batch or self._engine.eval_batch_size
         for start in range(0, self._engine.test_size, batch):
-            x, y = self._engine.test_batch(start, batch)
-            x = torch.from_numpy(x)
-            if x.dtype == torch.int32:
-                x = x.long()
-            yield x.to(device), torch.from_numpy(y).long().to(device)
+            yield _tensors(*self._engine.test_batch(start, batch), device)
 
     @torch.no_grad()
     def evaluate(self, model, device=None, log=True):
@@ -209,18 +211,13 @@ class Peer:
         # SIGTERM (hearsay-run, Slurm) and SIGINT end the run after the current step, with
         # its end event. Python runs handlers only between bytecodes; the wakeup fd reaches
         # the engine while a step waits for a synchronous round.
-        if threading_main():
+        if threading.current_thread() is threading.main_thread():  # signal handlers live there
             r, w = os.pipe()
             os.set_blocking(w, False)
             signal.set_wakeup_fd(w)
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: self._engine.stop())
             self._engine.watch_signals(r)
-
-
-def threading_main():
-    import threading
-    return threading.current_thread() is threading.main_thread()
 
 
 class DecentralizedOptimizer:

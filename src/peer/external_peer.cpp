@@ -12,6 +12,7 @@
 #include "../log/event_schema.h"
 #include "../model/external.h"
 #include "../optim/callback_optimizer.h"
+#include "run_plan.h"
 
 namespace hearsay {
 
@@ -36,21 +37,13 @@ ExternalPeer::ExternalPeer(const ExternalPeerOptions& o) {
     spec_ = peer_spec(cfg);
     peers_ = {name};
   }
-  if (spec_.num_shards < 1 || spec_.shard < 0 || spec_.shard >= spec_.num_shards) {
-    throw InputError("peer " + spec_.name + ": shard " + std::to_string(spec_.shard) + " of " +
-                     std::to_string(spec_.num_shards) + " does not exist");
-  }
-  auto shards = shard_indices(spec_.data.train, spec_.num_shards, spec_.partition, spec_.dirichlet_alpha, spec_.seed);
-  // The native peer's sampler and seed: a torch peer sees its shard in the same order.
-  sampler_ = std::make_unique<BatchSampler>(std::move(shards[static_cast<size_t>(spec_.shard)]),
-                                            spec_.seed * 1315423911ULL + static_cast<uint64_t>(spec_.shard));
+  // The native peer's sampler: a torch peer sees its shard in the same order.
+  sampler_ = make_shard_sampler(spec_.data.train, spec_);
 
   const TrainSpec& t = spec_.train;
-  const int64_t shard = in_cluster_ ? spec_.data.train.size / spec_.num_shards : sampler_->shard_size();
-  const double epoch_steps = std::ceil(t.epochs * static_cast<double>(shard) / t.batch_size);
-  if (!(epoch_steps >= 0 && epoch_steps < 1e15)) throw InputError("train.epochs: too many steps");
-  total_steps_ = static_cast<int64_t>(epoch_steps);
-  if (t.max_steps > 0) total_steps_ = t.epochs > 0 ? std::min(total_steps_, t.max_steps) : t.max_steps;
+  // As the native peer: in a cluster every peer takes the steps of the mean shard.
+  shard_size_ = in_cluster_ ? spec_.data.train.size / spec_.num_shards : sampler_->shard_size();
+  total_steps_ = planned_steps(t, shard_size_);
   schedule_ = spec_.schedule;
   schedule_.total_steps = total_steps_;
   next_eval_s_ = t.eval_every_s;
@@ -81,12 +74,11 @@ void ExternalPeer::attach(ExternalModel m, bool join) {
     engine_ = std::make_unique<GossipEngine>(network_.gossip, network_.peers, network_.me, *network_.transport, *model_,
                                              *optimizer_, clock_, *log_, spec_.seed);
   }
-  const int64_t shard = in_cluster_ ? spec_.data.train.size / spec_.num_shards : sampler_->shard_size();
   log_->write(log_->event("start")
                   .add("device", backend_->name())
                   .add("model", description)
                   .add("params", static_cast<int64_t>(m.num_params))
-                  .add("shard_size", shard)
+                  .add("shard_size", shard_size_)
                   .add("batch_size", spec_.train.batch_size)
                   .add("total_steps", total_steps_)
                   .add("target_test_acc", spec_.train.target_test_acc)

@@ -7,6 +7,7 @@
 
 #include "hearsay/checkpoint.h"
 #include "hearsay/error.h"
+#include "run_plan.h"
 
 namespace hearsay {
 
@@ -20,13 +21,7 @@ Peer::Peer(PeerSpec spec, EventLog& log, Progress* progress, const PeerNetwork* 
   model_ = create_model(spec_.model, *backend_, max_batch, init_seed);
   optimizer_ = create_optimizer(*backend_, model_->num_params(), spec_.optimizer);
 
-  if (spec_.num_shards < 1 || spec_.shard < 0 || spec_.shard >= spec_.num_shards) {
-    throw InputError("peer " + spec_.name + ": shard " + std::to_string(spec_.shard) + " of " +
-                     std::to_string(spec_.num_shards) + " does not exist");
-  }
-  auto shards = shard_indices(data_.train, spec_.num_shards, spec_.partition, spec_.dirichlet_alpha, spec_.seed);
-  sampler_ = std::make_unique<BatchSampler>(std::move(shards[static_cast<size_t>(spec_.shard)]),
-                                            spec_.seed * 1315423911ULL + static_cast<uint64_t>(spec_.shard));
+  sampler_ = make_shard_sampler(data_.train, spec_);
 
   if (network != nullptr) {
     network_ = *network;
@@ -140,14 +135,7 @@ TrainResult Peer::run() {
   // In a cluster every peer takes the same number of steps (synchronous algorithms meet
   // every round), sized by the mean shard.
   const int64_t shard = engine_ ? data_.train.size / spec_.num_shards : sampler_->shard_size();
-  const double epoch_steps = std::ceil(t.epochs * static_cast<double>(shard) / batch);
-  if (!(epoch_steps >= 0 && epoch_steps < 1e15)) {
-    // The config's bounds keep this far away; a step count that does not fit would train nothing.
-    throw InputError("train.epochs: " + std::to_string(t.epochs) + " epochs of " + std::to_string(shard) +
-                     " samples in batches of " + std::to_string(batch) + " is too many steps");
-  }
-  int64_t total_steps = static_cast<int64_t>(epoch_steps);
-  if (t.max_steps > 0) total_steps = t.epochs > 0 ? std::min(total_steps, t.max_steps) : t.max_steps;
+  const int64_t total_steps = planned_steps(t, shard);
   LrSchedule schedule = spec_.schedule;
   schedule.total_steps = total_steps;
   const int64_t log_every = spec_.log_every_steps;
