@@ -60,12 +60,9 @@ void layernorm_forward(const float* x, const float* gamma, const float* beta, in
   for (int r = 0; r < rows; ++r) {
     const float* __restrict in = x + static_cast<size_t>(r) * c;
     float* __restrict out = y + static_cast<size_t>(r) * c;
-    float sum = 0.0f;
-    for (int k = 0; k < c; ++k) sum += in[k];
-    const float m = sum / c;
-    float var = 0.0f;
-    for (int k = 0; k < c; ++k) var += (in[k] - m) * (in[k] - m);
-    const float s = 1.0f / std::sqrt(var / c + kLayerNormEps);
+    const float m = lane_sum(c, [in](int k) { return in[k]; }) / c;
+    const float var = lane_sum(c, [in, m](int k) { return (in[k] - m) * (in[k] - m); }) / c;
+    const float s = 1.0f / std::sqrt(var + kLayerNormEps);
     for (int k = 0; k < c; ++k) out[k] = (in[k] - m) * s * gamma[k] + beta[k];
     mean[r] = m;
     rstd[r] = s;
@@ -82,14 +79,8 @@ void layernorm_backward(const float* dy, const float* x, const float* gamma, con
     float* __restrict dxr = dx + static_cast<size_t>(r) * c;
     const float m = mean[r], s = rstd[r];
     // dx = s * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * gamma.
-    float g_mean = 0.0f, g_xhat_mean = 0.0f;
-    for (int k = 0; k < c; ++k) {
-      const float g = d[k] * gamma[k];
-      g_mean += g;
-      g_xhat_mean += g * (in[k] - m) * s;
-    }
-    g_mean /= c;
-    g_xhat_mean /= c;
+    const float g_mean = lane_sum(c, [d, gamma](int k) { return d[k] * gamma[k]; }) / c;
+    const float g_xhat_mean = lane_sum(c, [d, gamma, in, m, s](int k) { return d[k] * gamma[k] * (in[k] - m) * s; }) / c;
     for (int k = 0; k < c; ++k) {
       const float xhat = (in[k] - m) * s;
       dgamma[k] += d[k] * xhat;
@@ -160,13 +151,9 @@ void attention_forward(const float* qkv, int batch, int context, int c, int head
         sgemm(false, true, rows, r1, d, 1.0f, q + static_cast<size_t>(r0) * ld, ld, k, ld, 0.0f, s, t);
         for (int i = r0; i < r1; ++i) {
           float* __restrict row = s + static_cast<size_t>(i - r0) * t;
-          float mx = row[0];
-          for (int j = 1; j <= i; ++j) mx = std::max(mx, row[j]);
-          float sum = 0.0f;
-          for (int j = 0; j <= i; ++j) {
-            row[j] = fast_exp(scale * (row[j] - mx));
-            sum += row[j];
-          }
+          const float mx = lane_max(row, i + 1);
+          for (int j = 0; j <= i; ++j) row[j] = fast_exp(scale * (row[j] - mx));
+          const float sum = lane_sum(i + 1, [row](int j) { return row[j]; });
           l[i] = scale * mx + std::log(sum);
           const float inv = 1.0f / sum;
           for (int j = 0; j <= i; ++j) row[j] *= inv;
@@ -218,8 +205,7 @@ void attention_backward(const float* dout, const float* qkv, const float* out, c
         for (int i = r0; i < r1; ++i) {
           const float* __restrict oi = o + static_cast<size_t>(i) * c;
           const float* __restrict doi = dO + static_cast<size_t>(i) * c;
-          float di = 0.0f;
-          for (int j = 0; j < d; ++j) di += oi[j] * doi[j];
+          const float di = lane_sum(d, [oi, doi](int j) { return oi[j] * doi[j]; });
           float* __restrict dpi = dpb + static_cast<size_t>(i - r0) * t;
           const float* __restrict pi = pb + static_cast<size_t>(i - r0) * t;
           for (int j = 0; j < r1; ++j) dpi[j] = pi[j] * (dpi[j] - di);
