@@ -89,13 +89,25 @@ class StateReader {
 BatchStats local_step(GossipEngine& e, const Batch& batch, float lr);
 // Gradient only (into the model's gradient buffer).
 BatchStats gradient_only(GossipEngine& e, const Batch& batch);
+// The local step of a site that trains as one data-parallel replica (DiLoCo's "replica:
+// site"): the gradient averaged over this peer's site (a ring among its peers, each hop
+// under gossip.codec; never across the WAN), then the optimizer. Every peer of the site
+// ends with the same model bit for bit. Uses the synchronous phases from kSiteStepPhase
+// of round `step`; waits for the site's peers.
+BatchStats site_step(GossipEngine& e, const Batch& batch, float lr, uint64_t step);
+inline constexpr uint32_t kSiteStepPhase = 1u << 20;
+// The options' `replica` field of diloco and streaming_diloco: "peer" or "site".
+void check_replica(const std::string& replica);
+// Whom a collective sums over: every peer, or only this peer's site.
+enum class ReduceScope { kCluster, kSite };
 // Sum of `v` (messages of `kind`) over all peers (collectives.cpp): a ring within one
 // site; with sites, up to each site's leader, a ring among the leaders, and back down.
+// With ReduceScope::kSite, a ring among this peer's site only.
 // With `compressed`, each hop travels under gossip.codec (none, fp16, bf16, int8), else
 // as fp32; every peer ends with bit-identical sums. Uses the synchronous phases phase0 ..
 // phase0 + n + 1 of `round`; waits for the peers.
 std::vector<float> allreduce_sum(GossipEngine& e, MessageKind kind, std::vector<float> v, uint64_t round, uint32_t phase0,
-                                 bool compressed);
+                                 bool compressed, ReduceScope scope = ReduceScope::kCluster);
 // allreduce_sum as an object, so that it can run a piece at a time between training
 // steps (Streaming DiLoCo overlaps it with them): progress() does what the messages
 // that have arrived allow and never waits; finish() waits for the rest and returns the
@@ -103,7 +115,8 @@ std::vector<float> allreduce_sum(GossipEngine& e, MessageKind kind, std::vector<
 class AllReduce {
  public:
   struct Op;
-  AllReduce(GossipEngine& e, MessageKind kind, std::vector<float> v, uint64_t round, uint32_t phase0, bool compressed);
+  AllReduce(GossipEngine& e, MessageKind kind, std::vector<float> v, uint64_t round, uint32_t phase0, bool compressed,
+            ReduceScope scope = ReduceScope::kCluster);
   ~AllReduce();
   AllReduce(const AllReduce&) = delete;
   AllReduce& operator=(const AllReduce&) = delete;

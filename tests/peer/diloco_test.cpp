@@ -93,6 +93,40 @@ TEST_CASE("streaming_diloco: with one fragment, no overlap and alpha 0 it is dil
   }
 }
 
+TEST_CASE("diloco with replica site: between outer steps a site's peers hold the same model bit for bit and the sites "
+          "differ, and after an outer step every peer does") {
+  // H = 4: the outer step falls after steps 3 and 7. After 6 steps each site has taken
+  // two inner steps of its own since; after 8 the outer step has just been applied.
+  for (const char* codec : {"none", "int8"}) {
+    CAPTURE(codec);
+    const ClusterResult mid = run("diloco", "local_steps: 4 replica: \"site\"", 6, codec, {0, 0, 1, 1});
+    REQUIRE(mid.final_params.size() == 4);
+    const size_t n = mid.final_params[0].size();
+    CHECK(same_bits(mid.final_params[0].data(), mid.final_params[1].data(), n));
+    CHECK(same_bits(mid.final_params[2].data(), mid.final_params[3].data(), n));
+    CHECK(!same_bits(mid.final_params[0].data(), mid.final_params[2].data(), n));
+    const ClusterResult end = run("diloco", "local_steps: 4 replica: \"site\"", 8, codec, {0, 0, 1, 1});
+    REQUIRE(end.final_params.size() == 4);
+    for (int i = 1; i < 4; ++i) CHECK(same_bits(end.final_params[0].data(), end.final_params[i].data(), n));
+  }
+  // Each peer its own replica (the default): the peers of a site part after the outer step.
+  const ClusterResult alone = run("diloco", "local_steps: 4", 6, "none", {0, 0, 1, 1});
+  REQUIRE(alone.final_params.size() == 4);
+  CHECK(!same_bits(alone.final_params[0].data(), alone.final_params[1].data(), alone.final_params[0].size()));
+}
+
+TEST_CASE("streaming_diloco with replica site: a site's peers hold the same model bit for bit, the sites differ") {
+  const ClusterResult r = run("streaming_diloco", "local_steps: 4 fragments: 2 mix_alpha: 0 overlap_steps: 1 replica: \"site\"",
+                              9, "int8", {0, 0, 1, 1});
+  REQUIRE(r.final_params.size() == 4);
+  const size_t n = r.final_params[0].size();
+  CHECK(same_bits(r.final_params[0].data(), r.final_params[1].data(), n));
+  CHECK(same_bits(r.final_params[2].data(), r.final_params[3].data(), n));
+  // fc1 was merged after the last step (alpha 0: the global value); fc2 has trained since.
+  CHECK(same_bits(r.final_params[0].data(), r.final_params[2].data(), kFc1));
+  CHECK(!same_bits(r.final_params[0].data() + kFc1, r.final_params[2].data() + kFc1, n - kFc1));
+}
+
 TEST_CASE("streaming_diloco: options out of range are refused naming the field") {
   auto bad = [](const std::string& options) {
     return parse_config(std::string(kSmall) + "train { max_steps: 10 } cluster { secret_env: \"HOME\" peers { name: \"a\" address: \"127.0.0.1:1\" } "
@@ -107,6 +141,8 @@ TEST_CASE("streaming_diloco: options out of range are refused naming the field")
   CHECK_THROWS_WITH_AS(bad("fragments: 0"), doctest::Contains("streaming_diloco].fragments: must be in [1, local_steps]"),
                        InputError);
   CHECK_THROWS_WITH_AS(bad("mix_alpha: 1"), doctest::Contains("mix_alpha: must be in [0, 1)"), InputError);
+  CHECK_THROWS_WITH_AS(bad("replica: \"continent\""), doctest::Contains("streaming_diloco].replica: 'continent': use peer or site"),
+                       InputError);
   CHECK_NOTHROW(bad("local_steps: 8 fragments: 2 overlap_steps: 3"));
 }
 

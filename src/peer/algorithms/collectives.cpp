@@ -67,7 +67,7 @@ void plan_ring_sum(std::vector<AllReduce::Op>& plan, size_t len, int me_peer, co
 }  // namespace
 
 AllReduce::AllReduce(GossipEngine& e, MessageKind kind, std::vector<float> v, uint64_t round, uint32_t phase0,
-                     bool compressed)
+                     bool compressed, ReduceScope scope)
     : e_(e), kind_(kind), v_(std::move(v)), round_(round), raw_(!compressed || e.spec().codec.name == "none") {
   const int n = static_cast<int>(e.peers().size());
   const auto& site_of = e.spec().topology.site_of;
@@ -75,6 +75,10 @@ AllReduce::AllReduce(GossipEngine& e, MessageKind kind, std::vector<float> v, ui
   for (int i = 0; i < n; ++i) sites[site_of.empty() ? 0 : site_of[static_cast<size_t>(i)]].push_back(i);
   std::vector<int> everyone(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) everyone[static_cast<size_t>(i)] = i;
+  if (scope == ReduceScope::kSite) {
+    plan_ring_sum(plan_, v_.size(), e.me(), sites[site_of.empty() ? 0 : site_of[static_cast<size_t>(e.me())]], phase0);
+    return;
+  }
   if (sites.size() < 2 || sites.size() == static_cast<size_t>(n)) {
     plan_ring_sum(plan_, v_.size(), e.me(), everyone, phase0);
     return;
@@ -154,8 +158,8 @@ std::vector<float> AllReduce::finish() {
 }
 
 std::vector<float> allreduce_sum(GossipEngine& e, MessageKind kind, std::vector<float> v, uint64_t round, uint32_t phase0,
-                                 bool compressed) {
-  return AllReduce(e, kind, std::move(v), round, phase0, compressed).finish();
+                                 bool compressed, ReduceScope scope) {
+  return AllReduce(e, kind, std::move(v), round, phase0, compressed, scope).finish();
 }
 
 std::vector<float> average_models(GossipEngine& e, uint64_t round) {

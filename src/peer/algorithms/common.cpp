@@ -1,6 +1,7 @@
 #include <chrono>
 
 #include "../algorithm.h"
+#include "../algorithm_registry.h"
 
 namespace hearsay {
 
@@ -13,6 +14,30 @@ BatchStats gradient_only(GossipEngine& e, const Batch& batch) {
 
 BatchStats local_step(GossipEngine& e, const Batch& batch, float lr) {
   const BatchStats s = gradient_only(e, batch);
+  e.optimizer().step(e.model().params(), e.model().grads(), lr);
+  return s;
+}
+
+void check_replica(const std::string& replica) {
+  if (replica != "peer" && replica != "site") throw OptionError("replica", "'" + replica + "': use peer or site");
+}
+
+BatchStats site_step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) {
+  const BatchStats s = gradient_only(e, batch);
+  const auto& site_of = e.spec().topology.site_of;
+  int site_peers = 0;
+  for (size_t i = 0; i < e.peers().size(); ++i) {
+    site_peers += site_of.empty() || site_of[i] == site_of[static_cast<size_t>(e.me())];
+  }
+  if (site_peers > 1) {
+    Backend& b = e.model().backend();
+    std::vector<float> g(e.model().num_params());
+    b.download(g.data(), e.model().grads(), sizeof(float) * g.size());
+    g = allreduce_sum(e, MessageKind::kGradient, std::move(g), step, kSiteStepPhase, true, ReduceScope::kSite);
+    const float inv = 1.0f / static_cast<float>(site_peers);
+    for (auto& v : g) v *= inv;
+    b.upload(e.model().grads(), g.data(), sizeof(float) * g.size());
+  }
   e.optimizer().step(e.model().params(), e.model().grads(), lr);
   return s;
 }

@@ -2,7 +2,8 @@
 // optimizer is optim: AdamW in the paper); then the outer gradient delta = mean over the
 // peers of (a - x), all-reduced through gossip.codec (hierarchically across sites);
 // v <- mu v + delta; a <- a - outer_lr (delta + mu v) (outer Nesterov); x <- a. Every peer
-// waits for the others at each outer step.
+// waits for the others at each outer step. With replica "site" a site's peers average their
+// gradients every inner step (site_step) and so train as one replica.
 #include <cmath>
 
 #include "../algorithm.h"
@@ -15,10 +16,11 @@ namespace {
 class Diloco final : public Algorithm {
  public:
   explicit Diloco(const algorithms::DilocoOptions& o)
-      : h_(static_cast<uint64_t>(o.local_steps())), outer_lr_(o.outer_lr()), mu_(o.outer_momentum()) {}
+      : h_(static_cast<uint64_t>(o.local_steps())), outer_lr_(o.outer_lr()), mu_(o.outer_momentum()),
+        site_replica_(o.replica() == "site") {}
   BatchStats step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) override {
     if (anchor_.empty()) anchor_ = e.params_host();
-    const BatchStats s = local_step(e, batch, lr);
+    const BatchStats s = site_replica_ ? site_step(e, batch, lr, step) : local_step(e, batch, lr);
     if (step % h_ != h_ - 1) return s;
     std::vector<float> delta = e.params_host();
     for (size_t i = 0; i < delta.size(); ++i) delta[i] = anchor_[i] - delta[i];
@@ -50,6 +52,7 @@ class Diloco final : public Algorithm {
  private:
   uint64_t h_;
   double outer_lr_, mu_;
+  bool site_replica_;
   std::vector<float> anchor_, velocity_;
 };
 
@@ -61,6 +64,7 @@ const bool registered = register_algorithm<algorithms::DilocoOptions>({
           if (o.local_steps() < 1) throw OptionError("local_steps", "must be >= 1, got " + std::to_string(o.local_steps()));
           if (!(o.outer_lr() > 0) || !std::isfinite(o.outer_lr())) throw OptionError("outer_lr", "must be a positive number");
           if (!(o.outer_momentum() >= 0 && o.outer_momentum() < 1)) throw OptionError("outer_momentum", "must be in [0, 1)");
+          check_replica(o.replica());
         },
     .make = [](const GossipSpec&, const algorithms::DilocoOptions& o) { return std::make_unique<Diloco>(o); },
 });
