@@ -34,11 +34,15 @@ enum class CodecId : uint32_t {
   kRandomk = 6,
   kSign = 7,
   kPowerSgd = 8,
+  kInt4 = 9,
 };
-inline constexpr uint32_t kCodecCount = 9;
+inline constexpr uint32_t kCodecCount = 10;
 // "none", "fp16", ...; "unknown" for an id no codec has.
 const char* codec_name(uint32_t id);
 std::vector<std::string> codec_names();
+// Whether a CUDA encoder exists for the codec (device_codec.h); a CUDA peer whose codec
+// has none gossips on the host.
+bool has_device_encoder(const std::string& name);
 
 struct CodecSpec {
   std::string name = "none";
@@ -46,7 +50,7 @@ struct CodecSpec {
   bool exact_topk = false;     // topk: exact selection instead of a sampled threshold (DGC)
   int value_bits = 16;         // topk: values as bf16 (16) or fp32 (32)
   int levels = 16;             // qsgd: s
-  int block = 256;             // int8: elements per absmax scale; qsgd: elements per norm
+  int block = 256;             // int8, int4: elements per absmax scale; qsgd: elements per norm
   int rank = 4;                // powersgd: r
   // Error feedback: "auto" (on for the biased codecs: fp16, bf16, int8, topk, sign,
   // powersgd, and randomk without its unbiasing scale), "on" or "off".

@@ -173,7 +173,10 @@ class GossipEngine {
   // error feedback: the caller keeps what was not sent; random-k unscaled). The result's
   // `decoded` is, bit for bit, what each receiver's take_async gives for it. `offset`:
   // where `data` starts within the whole tensor (layout-aware codecs).
-  std::shared_ptr<const Encoded> encode_once(const std::vector<float>& data, uint64_t offset = 0);
+  // `codec`: a codec by name instead of gossip.codec's (its other settings kept), as
+  // DiLoCo's outer_codec; empty for gossip.codec.
+  std::shared_ptr<const Encoded> encode_once(const std::vector<float>& data, uint64_t offset = 0,
+                                             const std::string& codec = "");
   // Whether this peer encodes and decodes gossip on its device: its model is in device
   // memory (a CUDA backend) in a build with CUDA. Then an algorithm sends what lives on
   // the device as a snapshot (send_device) and applies arrivals with the Message overloads of
@@ -309,7 +312,7 @@ class GossipEngine {
     std::shared_ptr<DeviceLinkEncoder> device_update, device_model;
   };
   std::vector<std::unique_ptr<LinkCodecs>> link_codecs_;
-  std::unique_ptr<Codec> once_codec_;  // step-loop thread only: encode_once's codec
+  std::map<std::string, std::unique_ptr<Codec>> once_codecs_;  // step-loop thread only: encode_once's, by name
   std::atomic<double> step_s_{0};  // smoothed wall time of a step (adaptive compression)
   double last_step_at_ = 0;        // step-loop thread only
   std::atomic<uint64_t> rejected_{0};  // updates refused: failed to decode, non-finite, implausible

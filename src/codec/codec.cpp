@@ -6,10 +6,10 @@
 namespace hearsay {
 
 namespace {
-constexpr const char* kNames[kCodecCount] = {"none", "fp16", "bf16", "int8", "qsgd", "topk", "randomk", "sign", "powersgd"};
+constexpr const char* kNames[kCodecCount] = {"none", "fp16", "bf16", "int8", "qsgd", "topk", "randomk", "sign", "powersgd", "int4"};
 constexpr codec::Decoder kDecoders[kCodecCount] = {
     codec::decode_none, codec::decode_fp16,    codec::decode_bf16, codec::decode_int8,     codec::decode_qsgd,
-    codec::decode_topk, codec::decode_randomk, codec::decode_sign, codec::decode_powersgd,
+    codec::decode_topk, codec::decode_randomk, codec::decode_sign, codec::decode_powersgd, codec::decode_int4,
 };
 
 int id_of(const std::string& name) {
@@ -24,9 +24,11 @@ const char* codec_name(uint32_t id) { return id < kCodecCount ? kNames[id] : "un
 
 std::vector<std::string> codec_names() { return {std::begin(kNames), std::end(kNames)}; }
 
+bool has_device_encoder(const std::string& name) { return id_of(name) >= 0 && name != "int4"; }
+
 void check_codec_spec(const CodecSpec& s) {
   if (id_of(s.name) < 0) {
-    throw InputError("codec '" + s.name + "': unknown; use none, fp16, bf16, int8, qsgd, topk, randomk, sign or powersgd");
+    throw InputError("codec '" + s.name + "': unknown; use none, fp16, bf16, int8, int4, qsgd, topk, randomk, sign or powersgd");
   }
   const std::string where = "codec " + s.name + ": ";
   if (!(s.density > 0 && s.density <= 1)) throw InputError(where + "density must be in (0, 1], got " + std::to_string(s.density));
@@ -70,6 +72,7 @@ std::unique_ptr<Codec> make_codec(const CodecSpec& s, const std::vector<ParamVie
     case CodecId::kRandomk: return codec::make_randomk(s.density, !uses_error_feedback(s), seed);
     case CodecId::kSign: return codec::make_sign();
     case CodecId::kPowerSgd: return codec::make_powersgd(s.rank, layout, seed);
+    case CodecId::kInt4: return codec::make_int4(s.block);
   }
   throw InputError("codec '" + s.name + "': unknown");
 }

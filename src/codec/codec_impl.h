@@ -55,6 +55,7 @@ std::unique_ptr<Codec> make_none();
 std::unique_ptr<Codec> make_fp16();
 std::unique_ptr<Codec> make_bf16();
 std::unique_ptr<Codec> make_int8(int block);
+std::unique_ptr<Codec> make_int4(int block);
 std::unique_ptr<Codec> make_qsgd(int levels, int bucket, uint64_t seed);
 std::unique_ptr<Codec> make_topk(double density, bool exact, int value_bits, uint64_t seed);
 std::unique_ptr<Codec> make_randomk(double density, bool unbiased, uint64_t seed);
@@ -68,6 +69,7 @@ std::string decode_none(const CodecParams&, const uint8_t*, size_t, float, float
 std::string decode_fp16(const CodecParams&, const uint8_t*, size_t, float, float*, size_t);
 std::string decode_bf16(const CodecParams&, const uint8_t*, size_t, float, float*, size_t);
 std::string decode_int8(const CodecParams&, const uint8_t*, size_t, float, float*, size_t);
+std::string decode_int4(const CodecParams&, const uint8_t*, size_t, float, float*, size_t);
 std::string decode_qsgd(const CodecParams&, const uint8_t*, size_t, float, float*, size_t);
 std::string decode_topk(const CodecParams&, const uint8_t*, size_t, float, float*, size_t);
 std::string decode_randomk(const CodecParams&, const uint8_t*, size_t, float, float*, size_t);

@@ -310,7 +310,8 @@ std::unique_ptr<DeviceCodec> make_device_codec(const CodecSpec& s, const std::ve
   if (s.name == "topk") return std::make_unique<TopkDevice>(s.density, s.exact_topk, s.value_bits, seed);
   if (s.name == "randomk") return std::make_unique<RandomkDevice>(s.density, !uses_error_feedback(s), seed);
   if (s.name == "sign") return std::make_unique<SignDevice>();
-  return std::make_unique<PowerSgdDevice>(s.rank, layout, seed);
+  if (s.name == "powersgd") return std::make_unique<PowerSgdDevice>(s.rank, layout, seed);
+  throw InputError("codec " + s.name + ": no CUDA encoder (has_device_encoder); gossip it on the host");
 }
 
 std::string device_decode_accumulate(const CodecParams& p, const uint8_t* payload, size_t bytes, float scale, float* y,

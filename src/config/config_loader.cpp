@@ -295,7 +295,7 @@ void validate(const config::Config& c, const Locator& at) {
     const auto& k = g.codec();
     const auto codecs = codec_names();
     if (std::find(codecs.begin(), codecs.end(), k.name()) == codecs.end()) {
-      fail("cluster.gossip.codec.name", "unknown '" + k.name() + "'; use none, fp16, bf16, int8, qsgd, topk, randomk, sign or powersgd");
+      fail("cluster.gossip.codec.name", "unknown '" + k.name() + "'; use none, fp16, bf16, int8, int4, qsgd, topk, randomk, sign or powersgd");
     }
     if (!(k.density() > 0 && k.density() <= 1)) fail("cluster.gossip.codec.density", "must be in (0, 1], got " + number(k.density()));
     if (k.levels() < 1 || k.levels() > 32767) fail("cluster.gossip.codec.levels", "must be in [1, 32767], got " + std::to_string(k.levels()));

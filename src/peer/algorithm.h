@@ -98,6 +98,8 @@ BatchStats site_step(GossipEngine& e, const Batch& batch, float lr, uint64_t ste
 inline constexpr uint32_t kSiteStepPhase = 1u << 20;
 // The options' `replica` field of diloco and streaming_diloco: "peer" or "site".
 void check_replica(const std::string& replica);
+// Their `outer_codec`: empty, or a codec the all-reduce can sum on the way.
+void check_outer_codec(const std::string& codec);
 // Whom a collective sums over: every peer, or only this peer's site.
 enum class ReduceScope { kCluster, kSite };
 // Sum of `v` (messages of `kind`) over all peers (collectives.cpp): a ring within one
@@ -106,8 +108,10 @@ enum class ReduceScope { kCluster, kSite };
 // With `compressed`, each hop travels under gossip.codec (none, fp16, bf16, int8), else
 // as fp32; every peer ends with bit-identical sums. Uses the synchronous phases phase0 ..
 // phase0 + n + 1 of `round`; waits for the peers.
+// `codec` (with `compressed`): a codec by name in place of gossip.codec (DiLoCo's
+// outer_codec); empty for gossip.codec.
 std::vector<float> allreduce_sum(GossipEngine& e, MessageKind kind, std::vector<float> v, uint64_t round, uint32_t phase0,
-                                 bool compressed, ReduceScope scope = ReduceScope::kCluster);
+                                 bool compressed, ReduceScope scope = ReduceScope::kCluster, const std::string& codec = "");
 // allreduce_sum as an object, so that it can run a piece at a time between training
 // steps (Streaming DiLoCo overlaps it with them): progress() does what the messages
 // that have arrived allow and never waits; finish() waits for the rest and returns the
@@ -116,7 +120,7 @@ class AllReduce {
  public:
   struct Op;
   AllReduce(GossipEngine& e, MessageKind kind, std::vector<float> v, uint64_t round, uint32_t phase0, bool compressed,
-            ReduceScope scope = ReduceScope::kCluster);
+            ReduceScope scope = ReduceScope::kCluster, const std::string& codec = "");
   ~AllReduce();
   AllReduce(const AllReduce&) = delete;
   AllReduce& operator=(const AllReduce&) = delete;
@@ -133,7 +137,8 @@ class AllReduce {
   MessageKind kind_;
   std::vector<float> v_;
   uint64_t round_;
-  bool raw_;  // fp32 as it is; else gossip.codec (encode_once)
+  std::string codec_;  // encode_once's codec: empty for gossip.codec
+  bool raw_;           // fp32 as it is; else codec_ (encode_once)
   std::vector<Op> plan_;
   size_t next_ = 0;
 };

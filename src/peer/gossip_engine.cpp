@@ -90,7 +90,7 @@ GossipEngine::GossipEngine(const GossipSpec& spec, std::vector<std::string> peer
       robust_(std::make_unique<RobustMixing>(spec.mixer)) {
   check_gossip_spec(spec_, static_cast<int>(peers_.size()));
   cuda_device_ = gossip_device(model_);
-  on_device_ = cuda_device_ >= 0;
+  on_device_ = cuda_device_ >= 0 && has_device_encoder(spec_.codec.name);
   link_bps_.assign(peers_.size(), 0.0);
   for (size_t i = 0; i < peers_.size(); ++i) {
     outboxes_.push_back(std::make_unique<Outbox>(
@@ -439,20 +439,23 @@ BatchStats GossipEngine::step(const Batch& batch, float lr) {
   return s;
 }
 
-std::shared_ptr<const GossipEngine::Encoded> GossipEngine::encode_once(const std::vector<float>& data, uint64_t offset) {
-  if (!once_codec_) {
+std::shared_ptr<const GossipEngine::Encoded> GossipEngine::encode_once(const std::vector<float>& data, uint64_t offset,
+                                                                    const std::string& codec) {
+  std::unique_ptr<Codec>& once_codec = once_codecs_[codec];
+  if (!once_codec) {
     CodecSpec s = spec_.codec;
+    if (!codec.empty()) s.name = codec;
     s.error_feedback = "on";  // picks random-k unscaled (a contraction); no residual is kept here
-    once_codec_ = make_codec(s, model_.param_views(), rng_.next_u64());
+    once_codec = make_codec(s, model_.param_views(), rng_.next_u64());
   }
   auto out = std::make_shared<Encoded>();
   out->decoded.assign(data.size(), 0.0f);
-  for (const auto& [begin, len] : once_codec_->segments(data.size(), spec_.segment_elements)) {
+  for (const auto& [begin, len] : once_codec->segments(data.size(), spec_.segment_elements)) {
     Encoded::Segment s;
     s.offset = begin;
     s.length = len;
     auto payload = std::make_shared<std::vector<uint8_t>>();
-    once_codec_->encode(data.data() + begin, len, offset + begin, *payload, s.params);
+    once_codec->encode(data.data() + begin, len, offset + begin, *payload, s.params);
     // Decoded exactly as a receiver's inbox decodes it: into zeros, scale 1.
     const std::string err = decode_accumulate(s.params, payload->data(), payload->size(), 1.0f, out->decoded.data() + begin, len);
     HEARSAY_CHECK(err.empty(), "encode_once: the payload just encoded does not decode: " + err);

@@ -110,6 +110,29 @@ TEST_CASE("codec int8 errs at most half a step of its block's absmax / 127") {
   }
 }
 
+TEST_CASE("codec int4 errs at most half a step of its block's absmax / 7, in half int8's bytes") {
+  auto x = normal_vector(1001, 3);
+  for (size_t i = 500; i < 756; ++i) x[i] *= 100;  // one block of large values beside small ones
+  x[3] = std::nanf("");                             // the first block travels as zeros
+  CodecSpec s = spec_of("int4");
+  s.block = 256;
+  auto c = make_codec(s, {}, 0);
+  const auto e = encode(*c, x);
+  CHECK(e.bytes.size() == 4 * 4 + (x.size() + 1) / 2);
+  const auto y = decode(e, x.size());
+  for (size_t i = 0; i < 256; ++i) CHECK(y[i] == 0.0f);
+  bool some_exact_step = false;
+  for (size_t b = 1; b * 256 < x.size(); ++b) {
+    float amax = 0;
+    for (size_t i = b * 256; i < std::min(x.size(), b * 256 + 256); ++i) amax = std::max(amax, std::fabs(x[i]));
+    for (size_t i = b * 256; i < std::min(x.size(), b * 256 + 256); ++i) {
+      CHECK(std::fabs(y[i] - x[i]) <= amax / 14 * 1.0001f);
+      some_exact_step = some_exact_step || std::fabs(std::fabs(y[i]) - amax) <= amax * 1e-6f;
+    }
+  }
+  CHECK(some_exact_step);  // each block's largest element lands on +-7 steps: the scale is absmax / 7
+}
+
 TEST_CASE("codec qsgd and random-k are unbiased: the mean of many decodes converges to the input") {
   const size_t n = 512, rounds = 4000;
   const auto x = normal_vector(n, 4);
@@ -345,6 +368,15 @@ TEST_CASE("codec decoders reject every malformed payload and write nothing") {
     float nan = std::nanf("");
     std::memcpy(e.bytes.data(), &nan, 4);
     check_rejected(e, n, "int8", "NaN, Inf or negative scale");
+  }
+  {
+    auto e = enc("int4");
+    float neg = -1.0f;
+    std::memcpy(e.bytes.data(), &neg, 4);
+    check_rejected(e, n, "int4", "NaN, Inf or negative scale");
+    auto short_payload = enc("int4");
+    short_payload.bytes.pop_back();
+    check_rejected(short_payload, n, "int4", "bytes for");
   }
   {
     auto e = enc("sign");

@@ -127,6 +127,27 @@ TEST_CASE("streaming_diloco with replica site: a site's peers hold the same mode
   CHECK(!same_bits(r.final_params[0].data() + kFc1, r.final_params[2].data() + kFc1, n - kFc1));
 }
 
+TEST_CASE("streaming_diloco with outer_codec int4: its outer all-reduce is int4's whatever gossip.codec says, and a "
+          "fragment just merged is the same on every peer") {
+  // The inner steps send nothing (replica peer), so outer_codec int4 under gossip.codec
+  // int8 must be, bit for bit, the run whose gossip.codec is int4.
+  auto sync = [](const std::string& codec, const std::string& outer) {
+    return run("streaming_diloco",
+               "local_steps: 4 fragments: 2 mix_alpha: 0 overlap_steps: 0 outer_codec: \"" + outer + "\"", 8, codec,
+               {0, 0, 1, 1});
+  };
+  const ClusterResult outer4 = sync("int8", "int4"), all4 = sync("int4", ""), all8 = sync("int8", "");
+  REQUIRE(outer4.final_params.size() == 4);
+  REQUIRE(all4.final_params.size() == 4);
+  REQUIRE(all8.final_params.size() == 4);
+  const size_t n = outer4.final_params[0].size();
+  for (int i = 0; i < 4; ++i) {
+    CHECK(same_bits(outer4.final_params[i].data(), all4.final_params[i].data(), n));
+    CHECK(!same_bits(outer4.final_params[i].data(), all8.final_params[i].data(), kFc1));
+    CHECK(same_bits(outer4.final_params[0].data(), outer4.final_params[i].data(), kFc1));
+  }
+}
+
 TEST_CASE("streaming_diloco: options out of range are refused naming the field") {
   auto bad = [](const std::string& options) {
     return parse_config(std::string(kSmall) + "train { max_steps: 10 } cluster { secret_env: \"HOME\" peers { name: \"a\" address: \"127.0.0.1:1\" } "
@@ -141,6 +162,8 @@ TEST_CASE("streaming_diloco: options out of range are refused naming the field")
   CHECK_THROWS_WITH_AS(bad("fragments: 0"), doctest::Contains("streaming_diloco].fragments: must be in [1, local_steps]"),
                        InputError);
   CHECK_THROWS_WITH_AS(bad("mix_alpha: 1"), doctest::Contains("mix_alpha: must be in [0, 1)"), InputError);
+  CHECK_THROWS_WITH_AS(bad("outer_codec: \"topk\""), doctest::Contains("streaming_diloco].outer_codec: 'topk': use none"),
+                       InputError);
   CHECK_THROWS_WITH_AS(bad("replica: \"continent\""), doctest::Contains("streaming_diloco].replica: 'continent': use peer or site"),
                        InputError);
   CHECK_NOTHROW(bad("local_steps: 8 fragments: 2 overlap_steps: 3"));

@@ -7,7 +7,7 @@
 //   its site's leader (the site's first peer), the leaders all-reduce as above among
 //   themselves (the only traffic that crosses the WAN), and each leader sends the result
 //   to its site as fp32 (exact, so every site ends with the leaders' bits).
-// Codecs: none (fp32), fp16, bf16 and int8, without error feedback (as PyTorch DDP's
+// Codecs: none (fp32), fp16, bf16, int8 and int4, without error feedback (as PyTorch DDP's
 // fp16/bf16 compression hooks); PowerSGD has its own rule (powersgd_allreduce.cpp).
 #include <algorithm>
 #include <map>
@@ -67,8 +67,9 @@ void plan_ring_sum(std::vector<AllReduce::Op>& plan, size_t len, int me_peer, co
 }  // namespace
 
 AllReduce::AllReduce(GossipEngine& e, MessageKind kind, std::vector<float> v, uint64_t round, uint32_t phase0,
-                     bool compressed, ReduceScope scope)
-    : e_(e), kind_(kind), v_(std::move(v)), round_(round), raw_(!compressed || e.spec().codec.name == "none") {
+                     bool compressed, ReduceScope scope, const std::string& codec)
+    : e_(e), kind_(kind), v_(std::move(v)), round_(round), codec_(codec),
+      raw_(!compressed || (codec.empty() ? e.spec().codec.name : codec) == "none") {
   const int n = static_cast<int>(e.peers().size());
   const auto& site_of = e.spec().topology.site_of;
   std::map<int, std::vector<int>> sites;  // site index -> its peers, in cluster order
@@ -119,7 +120,7 @@ void AllReduce::post(const Op& op) {
     for (int j : op.peers) e_.send(j, header(op.offset, op.phase), part);
     return;
   }
-  auto enc = e_.encode_once(part, op.offset);
+  auto enc = e_.encode_once(part, op.offset, codec_);
   for (int j : op.peers) e_.send_encoded(j, header(op.offset, op.phase), enc);
   std::copy(enc->decoded.begin(), enc->decoded.end(), v_.begin() + static_cast<long>(op.offset));
 }
@@ -158,8 +159,8 @@ std::vector<float> AllReduce::finish() {
 }
 
 std::vector<float> allreduce_sum(GossipEngine& e, MessageKind kind, std::vector<float> v, uint64_t round, uint32_t phase0,
-                                 bool compressed, ReduceScope scope) {
-  return AllReduce(e, kind, std::move(v), round, phase0, compressed, scope).finish();
+                                 bool compressed, ReduceScope scope, const std::string& codec) {
+  return AllReduce(e, kind, std::move(v), round, phase0, compressed, scope, codec).finish();
 }
 
 std::vector<float> average_models(GossipEngine& e, uint64_t round) {

@@ -22,6 +22,11 @@ void check_replica(const std::string& replica) {
   if (replica != "peer" && replica != "site") throw OptionError("replica", "'" + replica + "': use peer or site");
 }
 
+void check_outer_codec(const std::string& codec) {
+  if (codec.empty() || codec == "none" || codec == "fp16" || codec == "bf16" || codec == "int8" || codec == "int4") return;
+  throw OptionError("outer_codec", "'" + codec + "': use none, fp16, bf16, int8 or int4 (summed on the way), or leave it empty");
+}
+
 BatchStats site_step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) {
   const BatchStats s = gradient_only(e, batch);
   const auto& site_of = e.spec().topology.site_of;

@@ -17,14 +17,15 @@ class Diloco final : public Algorithm {
  public:
   explicit Diloco(const algorithms::DilocoOptions& o)
       : h_(static_cast<uint64_t>(o.local_steps())), outer_lr_(o.outer_lr()), mu_(o.outer_momentum()),
-        site_replica_(o.replica() == "site") {}
+        site_replica_(o.replica() == "site"), outer_codec_(o.outer_codec()) {}
   BatchStats step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) override {
     if (anchor_.empty()) anchor_ = e.params_host();
     const BatchStats s = site_replica_ ? site_step(e, batch, lr, step) : local_step(e, batch, lr);
     if (step % h_ != h_ - 1) return s;
     std::vector<float> delta = e.params_host();
     for (size_t i = 0; i < delta.size(); ++i) delta[i] = anchor_[i] - delta[i];
-    const auto sum = allreduce_sum(e, MessageKind::kModelDelta, std::move(delta), step / h_, 0, true);
+    const auto sum = allreduce_sum(e, MessageKind::kModelDelta, std::move(delta), step / h_, 0, true, ReduceScope::kCluster,
+                                   outer_codec_);
     if (velocity_.empty()) velocity_.assign(sum.size(), 0.0f);
     const float inv = 1.0f / static_cast<float>(e.peers().size());
     for (size_t i = 0; i < sum.size(); ++i) {
@@ -53,6 +54,7 @@ class Diloco final : public Algorithm {
   uint64_t h_;
   double outer_lr_, mu_;
   bool site_replica_;
+  std::string outer_codec_;
   std::vector<float> anchor_, velocity_;
 };
 
@@ -65,6 +67,7 @@ const bool registered = register_algorithm<algorithms::DilocoOptions>({
           if (!(o.outer_lr() > 0) || !std::isfinite(o.outer_lr())) throw OptionError("outer_lr", "must be a positive number");
           if (!(o.outer_momentum() >= 0 && o.outer_momentum() < 1)) throw OptionError("outer_momentum", "must be in [0, 1)");
           check_replica(o.replica());
+          check_outer_codec(o.outer_codec());
         },
     .make = [](const GossipSpec&, const algorithms::DilocoOptions& o) { return std::make_unique<Diloco>(o); },
 });

@@ -57,7 +57,8 @@ class StreamingDiloco final : public Algorithm {
  public:
   explicit StreamingDiloco(const algorithms::StreamingDilocoOptions& o, const MixerSpec& mixer)
       : h_(static_cast<uint64_t>(o.local_steps())), p_(o.fragments()), tau_(static_cast<uint64_t>(o.overlap_steps())),
-        outer_lr_(o.outer_lr()), mu_(o.outer_momentum()), site_replica_(o.replica() == "site") {
+        outer_lr_(o.outer_lr()), mu_(o.outer_momentum()), site_replica_(o.replica() == "site"),
+        outer_codec_(o.outer_codec()) {
     // The outer result's share; staleness-aware, scaled by f(tau) of the cluster's mixer.
     global_share_ = 1.0 - o.mix_alpha();
     if (o.staleness_weighted()) {
@@ -117,7 +118,8 @@ class StreamingDiloco final : public Algorithm {
     for (const auto& [at, n] : fragments_[static_cast<size_t>(p)]) {
       for (size_t i = at; i < at + n; ++i) delta.push_back(anchor_[i] - x[i]);
     }
-    pending_.reset(new Pending{p, step + tau_, AllReduce(e, MessageKind::kModelDelta, std::move(delta), syncs_++, 0, true)});
+    pending_.reset(new Pending{p, step + tau_, AllReduce(e, MessageKind::kModelDelta, std::move(delta), syncs_++, 0, true,
+                                                                 ReduceScope::kCluster, outer_codec_)});
     pending_->reduce.progress();
   }
 
@@ -145,6 +147,7 @@ class StreamingDiloco final : public Algorithm {
   uint64_t tau_;
   double outer_lr_, mu_, global_share_;
   bool site_replica_;
+  std::string outer_codec_;
   std::vector<float> anchor_, velocity_;
   std::vector<Fragment> fragments_;
   uint64_t syncs_ = 0;
@@ -167,6 +170,7 @@ const bool registered = register_algorithm<algorithms::StreamingDilocoOptions>({
           if (!(o.outer_lr() > 0) || !std::isfinite(o.outer_lr())) throw OptionError("outer_lr", "must be a positive number");
           if (!(o.outer_momentum() >= 0 && o.outer_momentum() < 1)) throw OptionError("outer_momentum", "must be in [0, 1)");
           check_replica(o.replica());
+          check_outer_codec(o.outer_codec());
         },
     .make = [](const GossipSpec& g, const algorithms::StreamingDilocoOptions& o) {
       return std::make_unique<StreamingDiloco>(o, g.mixer);
