@@ -40,9 +40,6 @@ inline constexpr uint32_t kCodecCount = 10;
 // "none", "fp16", ...; "unknown" for an id no codec has.
 const char* codec_name(uint32_t id);
 std::vector<std::string> codec_names();
-// Whether a CUDA encoder exists for the codec (device_codec.h); a CUDA peer whose codec
-// has none gossips on the host.
-bool has_device_encoder(const std::string& name);
 
 struct CodecSpec {
   std::string name = "none";

@@ -24,8 +24,6 @@ const char* codec_name(uint32_t id) { return id < kCodecCount ? kNames[id] : "un
 
 std::vector<std::string> codec_names() { return {std::begin(kNames), std::end(kNames)}; }
 
-bool has_device_encoder(const std::string& name) { return id_of(name) >= 0 && name != "int4"; }
-
 void check_codec_spec(const CodecSpec& s) {
   if (id_of(s.name) < 0) {
     throw InputError("codec '" + s.name + "': unknown; use none, fp16, bf16, int8, int4, qsgd, topk, randomk, sign or powersgd");

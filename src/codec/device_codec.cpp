@@ -311,7 +311,8 @@ std::unique_ptr<DeviceCodec> make_device_codec(const CodecSpec& s, const std::ve
   if (s.name == "randomk") return std::make_unique<RandomkDevice>(s.density, !uses_error_feedback(s), seed);
   if (s.name == "sign") return std::make_unique<SignDevice>();
   if (s.name == "powersgd") return std::make_unique<PowerSgdDevice>(s.rank, layout, seed);
-  throw InputError("codec " + s.name + ": no CUDA encoder (has_device_encoder); gossip it on the host");
+  // The engine catches this and encodes that link's messages on the host (say_once).
+  throw InputError("codec " + s.name + ": no CUDA encoder");
 }
 
 std::string device_decode_accumulate(const CodecParams& p, const uint8_t* payload, size_t bytes, float scale, float* y,

@@ -90,7 +90,7 @@ GossipEngine::GossipEngine(const GossipSpec& spec, std::vector<std::string> peer
       robust_(std::make_unique<RobustMixing>(spec.mixer)) {
   check_gossip_spec(spec_, static_cast<int>(peers_.size()));
   cuda_device_ = gossip_device(model_);
-  on_device_ = cuda_device_ >= 0 && has_device_encoder(spec_.codec.name);
+  on_device_ = cuda_device_ >= 0;
   link_bps_.assign(peers_.size(), 0.0);
   for (size_t i = 0; i < peers_.size(); ++i) {
     outboxes_.push_back(std::make_unique<Outbox>(
