@@ -3,7 +3,8 @@
 runs (one per seed): for each algorithm, the peers' mean validation loss after their last
 inner step, the bytes that crossed between sites, and the time until the peers' mean
 validation loss first came within `--tolerance` (0.05 nats) of allreduce's final loss in
-the same seed; then mean and spread (sample standard deviation) over the seeds.
+the same seed; the time allreduce took to reach each one's final loss (the same loss on
+one clock); then mean and spread (sample standard deviation) over the seeds.
 
     /usr/bin/python3 experiments/gpt_geo_report.py runs/gpt-geo-A/ runs/gpt-geo-B/ ...
 
@@ -121,7 +122,7 @@ def main():
             loss = final_loss(logs)
             sent = cross_site_bytes(logs, sites)
             r = per_algorithm.setdefault(name, {"loss": [], "gap": [], "bytes": [], "fewer": [], "time": [], "wall": [],
-                                                "ref_at_wall": []})
+                                                "ref_at_wall": [], "ref_time_to_this": []})
             r["loss"].append(loss)
             r["gap"].append(None if loss is None or ref is None else loss - ref)
             r["bytes"].append(sent)
@@ -131,13 +132,16 @@ def main():
             r["wall"].append(wall)
             # allreduce's loss when this run's last peer finished: the comparison on one clock.
             r["ref_at_wall"].append(None if wall is None else loss_at(data["allreduce"][0], wall))
+            # How long allreduce took to reach this run's final loss: the same loss on one clock.
+            r["ref_time_to_this"].append(None if loss is None else time_to(data["allreduce"][0], loss))
     print(f"| algorithm | final val loss (nats) | minus allreduce's | MB between sites | allreduce's bytes / these "
-          f"| time to allreduce's loss + {args.tolerance} (s) | time for all steps (s) | allreduce's loss at that time |")
-    print("|---|---|---|---|---|---|---|---|")
+          f"| time to allreduce's loss + {args.tolerance} (s) | time for all steps (s) | allreduce's loss at that time "
+          f"| allreduce's time to this final loss (s) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, r in per_algorithm.items():
         cells = []
         for key, fmt in (("loss", "{:.3f}"), ("gap", "{:+.3f}"), ("bytes", "{:.1f}"), ("fewer", "{:.0f}x"), ("time", "{:.0f}"),
-                         ("wall", "{:.0f}"), ("ref_at_wall", "{:.3f}")):
+                         ("wall", "{:.0f}"), ("ref_at_wall", "{:.3f}"), ("ref_time_to_this", "{:.0f}")):
             vals = [None if v is None else (v / 1e6 if key == "bytes" else v) for v in r[key]]
             m, s, n = mean_spread(vals)
             missing = len(vals) - n

@@ -321,6 +321,7 @@ std::string device_decode_accumulate(const CodecParams& p, const uint8_t* payloa
   if (!std::isfinite(scale)) return "codec: the receiver's scale is not finite";
   thread_local Scratch in, extra, values;
   const auto id = static_cast<CodecId>(p.codec_id());
+  if (id == CodecId::kInt4) return "codec int4: no CUDA decoder (the host decodes it)";
   uint8_t* d = in.get<uint8_t>(bytes);
   to_device(d, payload, bytes);
   switch (id) {

@@ -68,6 +68,9 @@ class ElementwiseCodec final : public Codec {
   ConvertRun convert_;
 };
 
+// Below this a block's absmax gives a scale whose inverse is not finite (subnormal).
+constexpr float kSmallestScaledAbsmax = 1e-30f;
+
 // The block's largest magnitude, or a non-finite value if it holds one.
 float block_absmax(const float* x, size_t n) {
   float m = 0;
@@ -109,9 +112,8 @@ class Int8Codec final : public Codec {
     for (size_t b = 0; b < blocks; ++b) {
       const size_t lo = b * block_, len = std::min(block_, n - lo);
       const float amax = block_absmax(x + lo, len);
-      // A block holding NaN or Inf has no finite scale: it travels as zeros rather than
-      // poisoning every model it reaches.
-      const float s = std::isfinite(amax) ? amax / 127.0f : 0.0f;
+      // A block of NaN or Inf, or one so small that 1 / s overflows, travels as zeros.
+      const float s = std::isfinite(amax) && amax >= kSmallestScaledAbsmax ? amax / 127.0f : 0.0f;
       scales[b] = s;
       if (s > 0) {
         quantize(x + lo, len, 1.0f / s, q + lo);
@@ -142,8 +144,9 @@ class Int8Codec final : public Codec {
 };
 
 // --- int4 -----------------------------------------------------------------------------
-// Streaming DiLoCo's 4-bit outer gradients (Douillard et al., 2025), as a block
-// quantiser: one fp32 scale per block (absmax / 7), then each element rounded to the
+// For 4-bit outer gradients as Streaming DiLoCo sends them (Douillard et al., 2025; the
+// paper's are E3M0 floats, these a block-scaled integer of the same width): one fp32
+// scale per block (absmax / 7), then each element rounded to the
 // nearest of -7 .. 7 in four bits (two's complement), two to a byte, the even element
 // in the low half. Half int8's bytes, at about 18x its error.
 class Int4Codec final : public Codec {
@@ -159,7 +162,7 @@ class Int4Codec final : public Codec {
     for (size_t b = 0; b < blocks; ++b) {
       const size_t lo = b * block_, hi = std::min(n, lo + block_);
       const float amax = block_absmax(x + lo, hi - lo);
-      const float s = std::isfinite(amax) ? amax / 7.0f : 0.0f;  // NaN or Inf: the block travels as zeros
+      const float s = std::isfinite(amax) && amax >= kSmallestScaledAbsmax ? amax / 7.0f : 0.0f;  // as int8's
       std::memcpy(out.data() + 4 * b, &s, 4);
       if (!(s > 0)) continue;
       const float inv = 1.0f / s;
@@ -254,17 +257,32 @@ std::string decode_bf16(const CodecParams&, const uint8_t* p, size_t bytes, floa
   return {};
 }
 
-std::string decode_int4(const CodecParams& prm, const uint8_t* p, size_t bytes, float scale, float* y, size_t n) {
-  if (auto e = check_values(CodecId::kInt4, prm, 1); !e.empty()) return e;
+namespace {
+
+// int8's and int4's common header: the block size (the one value), the payload's size for
+// `code_bytes` of codes after the scales, and a finite, non-negative scale per block.
+// Sets *block; empty or the fault.
+std::string check_block_scales(CodecId id, const CodecParams& prm, const uint8_t* p, size_t bytes, size_t n,
+                               size_t code_bytes, size_t* block) {
+  if (auto e = check_values(id, prm, 1); !e.empty()) return e;
   const double blk = prm.values(0);
-  if (blk < 1 || blk > (1 << 20) || blk != std::floor(blk)) return fault(CodecId::kInt4, "block size " + std::to_string(blk) + " is not an integer in [1, 2^20]");
-  const size_t block = static_cast<size_t>(blk), blocks = (n + block - 1) / block;
-  if (auto e = check_size(CodecId::kInt4, bytes, blocks * 4 + (n + 1) / 2, n); !e.empty()) return e;
+  if (blk < 1 || blk > (1 << 20) || blk != std::floor(blk)) return fault(id, "block size " + std::to_string(blk) + " is not an integer in [1, 2^20]");
+  *block = static_cast<size_t>(blk);
+  const size_t blocks = (n + *block - 1) / *block;
+  if (auto e = check_size(id, bytes, blocks * 4 + code_bytes, n); !e.empty()) return e;
   for (size_t b = 0; b < blocks; ++b) {
     const float s = load<float>(p + 4 * b);
-    if (!std::isfinite(s) || s < 0) return fault(CodecId::kInt4, "block " + std::to_string(b) + " has a NaN, Inf or negative scale");
+    if (!std::isfinite(s) || s < 0) return fault(id, "block " + std::to_string(b) + " has a NaN, Inf or negative scale");
   }
-  if (y == nullptr) return {};
+  return {};
+}
+
+}  // namespace
+
+std::string decode_int4(const CodecParams& prm, const uint8_t* p, size_t bytes, float scale, float* y, size_t n) {
+  size_t block = 0;
+  if (auto e = check_block_scales(CodecId::kInt4, prm, p, bytes, n, (n + 1) / 2, &block); !e.empty() || y == nullptr) return e;
+  const size_t blocks = (n + block - 1) / block;
   const uint8_t* packed = p + blocks * 4;
   for (size_t b = 0; b < blocks; ++b) {
     const size_t lo = b * block, hi = std::min(n, lo + block);
@@ -278,16 +296,10 @@ std::string decode_int4(const CodecParams& prm, const uint8_t* p, size_t bytes, 
 }
 
 std::string decode_int8(const CodecParams& prm, const uint8_t* p, size_t bytes, float scale, float* y, size_t n) {
-  if (auto e = check_values(CodecId::kInt8, prm, 1); !e.empty()) return e;
-  const double blk = prm.values(0);
-  if (blk < 1 || blk > (1 << 20) || blk != std::floor(blk)) return fault(CodecId::kInt8, "block size " + std::to_string(blk) + " is not an integer in [1, 2^20]");
-  const size_t block = static_cast<size_t>(blk), blocks = (n + block - 1) / block;
-  if (auto e = check_size(CodecId::kInt8, bytes, blocks * 4 + n, n); !e.empty()) return e;
+  size_t block = 0;
+  if (auto e = check_block_scales(CodecId::kInt8, prm, p, bytes, n, n, &block); !e.empty() || y == nullptr) return e;
+  const size_t blocks = (n + block - 1) / block;
   const float* scales = reinterpret_cast<const float*>(p);
-  for (size_t b = 0; b < blocks; ++b) {
-    if (!std::isfinite(scales[b]) || scales[b] < 0) return fault(CodecId::kInt8, "block " + std::to_string(b) + " has a NaN, Inf or negative scale");
-  }
-  if (y == nullptr) return {};
   const int8_t* q = reinterpret_cast<const int8_t*>(p + blocks * 4);
   for (size_t b = 0; b < blocks; ++b) {
     const size_t lo = b * block, hi = std::min(n, lo + block);

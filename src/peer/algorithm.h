@@ -98,8 +98,13 @@ BatchStats site_step(GossipEngine& e, const Batch& batch, float lr, uint64_t ste
 inline constexpr uint32_t kSiteStepPhase = 1u << 20;
 // The options' `replica` field of diloco and streaming_diloco: "peer" or "site".
 void check_replica(const std::string& replica);
-// Their `outer_codec`: empty, or a codec the all-reduce can sum on the way.
-void check_outer_codec(const std::string& codec);
+// Whether allreduce_sum can carry a codec's payloads: a dense codec whose hops are
+// decoded, summed in fp32 and encoded again (none, fp16, bf16, int8, int4).
+bool summable_codec(const std::string& codec);
+// diloco's and streaming_diloco's codecs: `outer_codec` (empty: gossip.codec) carries the
+// outer all-reduce, and gossip.codec the site's gradients when `replica` is "site"; each
+// must be summable (a sparse codec would drop most of every sum, silently).
+void check_diloco_codecs(const GossipSpec& s, const std::string& replica, const std::string& outer_codec);
 // Whom a collective sums over: every peer, or only this peer's site.
 enum class ReduceScope { kCluster, kSite };
 // Sum of `v` (messages of `kind`) over all peers (collectives.cpp): a ring within one

@@ -133,6 +133,20 @@ TEST_CASE("codec int4 errs at most half a step of its block's absmax / 7, in hal
   CHECK(some_exact_step);  // each block's largest element lands on +-7 steps: the scale is absmax / 7
 }
 
+TEST_CASE("codec int8 and int4 send a block of subnormal values as zeros, not as the overflow of 1 / scale") {
+  std::vector<float> x(64, 0.0f);
+  x[1] = 1e-39f;  // subnormal: absmax / 7 is too, and its inverse is Inf
+  x[2] = -3e-40f;
+  for (const char* name : {"int8", "int4"}) {
+    INFO(name);
+    CodecSpec s = spec_of(name);
+    s.block = 64;
+    auto c = make_codec(s, {}, 0);
+    const auto y = decode(encode(*c, x), x.size());
+    CHECK(std::all_of(y.begin(), y.end(), [](float v) { return v == 0.0f; }));
+  }
+}
+
 TEST_CASE("codec qsgd and random-k are unbiased: the mean of many decodes converges to the input") {
   const size_t n = 512, rounds = 4000;
   const auto x = normal_vector(n, 4);

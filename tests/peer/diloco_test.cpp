@@ -169,6 +169,22 @@ TEST_CASE("streaming_diloco: options out of range are refused naming the field")
   CHECK_NOTHROW(bad("local_steps: 8 fragments: 2 overlap_steps: 3"));
 }
 
+TEST_CASE("diloco: a codec that cannot be summed on the way is refused where it would carry a sum") {
+  auto config = [](const std::string& codec, const std::string& options) {
+    return parse_config(std::string(kSmall) + "train { max_steps: 10 } cluster { secret_env: \"HOME\" peers { name: \"a\" address: \"127.0.0.1:1\" } "
+                                              "peers { name: \"b\" address: \"127.0.0.1:2\" } "
+                                              "gossip { algorithm: \"diloco\" codec { name: \"" + codec + "\" } "
+                                              "[hearsay.algorithms.diloco] { " + options + " } } }",
+                        "d.textproto");
+  };
+  CHECK_THROWS_WITH_AS(config("topk", ""), doctest::Contains("'topk' cannot be summed on the way, and it carries the outer all-reduce"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(config("sign", "outer_codec: \"int8\" replica: \"site\""),
+                       doctest::Contains("it carries the site's gradients"), InputError);
+  CHECK_NOTHROW(config("sign", "outer_codec: \"int4\""));  // the inner steps send nothing
+  CHECK_NOTHROW(config("int4", "replica: \"site\""));
+}
+
 TEST_CASE("diloco: with outer_lr 1 and no momentum the outer step lands on the mean of the models: it is local_sgd") {
   // a <- a - 1 x mean(a - x_j) = mean(x_j): a flipped sign, a sum instead of a mean or a
   // stray momentum would land elsewhere. (diloco sums the deltas, local_sgd the models:

@@ -69,7 +69,7 @@ const bool registered = register_algorithm<algorithms::AllreduceOptions>({
             throw OptionError("sync_lr_warmup_steps", "must be >= 0, got " + std::to_string(o.sync_lr_warmup_steps()));
           }
           const std::string& c = s.codec.name;
-          if (c != "none" && c != "fp16" && c != "bf16" && c != "int8" && c != "int4" && c != "powersgd") {
+          if (!summable_codec(c) && c != "powersgd") {
             throw InputError("allreduce: codec '" + c + "' cannot be summed on the way; use none, fp16, bf16, int8, int4 or powersgd");
           }
           if (s.adaptive.enabled) throw InputError("allreduce: adaptive compression is for the asynchronous algorithms; name one codec");

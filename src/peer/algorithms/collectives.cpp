@@ -71,6 +71,10 @@ AllReduce::AllReduce(GossipEngine& e, MessageKind kind, std::vector<float> v, ui
     : e_(e), kind_(kind), v_(std::move(v)), round_(round), codec_(codec),
       raw_(!compressed || (codec.empty() ? e.spec().codec.name : codec) == "none") {
   const int n = static_cast<int>(e.peers().size());
+  // A collective's phases run phase0 .. phase0 + n + 1; those of the per-step site sums
+  // (site_step) start at kSiteStepPhase, so the two never share a (round, phase) key.
+  HEARSAY_CHECK(phase0 >= kSiteStepPhase || phase0 + static_cast<uint32_t>(n) + 2 < kSiteStepPhase,
+                "all-reduce: phase " + std::to_string(phase0) + " would reach the site sums' phases");
   const auto& site_of = e.spec().topology.site_of;
   std::map<int, std::vector<int>> sites;  // site index -> its peers, in cluster order
   for (int i = 0; i < n; ++i) sites[site_of.empty() ? 0 : site_of[static_cast<size_t>(i)]].push_back(i);

@@ -22,9 +22,20 @@ void check_replica(const std::string& replica) {
   if (replica != "peer" && replica != "site") throw OptionError("replica", "'" + replica + "': use peer or site");
 }
 
-void check_outer_codec(const std::string& codec) {
-  if (codec.empty() || codec == "none" || codec == "fp16" || codec == "bf16" || codec == "int8" || codec == "int4") return;
-  throw OptionError("outer_codec", "'" + codec + "': use none, fp16, bf16, int8 or int4 (summed on the way), or leave it empty");
+bool summable_codec(const std::string& codec) {
+  return codec == "none" || codec == "fp16" || codec == "bf16" || codec == "int8" || codec == "int4";
+}
+
+void check_diloco_codecs(const GossipSpec& s, const std::string& replica, const std::string& outer_codec) {
+  if (!outer_codec.empty() && !summable_codec(outer_codec)) {
+    throw OptionError("outer_codec", "'" + outer_codec + "': use none, fp16, bf16, int8 or int4 (summed on the way), or leave it empty");
+  }
+  const bool carries = outer_codec.empty() || replica == "site";
+  if (carries && !summable_codec(s.codec.name)) {
+    throw InputError("cluster.gossip.codec: '" + s.codec.name + "' cannot be summed on the way, and it carries " +
+                     (outer_codec.empty() ? std::string("the outer all-reduce") : std::string("the site's gradients")) +
+                     "; use none, fp16, bf16, int8 or int4" + (outer_codec.empty() ? ", or set outer_codec" : ""));
+  }
 }
 
 BatchStats site_step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) {

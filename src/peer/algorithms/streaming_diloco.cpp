@@ -158,7 +158,7 @@ const bool registered = register_algorithm<algorithms::StreamingDilocoOptions>({
     .name = "streaming_diloco",
     .synchronous = true,
     .check =
-        [](const algorithms::StreamingDilocoOptions& o, const GossipSpec&, int) {
+        [](const algorithms::StreamingDilocoOptions& o, const GossipSpec& s, int) {
           if (o.local_steps() < 1) throw OptionError("local_steps", "must be >= 1, got " + std::to_string(o.local_steps()));
           if (o.fragments() < 1 || o.fragments() > o.local_steps()) {
             throw OptionError("fragments", "must be in [1, local_steps], got " + std::to_string(o.fragments()));
@@ -170,7 +170,7 @@ const bool registered = register_algorithm<algorithms::StreamingDilocoOptions>({
           if (!(o.outer_lr() > 0) || !std::isfinite(o.outer_lr())) throw OptionError("outer_lr", "must be a positive number");
           if (!(o.outer_momentum() >= 0 && o.outer_momentum() < 1)) throw OptionError("outer_momentum", "must be in [0, 1)");
           check_replica(o.replica());
-          check_outer_codec(o.outer_codec());
+          check_diloco_codecs(s, o.replica(), o.outer_codec());
         },
     .make = [](const GossipSpec& g, const algorithms::StreamingDilocoOptions& o) {
       return std::make_unique<StreamingDiloco>(o, g.mixer);
