@@ -529,7 +529,14 @@ TEST_CASE("cluster: choco with no gradient keeps the average of the models and b
   const double moved = distance(before, after);
   MESSAGE("spread " << start_spread << " -> " << end_spread << "; the mean moved " << moved);
   CHECK(end_spread < 0.05 * start_spread);  // toward consensus
-  CHECK(moved < 1e-4 * start_spread);
+  // A round's consensus terms cancel over the peers once every peer has taken that round.
+  // When the run stops, a peer may be one round ahead of a neighbour (choco.cpp): its last
+  // step, gamma sum_j w_ij (x^_j - x^_i) with sum_j w_ij < 1, has no counterpart yet. That
+  // one uncancelled round moves the mean by less than gamma times the copies' distance,
+  // about the final spread (measured 0.04 of it, up to 5e-4 under ASan, where the peers end
+  // further apart); a mean that drifted round after round would be far above either term.
+  const double gamma = 0.3;  // choco_topk's consensus_step
+  CHECK(moved < 1e-4 * start_spread + gamma * end_spread);
 }
 
 namespace {
