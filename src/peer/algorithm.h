@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -96,15 +97,19 @@ BatchStats gradient_only(GossipEngine& e, const Batch& batch);
 // of round `step`; waits for the site's peers.
 BatchStats site_step(GossipEngine& e, const Batch& batch, float lr, uint64_t step);
 inline constexpr uint32_t kSiteStepPhase = 1u << 20;
-// The options' `replica` field of diloco and streaming_diloco: "peer" or "site".
-void check_replica(const std::string& replica);
+// The peers of each site in cluster order, by site index (all in site 0 where the topology
+// names no sites); the one place site membership is derived, for site_step and AllReduce.
+std::map<int, std::vector<int>> peers_by_site(const GossipEngine& e);
+// This peer's site: its peers in cluster order, this peer among them.
+std::vector<int> my_site(const GossipEngine& e);
 // Whether allreduce_sum can carry a codec's payloads: a dense codec whose hops are
 // decoded, summed in fp32 and encoded again (none, fp16, bf16, int8, int4).
 bool summable_codec(const std::string& codec);
-// diloco's and streaming_diloco's codecs: `outer_codec` (empty: gossip.codec) carries the
-// outer all-reduce, and gossip.codec the site's gradients when `replica` is "site"; each
-// must be summable (a sparse codec would drop most of every sum, silently).
-void check_diloco_codecs(const GossipSpec& s, const std::string& replica, const std::string& outer_codec);
+// diloco's and streaming_diloco's `replica` ("peer" or "site") and codecs: `outer_codec`
+// (empty: gossip.codec) carries the outer all-reduce, and gossip.codec the site's
+// gradients when `replica` is "site"; each must be summable (a sparse codec would drop most
+// of every sum, silently).
+void check_diloco_replica_and_codecs(const GossipSpec& s, const std::string& replica, const std::string& outer_codec);
 // Whom a collective sums over: every peer, or only this peer's site.
 enum class ReduceScope { kCluster, kSite };
 // Sum of `v` (messages of `kind`) over all peers (collectives.cpp): a ring within one

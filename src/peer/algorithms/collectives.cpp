@@ -75,20 +75,18 @@ AllReduce::AllReduce(GossipEngine& e, MessageKind kind, std::vector<float> v, ui
   // (site_step) start at kSiteStepPhase, so the two never share a (round, phase) key.
   HEARSAY_CHECK(phase0 >= kSiteStepPhase || phase0 + static_cast<uint32_t>(n) + 2 < kSiteStepPhase,
                 "all-reduce: phase " + std::to_string(phase0) + " would reach the site sums' phases");
-  const auto& site_of = e.spec().topology.site_of;
-  std::map<int, std::vector<int>> sites;  // site index -> its peers, in cluster order
-  for (int i = 0; i < n; ++i) sites[site_of.empty() ? 0 : site_of[static_cast<size_t>(i)]].push_back(i);
+  const std::map<int, std::vector<int>> sites = peers_by_site(e);
   std::vector<int> everyone(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) everyone[static_cast<size_t>(i)] = i;
   if (scope == ReduceScope::kSite) {
-    plan_ring_sum(plan_, v_.size(), e.me(), sites[site_of.empty() ? 0 : site_of[static_cast<size_t>(e.me())]], phase0);
+    plan_ring_sum(plan_, v_.size(), e.me(), my_site(e), phase0);
     return;
   }
   if (sites.size() < 2 || sites.size() == static_cast<size_t>(n)) {
     plan_ring_sum(plan_, v_.size(), e.me(), everyone, phase0);
     return;
   }
-  const std::vector<int>& site = sites[site_of[static_cast<size_t>(e.me())]];
+  const std::vector<int> site = my_site(e);
   const int leader = site.front();
   std::vector<int> leaders;
   for (const auto& [s, members] : sites) leaders.push_back(members.front());

@@ -18,15 +18,12 @@ BatchStats local_step(GossipEngine& e, const Batch& batch, float lr) {
   return s;
 }
 
-void check_replica(const std::string& replica) {
-  if (replica != "peer" && replica != "site") throw OptionError("replica", "'" + replica + "': use peer or site");
-}
-
 bool summable_codec(const std::string& codec) {
   return codec == "none" || codec == "fp16" || codec == "bf16" || codec == "int8" || codec == "int4";
 }
 
-void check_diloco_codecs(const GossipSpec& s, const std::string& replica, const std::string& outer_codec) {
+void check_diloco_replica_and_codecs(const GossipSpec& s, const std::string& replica, const std::string& outer_codec) {
+  if (replica != "peer" && replica != "site") throw OptionError("replica", "'" + replica + "': use peer or site");
   if (!outer_codec.empty() && !summable_codec(outer_codec)) {
     throw OptionError("outer_codec", "'" + outer_codec + "': use none, fp16, bf16, int8 or int4 (summed on the way), or leave it empty");
   }
@@ -38,13 +35,23 @@ void check_diloco_codecs(const GossipSpec& s, const std::string& replica, const 
   }
 }
 
+std::map<int, std::vector<int>> peers_by_site(const GossipEngine& e) {
+  const auto& site_of = e.spec().topology.site_of;
+  std::map<int, std::vector<int>> sites;
+  for (int i = 0; i < static_cast<int>(e.peers().size()); ++i) {
+    sites[site_of.empty() ? 0 : site_of[static_cast<size_t>(i)]].push_back(i);
+  }
+  return sites;
+}
+
+std::vector<int> my_site(const GossipEngine& e) {
+  const auto& site_of = e.spec().topology.site_of;
+  return peers_by_site(e)[site_of.empty() ? 0 : site_of[static_cast<size_t>(e.me())]];
+}
+
 BatchStats site_step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) {
   const BatchStats s = gradient_only(e, batch);
-  const auto& site_of = e.spec().topology.site_of;
-  int site_peers = 0;
-  for (size_t i = 0; i < e.peers().size(); ++i) {
-    site_peers += site_of.empty() || site_of[i] == site_of[static_cast<size_t>(e.me())];
-  }
+  const size_t site_peers = my_site(e).size();
   if (site_peers > 1) {
     Backend& b = e.model().backend();
     std::vector<float> g(e.model().num_params());

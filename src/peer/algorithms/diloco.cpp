@@ -66,8 +66,7 @@ const bool registered = register_algorithm<algorithms::DilocoOptions>({
           if (o.local_steps() < 1) throw OptionError("local_steps", "must be >= 1, got " + std::to_string(o.local_steps()));
           if (!(o.outer_lr() > 0) || !std::isfinite(o.outer_lr())) throw OptionError("outer_lr", "must be a positive number");
           if (!(o.outer_momentum() >= 0 && o.outer_momentum() < 1)) throw OptionError("outer_momentum", "must be in [0, 1)");
-          check_replica(o.replica());
-          check_diloco_codecs(s, o.replica(), o.outer_codec());
+          check_diloco_replica_and_codecs(s, o.replica(), o.outer_codec());
         },
     .make = [](const GossipSpec&, const algorithms::DilocoOptions& o) { return std::make_unique<Diloco>(o); },
 });

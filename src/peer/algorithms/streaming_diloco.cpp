@@ -169,8 +169,7 @@ const bool registered = register_algorithm<algorithms::StreamingDilocoOptions>({
           if (!(o.mix_alpha() >= 0 && o.mix_alpha() < 1)) throw OptionError("mix_alpha", "must be in [0, 1)");
           if (!(o.outer_lr() > 0) || !std::isfinite(o.outer_lr())) throw OptionError("outer_lr", "must be a positive number");
           if (!(o.outer_momentum() >= 0 && o.outer_momentum() < 1)) throw OptionError("outer_momentum", "must be in [0, 1)");
-          check_replica(o.replica());
-          check_diloco_codecs(s, o.replica(), o.outer_codec());
+          check_diloco_replica_and_codecs(s, o.replica(), o.outer_codec());
         },
     .make = [](const GossipSpec& g, const algorithms::StreamingDilocoOptions& o) {
       return std::make_unique<StreamingDiloco>(o, g.mixer);
