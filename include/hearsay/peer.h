@@ -59,6 +59,7 @@ struct TrainResult {
   double final_test_loss = 0;
   double wall_s = 0;
   std::optional<double> time_to_target_s;  // set when train.target_test_acc was reached
+  std::optional<int64_t> steps_to_target;  // the step of that evaluation
   std::vector<double> losses;              // training loss of every step (for tests)
   double steps_per_s = 0;                  // over the whole run, waits and slowdown included
   size_t max_buffered_bytes = 0;           // gossip buffers' high-water mark

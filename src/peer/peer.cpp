@@ -182,6 +182,7 @@ TrainResult Peer::run() {
     log_.write(e.add("eval_s", eval_s));
     if (t.target_test_acc > 0 && !result.time_to_target_s && s.accuracy() >= t.target_test_acc) {
       result.time_to_target_s = log_.elapsed();
+      result.steps_to_target = step;
       if (engine_) result.bytes_to_target = engine_->bytes_sent();
     }
   };
@@ -306,7 +307,7 @@ TrainResult Peer::run() {
       .add("bytes_sent", static_cast<int64_t>(result.bytes_sent));
   if (t.emulated_step_s > 0) end.add("emulated_step_s", t.emulated_step_s).add("compute_overruns", compute_overruns);
   if (result.time_to_target_s) {
-    end.add("time_to_target_s", *result.time_to_target_s);
+    end.add("time_to_target_s", *result.time_to_target_s).add("steps_to_target", *result.steps_to_target);
     if (engine_) end.add("bytes_to_target", static_cast<int64_t>(result.bytes_to_target));
   } else {
     end.add_null("time_to_target_s");
