@@ -319,7 +319,10 @@ PYBIND11_MODULE(_engine, m) {
                              [](PyPeer& p) { return reinterpret_cast<uintptr_t>(p.peer().engine_params_address()); })
       .def("record_eval", [](PyPeer& p, double acc, double loss) { p.peer().record_eval(acc, loss); })
       .def("finish", [](PyPeer& p) { p.peer().finish(); }, py::call_guard<py::gil_scoped_release>())
-      .def("close", [](PyPeer& p) { p.peer().close(); }, py::call_guard<py::gil_scoped_release>())
+      // Every thread this module started ends here: close() also runs at interpreter exit
+      // (atexit), when the PyPeer itself may never be destroyed, and a watcher still
+      // polling while the exit handlers tear the process down is a crash at exit.
+      .def("close", [](PyPeer& p) { p.stop_watch(); p.peer().close(); }, py::call_guard<py::gil_scoped_release>())
       .def("synchronize", [](PyPeer& p) { p.peer().synchronize(); }, py::call_guard<py::gil_scoped_release>())
       .def("stop", [](PyPeer& p) { p.peer().stop(); })
       .def("scheduled_lr", [](PyPeer& p) { return p.peer().scheduled_lr(); })

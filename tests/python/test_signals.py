@@ -37,6 +37,21 @@ def events(path):
 
 
 class Signals(unittest.TestCase):
+    def test_close_ends_the_signal_watcher(self):
+        # close() also runs at interpreter exit (atexit), where the peer object may never be
+        # destroyed: a watcher thread left polling while the exit handlers run is a crash
+        # at exit. After close() the process has no thread the peer started.
+        import hearsay.torch as ht
+
+        def threads():
+            return len(os.listdir("/proc/self/task"))
+
+        before = threads()
+        peer = ht.Peer(os.path.join(HERE, "alone-synthetic.textproto"), argv=[], quiet=True, handle_signals=True)
+        self.assertGreater(threads(), before, "no signal watcher started")
+        peer.close()
+        self.assertEqual(threads(), before)
+
     def test_sigterm_ends_a_step_waiting_for_a_synchronous_round(self):
         d = tempfile.mkdtemp()
         config = os.path.join(d, "c.textproto")
