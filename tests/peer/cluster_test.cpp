@@ -484,11 +484,13 @@ std::map<int, PublicCopy> public_copies(const std::string& state) {
 
 // A lossy codec with a residual that would differ per link (top-k, 10%); 768 steps, so
 // that the rounds cut off when the peers stop are tiny.
+constexpr double kChocoConsensusStep = 0.3;  // gamma
+
 void choco_topk(ClusterSpec& s) {
   s.base.train.epochs = 48;
   s.gossip.codec.name = "topk";
   s.gossip.codec.density = 0.1;
-  s.gossip.options = "consensus_step: 0.3";
+  s.gossip.options = "consensus_step: " + std::to_string(kChocoConsensusStep);
 }
 
 }  // namespace
@@ -538,8 +540,7 @@ TEST_CASE("cluster: choco with no gradient keeps the average of the models and b
   // one uncancelled round moves the mean by less than gamma times the copies' distance,
   // about the final spread (measured 0.04 of it, up to 5e-4 under ASan, where the peers end
   // further apart); a mean that drifted round after round would be far above either term.
-  const double gamma = 0.3;  // choco_topk's consensus_step
-  CHECK(moved < 1e-4 * start_spread + gamma * end_spread);
+  CHECK(moved < 1e-4 * start_spread + kChocoConsensusStep * end_spread);
 }
 
 namespace {

@@ -76,17 +76,17 @@ AllReduce::AllReduce(GossipEngine& e, MessageKind kind, std::vector<float> v, ui
   HEARSAY_CHECK(phase0 >= kSiteStepPhase || phase0 + static_cast<uint32_t>(n) + 2 < kSiteStepPhase,
                 "all-reduce: phase " + std::to_string(phase0) + " would reach the site sums' phases");
   const std::map<int, std::vector<int>> sites = peers_by_site(e);
+  const std::vector<int> site = my_site(e);
   std::vector<int> everyone(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) everyone[static_cast<size_t>(i)] = i;
   if (scope == ReduceScope::kSite) {
-    plan_ring_sum(plan_, v_.size(), e.me(), my_site(e), phase0);
+    plan_ring_sum(plan_, v_.size(), e.me(), site, phase0);
     return;
   }
   if (sites.size() < 2 || sites.size() == static_cast<size_t>(n)) {
     plan_ring_sum(plan_, v_.size(), e.me(), everyone, phase0);
     return;
   }
-  const std::vector<int> site = my_site(e);
   const int leader = site.front();
   std::vector<int> leaders;
   for (const auto& [s, members] : sites) leaders.push_back(members.front());
