@@ -147,6 +147,9 @@ class GossipEngine {
   void load_state(const ckpt::Checkpoint& c);
 
   uint64_t clock() const { return logical_clock_; }
+  // The time the peer runs on (real, or the simulator's virtual time): what an algorithm
+  // reads for timeouts and compute time.
+  Clock& time() { return clock_; }
   const std::vector<std::string>& peers() const { return peers_; }
   int me() const { return me_; }
   // Bytes sent to every neighbour so far, whole frames (the transport's count).
@@ -275,6 +278,8 @@ class GossipEngine {
   void stamp(Message& m) const;
   void serve_join_requests();
   int index_of(const std::string& id) const;
+  // Peer i's outbox, made with its link encoders at first use (step-loop thread).
+  Outbox& outgoing_link(int i);
 
   GossipSpec spec_;
   std::vector<std::string> peers_;
@@ -288,7 +293,8 @@ class GossipEngine {
   std::unique_ptr<Topology> topology_;
   Rng rng_;
   std::unique_ptr<Inbox> inbox_;
-  std::vector<std::unique_ptr<Outbox>> outboxes_;
+  std::vector<std::unique_ptr<Outbox>> outboxes_;  // by peer index; null until first used
+  uint64_t seed_ = 0;
   const struct AlgorithmEntry* entry_ = nullptr;  // the registry's; it outlives every engine
   std::unique_ptr<Algorithm> algorithm_;
   DeviceBuffer scratch_;
@@ -311,7 +317,7 @@ class GossipEngine {
     // in builds with CUDA.
     std::shared_ptr<DeviceLinkEncoder> device_update, device_model;
   };
-  std::vector<std::unique_ptr<LinkCodecs>> link_codecs_;
+  std::vector<std::unique_ptr<LinkCodecs>> link_codecs_;  // by peer index; null until first used
   std::map<std::string, std::unique_ptr<Codec>> once_codecs_;  // step-loop thread only: encode_once's, by name
   std::atomic<double> step_s_{0};  // smoothed wall time of a step (adaptive compression)
   double last_step_at_ = 0;        // step-loop thread only

@@ -15,6 +15,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "hearsay/clock.h"
+
 namespace hearsay {
 
 // One JSON object, built field by field in the order the fields are added and rendered by
@@ -65,7 +67,9 @@ class EventLog {
  public:
   // path empty: events are checked against the schema, not written. Throws InputError if
   // the file cannot be created (parent directories are created).
-  EventLog(const std::string& path, std::string peer);
+  // `clock` (null: real time) is what `t` counts on: the simulator's virtual clock for a
+  // simulated peer. It must outlive the log.
+  EventLog(const std::string& path, std::string peer, const Clock* clock = nullptr);
   ~EventLog();
   EventLog(const EventLog&) = delete;
   EventLog& operator=(const EventLog&) = delete;
@@ -87,6 +91,8 @@ class EventLog {
   std::FILE* file_ = nullptr;
   std::mutex mu_;
   std::chrono::steady_clock::time_point start_;
+  const Clock* clock_ = nullptr;
+  double clock_start_ = 0;
 };
 
 // What the progress display shows.

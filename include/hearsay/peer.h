@@ -28,6 +28,9 @@ struct TrainSpec {
   int eval_batch_size = 1000;
   double eval_every_s = 0;       // > 0: evaluate on the clock instead
   double emulated_step_s = 0;    // > 0: every step's computation takes slowdown x this
+  // false: this peer never evaluates its model (a simulated cluster of 1,024 scores a
+  // fixed subsample of its peers; its start event says so).
+  bool evaluates = true;
 };
 
 // What one peer trains and how, in runtime types: src/config fills it from a config
@@ -38,6 +41,9 @@ struct PeerSpec {
   std::string device = "cpu";
   int threads = 1;
   TrainTest data;            // the whole data set; the peer trains on its shard
+  // Instead of `data`: a data set shared with other peers of this process (the
+  // simulator's 1,024 peers read one copy). Left alone by the peer.
+  std::shared_ptr<const TrainTest> shared_data;
   int num_shards = 1, shard = 0;
   Partition partition = Partition::kIid;
   double dirichlet_alpha = 0.5;
@@ -88,6 +94,15 @@ struct PeerNetwork {
   // Initialise the model from this seed instead of the config's (tests whose peers must
   // start apart; real clusters start from one seed).
   std::optional<uint64_t> init_seed;
+  // The clock the peer and its engine run on; null: real time. The simulator gives each
+  // peer a virtual clock (src/sim). Must outlive the peer.
+  Clock* clock = nullptr;
+  // Each step's emulated computation (train.emulated_step_s x slowdown) multiplied by
+  // this function's value for the step, when set: a simulated GPU's step-time spread.
+  std::function<double(int64_t step)> step_time_factor;
+  // Called after each evaluation with its step and result (the simulator's stop at
+  // target). May be empty; must not block.
+  std::function<void(int64_t step, const BatchStats& result)> on_eval;
 };
 
 class Peer {
@@ -116,7 +131,7 @@ class Peer {
   Trainable& model() { return *model_; }
   // The gossip engine; null for a peer that trains alone.
   GossipEngine* engine() { return engine_.get(); }
-  const TrainTest& data() const { return data_; }
+  const TrainTest& data() const { return *data_; }
 
  private:
   // The next minibatch of this peer's shard into batch_x_ / batch_y_ (on the device).
@@ -132,12 +147,14 @@ class Peer {
   PeerSpec spec_;
   EventLog& log_;
   Progress* progress_;
-  TrainTest data_;
+  TrainTest owned_data_;
+  const TrainTest* data_ = &owned_data_;  // owned_data_ or spec.shared_data
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Trainable> model_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<BatchSampler> sampler_;
-  RealClock clock_;
+  RealClock real_clock_;
+  Clock* clock_ = &real_clock_;  // network.clock when given
   std::unique_ptr<GossipEngine> engine_;
   PeerNetwork network_;
   std::atomic<bool> stop_{false};

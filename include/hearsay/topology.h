@@ -8,6 +8,7 @@
 //   star           peer 0 and every other peer (a hub site and spokes; the one topology
 //                  whose peers have unequal degrees)
 //   random         one uniformly random other peer per round (AD-PSGD)
+//   random_regular a random d-regular graph (d = degree), every neighbour every round
 //   hierarchical   one random peer of the same site per round, and every `cross_every`-th
 //                  round one random peer of another site (geo-distributed)
 //   bandwidth      one peer per round, chosen with probability proportional to the measured
@@ -31,6 +32,7 @@ struct TopologySpec {
   std::vector<int> site_of;  // site index of each peer (hierarchical); empty: one site
   int cross_every = 4;       // hierarchical
   double floor = 0.05;       // bandwidth: least probability of any neighbour, times 1/(n-1)
+  int degree = 4;            // random_regular: neighbours of each peer
 };
 
 class Topology {

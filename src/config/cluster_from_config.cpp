@@ -58,6 +58,7 @@ GossipSpec gossip_spec(const config::ClusterConfig& c) {
   s.topology.site_of = site_indices(c);
   s.topology.cross_every = g.cross_every();
   s.topology.floor = g.bandwidth_floor();
+  s.topology.degree = g.degree();
   s.mixer.weighting = g.weighting();
   s.mixer.alpha = g.alpha();
   s.mixer.lambda = g.lambda();

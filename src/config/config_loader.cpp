@@ -153,6 +153,73 @@ std::string number(double v) {
   return out.str();
 }
 
+// experiment.simulate and experiment.simulation: what the simulator can model
+// (docs/SIMULATION.md), and what only it models (refused in a real run).
+template <class Fail>
+void validate_simulation(const config::Config& c, const Fail& fail) {
+  const auto& e = c.experiment();
+  const auto& s = e.simulation();
+  const auto& cl = c.cluster();
+  if (!e.simulate()) {
+    const char* only = "only the simulator models it: run with hearsay-run --simulate (or experiment.simulate: true)";
+    if (s.sites_size() > 0) fail("experiment.simulation.sites", std::string("site access links: ") + only, 0);
+    if (s.faults_size() > 0) fail("experiment.simulation.faults", std::string("faults: ") + only, 0);
+    if (s.churn_per_peer_hour() > 0) fail("experiment.simulation.churn_per_peer_hour", std::string("churn: ") + only);
+    return;
+  }
+  const char* why = "the simulator runs the native peer on virtual time";
+  if (!c.program().empty()) fail("program", std::string("a Python program cannot be simulated (") + why + "); remove program or run without --simulate");
+  if (cl.transport().rfind("fabric", 0) == 0) {
+    fail("cluster.transport", "'" + cl.transport() + "' cannot be simulated: the simulator models TCP flows (SimGrid's CM02 or LV08), not libfabric's RDMA; use tcp");
+  }
+  if (cl.peers_size() < 2) fail("cluster.peers", "the simulator runs clusters: list at least 2 peers");
+  if (s.network_model() != "CM02" && s.network_model() != "LV08") {
+    fail("experiment.simulation.network_model", "unknown '" + s.network_model() + "'; use CM02 or LV08");
+  }
+  if (!(s.max_virtual_s() >= 0) || !std::isfinite(s.max_virtual_s())) fail("experiment.simulation.max_virtual_s", "must be a finite number >= 0");
+  if (s.eval_peers() < 0 || s.eval_peers() > cl.peers_size()) {
+    fail("experiment.simulation.eval_peers", "must be in [0, " + std::to_string(cl.peers_size()) + "] (0: every peer)");
+  }
+  if (!(s.step_jitter() >= 0 && s.step_jitter() < 1)) fail("experiment.simulation.step_jitter", "must be in [0, 1)");
+  std::set<std::string> sites;
+  for (const auto& p : cl.peers()) sites.insert(p.site());
+  for (int i = 0; i < s.sites_size(); ++i) {
+    const auto& a = s.sites(i);
+    const std::string at_i = "experiment.simulation.sites[" + std::to_string(i) + "]";
+    if (sites.count(a.site()) == 0) fail(at_i + ".site", "site '" + a.site() + "' has no peer in cluster.peers");
+    if (!(a.uplink_mbps() >= 0) || !std::isfinite(a.uplink_mbps())) fail(at_i + ".uplink_mbps", "must be a finite number >= 0 (0: unlimited)");
+    if (!(a.downlink_mbps() >= 0) || !std::isfinite(a.downlink_mbps())) fail(at_i + ".downlink_mbps", "must be a finite number >= 0 (0: unlimited)");
+  }
+  std::set<std::string> peers;
+  for (const auto& p : cl.peers()) peers.insert(p.name());
+  for (int i = 0; i < s.faults_size(); ++i) {
+    const auto& f = s.faults(i);
+    const std::string at_i = "experiment.simulation.faults[" + std::to_string(i) + "]";
+    if (!(f.at_s() >= 0) || !std::isfinite(f.at_s())) fail(at_i + ".at_s", "must be a finite number >= 0");
+    if (!(f.for_s() > 0) || !std::isfinite(f.for_s())) fail(at_i + ".for_s", "must be a positive number");
+    if (f.kind() == config::FaultConfig::SITE_DOWN) {
+      if (sites.count(f.site()) == 0) fail(at_i + ".site", "site '" + f.site() + "' has no peer in cluster.peers");
+      continue;
+    }
+    if (f.peer().empty() == !(f.fraction() > 0)) fail(at_i, "a PEER_CRASH names one peer, or gives a fraction in (0, 1] of them");
+    if (!f.peer().empty() && peers.count(f.peer()) == 0) fail(at_i + ".peer", "no peer '" + f.peer() + "' in cluster.peers");
+    if (!(f.fraction() >= 0 && f.fraction() <= 1)) fail(at_i + ".fraction", "must be in [0, 1]");
+    if (!(f.spread_s() >= 0) || !std::isfinite(f.spread_s())) fail(at_i + ".spread_s", "must be a finite number >= 0");
+  }
+  if (!(s.churn_per_peer_hour() >= 0) || !std::isfinite(s.churn_per_peer_hour())) fail("experiment.simulation.churn_per_peer_hour", "must be a finite number >= 0");
+  if (!(s.churn_downtime_s() > 0) || !std::isfinite(s.churn_downtime_s())) fail("experiment.simulation.churn_downtime_s", "must be a positive number");
+  for (int i = 0; i < cl.site_links_size(); ++i) {
+    const auto& sl = cl.site_links(i);
+    if (sl.site_a() == sl.site_b() && sl.link().outages_size() > 0) {
+      fail("cluster.site_links[" + std::to_string(i) + "].link.outages",
+           "the simulator models outages on links between two sites (a site's own network is its peers' interfaces)", 0);
+    }
+  }
+  if (cl.default_link().outages_size() > 0 && sites.size() < 2) {
+    fail("cluster.default_link.outages", "the simulator models outages on links between two sites; this cluster has one site", 0);
+  }
+}
+
 void validate(const config::Config& c, const Locator& at) {
   // path: a dotted field path; index: for a repeated last field.
   auto fail = [&](const std::string& path, const std::string& why, int index = -1) {
@@ -372,6 +439,7 @@ void validate(const config::Config& c, const Locator& at) {
     }
   }
   if (c.checkpoint().every_steps() < 0) fail("checkpoint.every_steps", "must be >= 0");
+  validate_simulation(c, fail);
 }
 
 }  // namespace

@@ -8,8 +8,9 @@
 
 namespace hearsay {
 
-EventLog::EventLog(const std::string& path, std::string peer)
-    : path_(path), peer_(std::move(peer)), start_(std::chrono::steady_clock::now()) {
+EventLog::EventLog(const std::string& path, std::string peer, const Clock* clock)
+    : path_(path), peer_(std::move(peer)), start_(std::chrono::steady_clock::now()), clock_(clock),
+      clock_start_(clock != nullptr ? clock->now() : 0.0) {
   if (path_.empty()) return;
   const auto parent = std::filesystem::path(path_).parent_path();
   std::error_code ec;
@@ -24,6 +25,7 @@ EventLog::~EventLog() {
 }
 
 double EventLog::elapsed() const {
+  if (clock_ != nullptr) return clock_->now() - clock_start_;
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
 

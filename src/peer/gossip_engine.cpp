@@ -85,28 +85,18 @@ GossipEngine::GossipEngine(const GossipSpec& spec, std::vector<std::string> peer
                            Trainable& model, Optimizer& optimizer, Clock& clock, EventLog& log, uint64_t seed)
     : spec_(spec), peers_(std::move(peers)), me_(me), transport_(transport), model_(model), optimizer_(optimizer), clock_(clock),
       log_(log), mixer_(spec.mixer), topology_(make_topology(spec.topology, static_cast<int>(peers_.size()))),
-      rng_(seed, 500 + me), inbox_(std::make_unique<Inbox>(mixer_, gossip_device(model) >= 0)),
+      rng_(seed, 500 + me), inbox_(std::make_unique<Inbox>(mixer_, gossip_device(model) >= 0, &clock)),
       guard_(std::make_unique<UpdateGuard>(spec.guard, peers_.size())),
       robust_(std::make_unique<RobustMixing>(spec.mixer)) {
   check_gossip_spec(spec_, static_cast<int>(peers_.size()));
   cuda_device_ = gossip_device(model_);
   on_device_ = cuda_device_ >= 0;
   link_bps_.assign(peers_.size(), 0.0);
-  for (size_t i = 0; i < peers_.size(); ++i) {
-    outboxes_.push_back(std::make_unique<Outbox>(
-        [this, i](Message&& m, std::function<void(const SendStatus&)> done) {
-          put_on_wire(static_cast<int>(i), std::move(m), std::move(done));
-        },
-        mixer_));
-    CodecSpec model_spec;
-    model_spec.name = spec_.model_codec;
-    model_spec.error_feedback = "off";  // a model's rounding is not owed to anyone
-    auto lc = std::make_unique<LinkCodecs>();
-    lc->seed = seed * 1000 + i;
-    lc->update = std::make_unique<LinkEncoder>(spec_.codec, model_.param_views(), seed * 1000 + i);
-    lc->model = std::make_unique<LinkEncoder>(model_spec, model_.param_views(), seed * 1000 + i);
-    link_codecs_.push_back(std::move(lc));
-  }
+  seed_ = seed;
+  // Made at a link's first use (outgoing_link): a peer of 1,024 keeps state only for the
+  // few it talks to.
+  outboxes_.resize(peers_.size());
+  link_codecs_.resize(peers_.size());
   entry_ = &algorithm_entry(spec_.algorithm);
   algorithm_ = entry_->make(spec_, *parse_algorithm_options(*entry_, spec_.options));
   scratch_ = DeviceBuffer(model_.backend(), sizeof(float) * model_.num_params());
@@ -117,6 +107,22 @@ GossipEngine::~GossipEngine() {
   stop();
   // Arrivals after this point have nowhere to go.
   transport_.set_receiver(nullptr);
+}
+
+Outbox& GossipEngine::outgoing_link(int i) {
+  if (outboxes_[i]) return *outboxes_[i];
+  CodecSpec model_spec;
+  model_spec.name = spec_.model_codec;
+  model_spec.error_feedback = "off";  // a model's rounding is not owed to anyone
+  auto lc = std::make_unique<LinkCodecs>();
+  lc->seed = seed_ * 1000 + i;
+  lc->update = std::make_unique<LinkEncoder>(spec_.codec, model_.param_views(), seed_ * 1000 + i);
+  lc->model = std::make_unique<LinkEncoder>(model_spec, model_.param_views(), seed_ * 1000 + i);
+  link_codecs_[i] = std::move(lc);
+  outboxes_[i] = std::make_unique<Outbox>(
+      [this, i](Message&& m, std::function<void(const SendStatus&)> done) { put_on_wire(i, std::move(m), std::move(done)); },
+      mixer_);
+  return *outboxes_[i];
 }
 
 int GossipEngine::index_of(const std::string& id) const {
@@ -482,7 +488,7 @@ void GossipEngine::send(int to, Message m, std::vector<float> data) {
   stamp(m);
   m.data = std::move(data);
   if (spec_.byzantine != "none" && !m.synchronous && !m.data.empty()) lie(m.data);
-  outboxes_[to]->offer(std::move(m));
+  outgoing_link(to).offer(std::move(m));
 }
 
 // --- Gossip on the device (gossip_on_device) ------------------------------------------
@@ -660,7 +666,7 @@ void GossipEngine::send_device(int to, Message m, std::shared_ptr<const DeviceSn
   }
   stamp(m);
   m.device = std::move(data);
-  outboxes_[to]->offer(std::move(m));
+  outgoing_link(to).offer(std::move(m));
 }
 
 void GossipEngine::axpy_params(double a, const Message& m) {
@@ -718,6 +724,7 @@ GossipEngine::Message GossipEngine::take_returned() {
 
 bool GossipEngine::unsent_since(uint64_t step) const {
   for (const auto& o : outboxes_) {
+    if (!o) continue;
     const auto oldest = o->oldest_unsent_step();
     if (oldest && *oldest <= step) return true;
   }
@@ -727,14 +734,14 @@ bool GossipEngine::unsent_since(uint64_t step) const {
 void GossipEngine::wait_sent(uint64_t step) {
   while (unsent_since(step)) {
     if (stopped_) throw StopRequested();
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    clock_.sleep_for(200e-6);
   }
 }
 
 bool GossipEngine::idle() const {
   for (size_t i = 0; i < peers_.size(); ++i) {
     if (static_cast<int>(i) == me_) continue;
-    if (outboxes_[i]->buffered_bytes() > 0 || transport_.link_stats(peers_[i]).queue_depth > 0) return false;
+    if ((outboxes_[i] && outboxes_[i]->buffered_bytes() > 0) || transport_.link_stats(peers_[i]).queue_depth > 0) return false;
   }
   return true;
 }
@@ -828,7 +835,7 @@ uint64_t GossipEngine::bytes_sent() const {
 
 size_t GossipEngine::buffered_bytes() const {
   size_t b = inbox_->buffered_bytes();
-  for (const auto& o : outboxes_) b += o->buffered_bytes();
+  for (const auto& o : outboxes_) b += o ? o->buffered_bytes() : 0;
   return b;
 }
 
@@ -841,7 +848,7 @@ void GossipEngine::save_state(ckpt::Checkpoint& c) const {
   c.set_logical_clock(logical_clock_.load());
   c.set_samples_seen(samples_seen_);
   for (size_t i = 0; i < peers_.size(); ++i) {
-    if (static_cast<int>(i) == me_) continue;
+    if (static_cast<int>(i) == me_ || !link_codecs_[i]) continue;  // never used: nothing owed
     std::lock_guard<std::mutex> lock(link_codecs_[i]->mu);
     for (const auto& [kind, enc] : {std::pair{"update", link_codecs_[i]->update.get()}, std::pair{"model", link_codecs_[i]->model.get()}}) {
       auto* l = c.add_links();
@@ -873,6 +880,7 @@ void GossipEngine::load_state(const ckpt::Checkpoint& c) {
     const int i = index_of(l.peer());
     if (i < 0 || i == me_) throw InputError("checkpoint: link state for '" + l.peer() + "', not a neighbour in this cluster");
     if (l.kind() != "update" && l.kind() != "model") throw InputError("checkpoint: link state of unknown kind '" + l.kind() + "'");
+    outgoing_link(i);
     std::lock_guard<std::mutex> lock(link_codecs_[i]->mu);
     LinkEncoder& enc = l.kind() == "update" ? *link_codecs_[i]->update : *link_codecs_[i]->model;
     // A device twin starts again from the host encoder, which now holds the checkpoint's
@@ -903,11 +911,13 @@ void GossipEngine::log_stats(int64_t step) {
     const LinkStats s = transport_.link_stats(peers_[i]);
     sent += s.bytes_sent;
     received += s.bytes_received;
+    // Links this peer has used (sent on, or heard from): a peer of 1,024 talks to few.
+    if (!link_codecs_[i] && s.bytes_received == 0) continue;
     JsonObject l;
     l.add("connected", s.connected).add("bytes_sent", static_cast<int64_t>(s.bytes_sent));
     l.add("bytes_received", static_cast<int64_t>(s.bytes_received)).add("queue", static_cast<int64_t>(s.queue_depth));
     if (s.rtt_s >= 0) l.add("rtt_s", s.rtt_s);
-    {
+    if (link_codecs_[i]) {
       std::lock_guard<std::mutex> lock(link_codecs_[i]->mu);
       const CodecSpec& c = link_codecs_[i]->update->spec();
       l.add("codec", c.name).add("model_codec", link_codecs_[i]->model->spec().name);

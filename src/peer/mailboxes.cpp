@@ -362,12 +362,21 @@ std::vector<GossipEngine::Message> Inbox::take_async() {
   return out;
 }
 
+namespace {
+RealClock& real_clock() {
+  static RealClock clock;
+  return clock;
+}
+}  // namespace
+
+Inbox::Inbox(Mixer& mixer, bool keep_payloads, Clock* clock)
+    : mixer_(mixer), keep_payloads_(keep_payloads), clock_(clock != nullptr ? clock : &real_clock()) {}
+
 std::optional<GossipEngine::Message> Inbox::wait_sync(int from, uint64_t round, uint32_t phase, double timeout_s,
                                                       const std::atomic<bool>& stop, std::string* refused) {
   std::unique_lock<std::mutex> lock(mu_);
   const auto key = std::make_tuple(from, round, phase);
-  cv_.wait_for(lock, std::chrono::duration<double>(timeout_s),
-               [&] { return stop || sync_.count(key) != 0 || refused_sync_.count(key) != 0; });
+  clock_->wait_for(lock, cv_, timeout_s, [&] { return stop || sync_.count(key) != 0 || refused_sync_.count(key) != 0; });
   auto it = sync_.find(key);
   if (it == sync_.end()) {
     if (const auto r = refused_sync_.find(key); r != refused_sync_.end() && refused != nullptr) *refused = r->second;

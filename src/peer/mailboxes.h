@@ -21,6 +21,7 @@
 #include <optional>
 #include <tuple>
 
+#include "hearsay/clock.h"
 #include "message.h"
 
 namespace hearsay {
@@ -57,7 +58,9 @@ class Inbox {
  public:
   // With `keep_payloads` (a peer that gossips on its device), asynchronous messages keep
   // the payloads they arrived as when their codec allows (Message::payloads).
-  explicit Inbox(Mixer& mixer, bool keep_payloads = false) : mixer_(mixer), keep_payloads_(keep_payloads) {}
+  // `clock` (null: real time) is what wait_sync waits on: the simulator's virtual clock
+  // in a simulated cluster.
+  explicit Inbox(Mixer& mixer, bool keep_payloads = false, Clock* clock = nullptr);
   // Adds one wire segment, decoding its payload into the message; complete messages
   // become available. Returns why it was dropped (it does not fit the message it claims
   // to belong to, or its payload does not decode), or an empty string.
@@ -90,6 +93,7 @@ class Inbox {
 
   Mixer& mixer_;
   const bool keep_payloads_;
+  Clock* clock_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::pair<int, uint64_t>, Partial> partial_;                    // GUARDED_BY(mu_)

@@ -13,7 +13,12 @@ namespace hearsay {
 
 Peer::Peer(PeerSpec spec, EventLog& log, Progress* progress, const PeerNetwork* network)
     : spec_(std::move(spec)), log_(log), progress_(progress) {
-  data_ = std::move(spec_.data);
+  if (spec_.shared_data) {
+    data_ = spec_.shared_data.get();  // one copy for every peer of a simulated cluster
+  } else {
+    owned_data_ = std::move(spec_.data);
+    data_ = &owned_data_;
+  }
   backend_ = create_backend(spec_.device, spec_.threads);
   const int batch = spec_.train.batch_size;
   const int max_batch = std::max(batch, spec_.train.eval_batch_size);
@@ -21,25 +26,26 @@ Peer::Peer(PeerSpec spec, EventLog& log, Progress* progress, const PeerNetwork* 
   model_ = create_model(spec_.model, *backend_, max_batch, init_seed);
   optimizer_ = create_optimizer(*backend_, model_->num_params(), spec_.optimizer);
 
-  sampler_ = make_shard_sampler(data_.train, spec_);
+  sampler_ = make_shard_sampler(data_->train, spec_);
 
   if (network != nullptr) {
     network_ = *network;
+    if (network_.clock != nullptr) clock_ = network_.clock;
     if (network_.transport == nullptr) throw InputError("peer: a network needs a transport");
     if (!(network_.slowdown >= 1.0)) throw InputError("peer: slowdown must be >= 1");
     engine_ = std::make_unique<GossipEngine>(network_.gossip, network_.peers, network_.me, *network_.transport, *model_,
-                                             *optimizer_, clock_, log_, spec_.seed);
+                                             *optimizer_, *clock_, log_, spec_.seed);
   }
-  if (data_.train.is_text() != (model_->batch_kind() == BatchKind::kTokens)) {
+  if (data_->train.is_text() != (model_->batch_kind() == BatchKind::kTokens)) {
     throw InputError("peer " + spec_.name + ": the model reads " +
                      (model_->batch_kind() == BatchKind::kTokens ? "text" : "features") + " but the data is " +
-                     (data_.train.is_text() ? "text" : "features"));
+                     (data_->train.is_text() ? "text" : "features"));
   }
   // A sample is dim() floats and one label, or context token ids and as many targets
   // (int32: the same 4 bytes a float takes).
-  const bool text = data_.train.is_text();
-  const size_t x_per_sample = text ? static_cast<size_t>(data_.train.context) : static_cast<size_t>(data_.train.dim());
-  const size_t y_per_sample = text ? static_cast<size_t>(data_.train.context) : 1;
+  const bool text = data_->train.is_text();
+  const size_t x_per_sample = text ? static_cast<size_t>(data_->train.context) : static_cast<size_t>(data_->train.dim());
+  const size_t y_per_sample = text ? static_cast<size_t>(data_->train.context) : 1;
   batch_x_ = DeviceBuffer(*backend_, sizeof(float) * static_cast<size_t>(max_batch) * x_per_sample);
   batch_y_ = DeviceBuffer(*backend_, sizeof(int32_t) * static_cast<size_t>(max_batch) * y_per_sample);
   host_tokens_.resize(text ? static_cast<size_t>(max_batch) * x_per_sample : 0);
@@ -70,13 +76,13 @@ void Peer::stop() {
 
 void Peer::next_batch(int batch, int64_t* idx) {
   sampler_->next(batch, idx);
-  if (data_.train.is_text()) {
-    load_token_batch(data_.train, idx, batch);
+  if (data_->train.is_text()) {
+    load_token_batch(data_->train, idx, batch);
   } else if (backend_->is_host()) {
-    gather_batch(data_.train, idx, batch, batch_x_.f32(), batch_y_.i32());
+    gather_batch(data_->train, idx, batch, batch_x_.f32(), batch_y_.i32());
   } else {
-    gather_batch(data_.train, idx, batch, host_x_.data(), host_y_.data());
-    backend_->upload(batch_x_.data(), host_x_.data(), sizeof(float) * batch * data_.train.dim());
+    gather_batch(data_->train, idx, batch, host_x_.data(), host_y_.data());
+    backend_->upload(batch_x_.data(), host_x_.data(), sizeof(float) * batch * data_->train.dim());
     backend_->upload(batch_y_.data(), host_y_.data(), sizeof(int32_t) * batch);
   }
 }
@@ -98,7 +104,7 @@ double Peer::measure_step_s(int steps) {
 }
 
 BatchStats Peer::evaluate() {
-  const Dataset& test = data_.test;
+  const Dataset& test = data_->test;
   const int eb = spec_.train.eval_batch_size;
   BatchStats total;
   std::vector<int64_t> idx(eb);
@@ -134,13 +140,14 @@ TrainResult Peer::run() {
   const int batch = t.batch_size;
   // In a cluster every peer takes the same number of steps (synchronous algorithms meet
   // every round), sized by the mean shard.
-  const int64_t shard = engine_ ? data_.train.size / spec_.num_shards : sampler_->shard_size();
+  const int64_t shard = engine_ ? data_->train.size / spec_.num_shards : sampler_->shard_size();
   const int64_t total_steps = planned_steps(t, shard);
   LrSchedule schedule = spec_.schedule;
   schedule.total_steps = total_steps;
   const int64_t log_every = spec_.log_every_steps;
 
-  log_.write(log_.event("start")
+  JsonObject start = log_.event("start");
+  start
                  .add("device", backend_->name())
                  .add("model", spec_.model_description)
                  .add("params", static_cast<int64_t>(model_->num_params()))
@@ -150,8 +157,12 @@ TrainResult Peer::run() {
                  .add("target_test_acc", t.target_test_acc)
                  .add("seed", static_cast<int64_t>(spec_.seed))
                  // Wall-clock time (Unix seconds) at this event: places the log's relative
-                 // times among other processes' (restarted peers append to one log).
-                 .add("unix_time", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()));
+                 // times among other processes' (restarted peers append to one log). A
+                 // simulated peer's is the virtual time since the simulation began.
+                 .add("unix_time", clock_->simulated() ? clock_->now()
+                                                       : std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+  if (clock_->simulated()) start.add("simulated", true).add("evaluates", t.evaluates);
+  log_.write(start);
 
   const int64_t first_step = resume();
   // A resumed peer goes on from its own state; a fresh one may start from a neighbour's.
@@ -178,8 +189,9 @@ TrainResult Peer::run() {
     state.test_acc = s.accuracy();
     JsonObject e = log_.event("eval");
     e.add("step", step).add("epoch", sampler_->epochs_done()).add("test_acc", s.accuracy()).add("test_loss", s.loss());
-    if (data_.test.is_text()) e.add("test_bits_per_byte", s.loss() / std::log(2.0));
+    if (data_->test.is_text()) e.add("test_bits_per_byte", s.loss() / std::log(2.0));
     log_.write(e.add("eval_s", eval_s));
+    if (network_.on_eval) network_.on_eval(step, s);
     if (t.target_test_acc > 0 && !result.time_to_target_s && s.accuracy() >= t.target_test_acc) {
       result.time_to_target_s = log_.elapsed();
       result.steps_to_target = step;
@@ -189,7 +201,7 @@ TrainResult Peer::run() {
 
   const int64_t checkpoint_every = spec_.checkpoint_every_steps;
   for (int64_t step = first_step; step < total_steps; ++step) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const double t0 = clock_->now();
     next_batch(batch, idx.data());
     const float lr = schedule.at(step);
     BatchStats s;
@@ -206,18 +218,17 @@ TrainResult Peer::run() {
     const double base_s = t.emulated_step_s;
     if (network_.slowdown > 1.0 || base_s > 0) {
       // Stretch the computation only: waiting on the network is not what a slower GPU slows.
-      const double took = engine_ ? engine_->last_compute_s()
-                                  : std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double took = engine_ ? engine_->last_compute_s() : clock_->now() - t0;
       if (base_s > 0) {
         // A fixed emulated step: the pace no longer depends on the cores others leave free.
-        const double want = network_.slowdown * base_s;
+        const double want = network_.slowdown * base_s * (network_.step_time_factor ? network_.step_time_factor(step) : 1.0);
         if (took > want) ++compute_overruns;
-        clock_.sleep_for(std::max(0.0, want - took));
+        clock_->sleep_for(std::max(0.0, want - took));
       } else {
-        clock_.sleep_for((network_.slowdown - 1.0) * took);
+        clock_->sleep_for((network_.slowdown - 1.0) * took);
       }
     }
-    const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double step_s = clock_->now() - t0;
 
     const double loss = s.loss();
     if (!std::isfinite(loss)) {
@@ -271,7 +282,8 @@ TrainResult Peer::run() {
       eval_now = log_.elapsed() >= next_eval_s;
       if (eval_now) next_eval_s = (std::floor(log_.elapsed() / t.eval_every_s) + 1) * t.eval_every_s;
     }
-    if (eval_now || result.steps == total_steps) {
+    if (!t.evaluates) eval_now = false;
+    if (eval_now || (result.steps == total_steps && t.evaluates)) {
       do_eval(result.steps);
       if (progress_) progress_->update(state, true);
       if (result.time_to_target_s && !engine_) break;
@@ -285,7 +297,7 @@ TrainResult Peer::run() {
   }
   // A peer restarted from a checkpoint at (or past) its last step takes no step: its
   // result is still the model's real accuracy, not an empty one.
-  if (result.steps >= total_steps && evaluated_at != result.steps) {
+  if (result.steps >= total_steps && evaluated_at != result.steps && t.evaluates) {
     state.step = result.steps;
     state.epoch = sampler_->epochs_done();
     do_eval(result.steps);

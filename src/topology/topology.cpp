@@ -7,6 +7,7 @@
 
 #include "hearsay/error.h"
 #include "hearsay/registry.h"
+#include "hearsay/rng.h"
 
 namespace hearsay {
 namespace {
@@ -96,6 +97,76 @@ class RandomPeer final : public Topology {
   explicit RandomPeer(int n) : Topology(n) {}
   std::vector<int> targets(int peer, int64_t, Rng& rng) const override { return {random_other(n_, peer, rng)}; }
   std::vector<int> neighbours(int peer) const override { return all_but(n_, peer); }
+};
+
+// A random d-regular graph (every peer d neighbours, all of them targets every round, as
+// on a ring): the graph of decentralized SGD at scale, where a ring's diameter n/2 would
+// leave the average out of reach. Drawn from a seed of (n, d) alone, so every peer of a
+// cluster builds the same graph; stubs are paired at random, never a loop or a second
+// edge between the same pair, redrawn until the graph is connected.
+class RandomRegular final : public Topology {
+ public:
+  RandomRegular(int n, int degree) : Topology(n), adj_(static_cast<size_t>(n)) {
+    if (degree < 1 || degree >= n) {
+      throw InputError("topology random_regular: degree must be in [1, " + std::to_string(n - 1) + "], got " + std::to_string(degree));
+    }
+    if ((static_cast<int64_t>(n) * degree) % 2 != 0) {
+      throw InputError("topology random_regular: peers x degree must be even (" + std::to_string(n) + " x " + std::to_string(degree) + ")");
+    }
+    Rng rng(0x7265677565ULL + static_cast<uint64_t>(n) * 1000 + static_cast<uint64_t>(degree), 11);
+    for (int attempt = 0; attempt < 200; ++attempt) {
+      if (draw(degree, rng) && connected()) return;
+    }
+    throw InputError("topology random_regular: no connected " + std::to_string(degree) + "-regular graph found on " +
+                     std::to_string(n) + " peers; try another degree");
+  }
+  std::vector<int> targets(int peer, int64_t, Rng&) const override { return adj_[peer]; }
+  std::vector<int> neighbours(int peer) const override { return adj_[peer]; }
+
+ private:
+  bool draw(int degree, Rng& rng) {
+    for (auto& a : adj_) a.clear();
+    std::vector<int> stubs;
+    for (int i = 0; i < n_; ++i) stubs.insert(stubs.end(), static_cast<size_t>(degree), i);
+    while (!stubs.empty()) {
+      bool paired = false;
+      for (int tries = 0; tries < 64 && !paired; ++tries) {
+        const size_t a = rng.below(stubs.size()), b = rng.below(stubs.size());
+        const int u = stubs[a], v = stubs[b];
+        if (a == b || u == v || std::find(adj_[u].begin(), adj_[u].end(), v) != adj_[u].end()) continue;
+        adj_[u].push_back(v);
+        adj_[v].push_back(u);
+        // Remove both stubs (the larger index first, so the smaller stays valid).
+        for (size_t k : {std::max(a, b), std::min(a, b)}) {
+          stubs[k] = stubs.back();
+          stubs.pop_back();
+        }
+        paired = true;
+      }
+      if (!paired) return false;  // the stubs left cannot be paired: draw again
+    }
+    for (auto& a : adj_) std::sort(a.begin(), a.end());
+    return true;
+  }
+  bool connected() const {
+    std::vector<char> seen(static_cast<size_t>(n_), 0);
+    std::vector<int> todo{0};
+    seen[0] = 1;
+    int reached = 1;
+    while (!todo.empty()) {
+      const int u = todo.back();
+      todo.pop_back();
+      for (int v : adj_[u]) {
+        if (!seen[v]) {
+          seen[v] = 1;
+          ++reached;
+          todo.push_back(v);
+        }
+      }
+    }
+    return reached == n_;
+  }
+  std::vector<std::vector<int>> adj_;
 };
 
 class Hierarchical final : public Topology {
@@ -198,6 +269,8 @@ NamedRegistry<TopologyFactory>& topologies() {
                    {"complete", builder<Complete>()},
                    {"star", builder<Star>()},
                    {"random", builder<RandomPeer>()},
+                   {"random_regular",
+                    [](const TopologySpec& s, int n) { return std::unique_ptr<Topology>(std::make_unique<RandomRegular>(n, s.degree)); }},
                    {"hierarchical",
                     [](const TopologySpec& s, int n) {
                       return std::unique_ptr<Topology>(std::make_unique<Hierarchical>(n, s.site_of, s.cross_every));

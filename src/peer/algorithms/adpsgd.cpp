@@ -41,13 +41,13 @@ class Adpsgd final : public Algorithm {
       }
     }
     e.optimizer().step(e.model().params(), e.model().grads(), lr);
-    expire();
+    expire(e.time().now());
     if (step % static_cast<uint64_t>(e.spec().gossip_every) == 0) {
       std::vector<int> targets;
       for (int t : e.live_targets(static_cast<int64_t>(step))) {
         if (open_.count(t) != 0) t = idle_neighbour(e);  // one open exchange per neighbour
         if (t < 0) continue;
-        open_[t] = {{}, Clock::now()};  // open now: a later target of this round picks another
+        open_[t] = {{}, e.time().now()};  // open now: a later target of this round picks another
         targets.push_back(t);
       }
       // A request stays a host send even on a GPU peer: the model sent is kept, as the
@@ -66,10 +66,9 @@ class Adpsgd final : public Algorithm {
   }
 
  private:
-  using Clock = std::chrono::steady_clock;
   struct Open {
     std::vector<float> sent;  // the model this peer sent
-    Clock::time_point at;
+    double at = 0;            // when, on the peer's clock (virtual time when simulated)
   };
 
   // b's half: x_b += w (x_a - x_b), answering with the x_b before it and w.
@@ -110,10 +109,9 @@ class Adpsgd final : public Algorithm {
     return idle.empty() ? -1 : idle[e.rng().below(idle.size())];
   }
 
-  void expire() {
-    const auto now = Clock::now();
+  void expire(double now) {
     for (auto it = open_.begin(); it != open_.end();) {
-      it = std::chrono::duration<double>(now - it->second.at).count() > kExchangeTimeoutS ? open_.erase(it) : std::next(it);
+      it = now - it->second.at > kExchangeTimeoutS ? open_.erase(it) : std::next(it);
     }
   }
 

@@ -1,0 +1,254 @@
+#include "sim_network.h"
+
+#include <simgrid/Exception.hpp>
+#include <simgrid/s4u/Actor.hpp>
+#include <simgrid/s4u/Comm.hpp>
+#include <simgrid/s4u/Engine.hpp>
+#include <simgrid/s4u/Host.hpp>
+#include <simgrid/s4u/Link.hpp>
+
+#include <algorithm>
+
+#include "hearsay/error.h"
+#include "hearsay/wire.h"
+
+namespace hearsay::sim {
+
+namespace s4u = simgrid::s4u;
+
+// --- SimClock ------------------------------------------------------------------------
+
+SimClock::SimClock(SimNetwork& net, int peer)
+    : net_(net), peer_(peer), mu_(s4u::Mutex::create()), cv_(s4u::ConditionVariable::create()) {}
+
+double SimClock::now() const { return s4u::Engine::get_clock(); }
+
+void SimClock::check_crash() const {
+  if (crashed_) throw SimulatedCrash{};
+}
+
+void SimClock::sleep_for(double seconds) {
+  check_crash();
+  net_.flush();
+  ++net_.mutable_counters().sleeps;
+  if (seconds > 0) s4u::this_actor::sleep_for(seconds);
+  check_crash();
+}
+
+bool SimClock::wait_for(std::unique_lock<std::mutex>& lock, std::condition_variable&, double timeout_s,
+                        const std::function<bool()>& ready) {
+  const double deadline = now() + timeout_s;
+  while (!ready()) {
+    check_crash();
+    if (now() >= deadline) return false;
+    // The engine's lock is released while virtual time passes, so that the link actors
+    // can hand this peer what it waits for; nothing runs between the unlock and the
+    // wait but this actor (the simulation runs one actor at a time).
+    lock.unlock();
+    net_.flush();
+    ++net_.mutable_counters().waits;
+    {
+      std::unique_lock<s4u::Mutex> sim_lock(*mu_);
+      cv_->wait_until(sim_lock, deadline);
+    }
+    lock.lock();
+  }
+  return true;
+}
+
+void SimClock::wake() { cv_->notify_all(); }
+
+// --- SimTransport --------------------------------------------------------------------
+
+SimTransport::~SimTransport() { close(); }
+
+void SimTransport::send(const std::string& peer_id, OutFrame frame, SendCallback done) {
+  const int to = net_.index_of(peer_id);
+  if (to < 0 || to == peer_) throw InputError("simulated transport: no peer '" + peer_id + "' to send to");
+  net_.enqueue(peer_, to, std::move(frame), std::move(done));
+}
+
+LinkStats SimTransport::link_stats(const std::string& peer_id) const {
+  const int to = net_.index_of(peer_id);
+  if (to < 0 || to == peer_) return {};
+  return net_.link_stats(peer_, to);
+}
+
+std::vector<std::string> SimTransport::connected_peers() const {
+  std::vector<std::string> out;
+  for (int j = 0; j < net_.size(); ++j) {
+    if (j != peer_ && net_.up(j)) out.push_back(net_.name(j));
+  }
+  return out;
+}
+
+TransportCounters SimTransport::counters() const {
+  TransportCounters c;
+  if (const uint64_t lost = net_.lost(peer_); lost > 0) c.rejected["simulated_loss"] = lost;
+  return c;
+}
+
+void SimTransport::close() {
+  closed_ = true;
+  receiver_ = nullptr;
+}
+
+// --- SimNetwork ----------------------------------------------------------------------
+
+SimNetwork::SimNetwork(const SimPlatform& platform, std::vector<std::string> names, uint64_t seed)
+    : platform_(platform), names_(std::move(names)), seed_(seed), peers_(names_.size()),
+      route_mu_(s4u::Mutex::create()), route_cv_(s4u::ConditionVariable::create()) {
+  for (size_t i = 0; i < names_.size(); ++i) index_[names_[i]] = static_cast<int>(i);
+}
+
+SimNetwork::~SimNetwork() = default;
+
+int SimNetwork::index_of(const std::string& name) const {
+  const auto it = index_.find(name);
+  return it == index_.end() ? -1 : it->second;
+}
+
+void SimNetwork::peer_up(int i, SimTransport* transport, SimClock* clock) {
+  ++peers_[i].incarnation;
+  peers_[i].transport = transport;
+  peers_[i].clock = clock;
+}
+
+void SimNetwork::peer_down(int i) {
+  ++peers_[i].incarnation;
+  peers_[i].transport = nullptr;
+  // The clock stays: the crashed actor still has to unwind through it.
+}
+
+SimNetwork::Link& SimNetwork::link(int from, int to) {
+  const uint64_t key = static_cast<uint64_t>(from) * names_.size() + static_cast<uint64_t>(to);
+  auto it = links_.find(key);
+  if (it == links_.end()) {
+    it = links_.emplace(key, Link{}).first;
+    it->second.rng = Rng(seed_ * 7919 + key, 91);
+  }
+  return it->second;
+}
+
+const SimNetwork::Link* SimNetwork::find_link(int from, int to) const {
+  const auto it = links_.find(static_cast<uint64_t>(from) * names_.size() + static_cast<uint64_t>(to));
+  return it == links_.end() ? nullptr : &it->second;
+}
+
+void SimNetwork::enqueue(int from, int to, OutFrame frame, SendCallback done) {
+  Link& l = link(from, to);
+  l.queued_bytes += frame.size();
+  l.queue.push_back({std::move(frame), std::move(done), peers_[from].incarnation, peers_[to].incarnation});
+  if (!l.running) {
+    l.running = true;  // its actor is owed: flush() starts it
+    to_start_.emplace_back(from, to);
+  }
+}
+
+void SimNetwork::flush() {
+  while (!to_start_.empty()) {
+    std::vector<std::pair<int, int>> start;
+    start.swap(to_start_);
+    for (const auto& [from, to] : start) {
+      ++counters_.link_actors;
+      // A daemon: the run ends with its last peer, whatever is still on the wire.
+      s4u::Actor::create("link " + names_[from] + ">" + names_[to], platform_.hosts[from], [this, from = from, to = to] {
+        carry(from, to);
+      })->daemonize();
+    }
+  }
+}
+
+void SimNetwork::wait_for_route(int from, int to) {
+  std::vector<s4u::Link*> route;
+  double latency = 0;
+  for (;;) {
+    route.clear();
+    platform_.hosts[from]->route_to(platform_.hosts[to], route, &latency);
+    if (std::all_of(route.begin(), route.end(), [](const s4u::Link* l) { return l->is_on(); })) return;
+    std::unique_lock<s4u::Mutex> lock(*route_mu_);
+    route_cv_->wait(lock);
+  }
+}
+
+void SimNetwork::routes_changed() { route_cv_->notify_all(); }
+
+void SimNetwork::carry(int from, int to) {
+  Link& l = link(from, to);
+  const int sa = platform_.site_of[from], sb = platform_.site_of[to];
+  const double jitter = platform_.jitter_s.count({sa, sb}) ? platform_.jitter_s.at({sa, sb}) : 0.0;
+  const double loss = platform_.loss.count({sa, sb}) ? platform_.loss.at({sa, sb}) : 0.0;
+  while (!l.queue.empty()) {
+    Queued q = std::move(l.queue.front());
+    l.queue.pop_front();
+    l.in_flight = true;
+    const size_t bytes = q.frame.size();
+    SendStatus status;
+    const bool ends_up = q.from_incarnation == peers_[from].incarnation && q.to_incarnation == peers_[to].incarnation &&
+                         up(from) && up(to);
+    if (!ends_up) {
+      status = {false, "simulated: peer down"};
+      ++counters_.frames_dropped;
+    } else {
+      // A link that goes down mid-frame, or is down now, holds the frame until the route
+      // is back and then carries it whole (TCP riding out an outage).
+      for (;;) {
+        wait_for_route(from, to);
+        try {
+          s4u::Comm::sendto(platform_.hosts[from], platform_.hosts[to], bytes);
+          break;
+        } catch (const simgrid::NetworkFailureException&) {
+          ++counters_.retries;
+        }
+      }
+      if (loss > 0 && l.rng.uniform() < loss) {
+        status = {false, "simulated loss"};
+        ++counters_.frames_lost;
+        ++peers_[from].lost;
+      } else {
+        if (jitter > 0) s4u::this_actor::sleep_for(2 * jitter * l.rng.uniform());
+        l.bytes += bytes;
+        ++l.frames;
+        ++counters_.frames;
+        // The receiver may have gone down while the frame travelled.
+        if (q.to_incarnation == peers_[to].incarnation && up(to)) {
+          FrameDecoder decoder;
+          decoder.accept_unchecked_payloads(true);
+          const std::string flat = flatten(q.frame);
+          const FrameError err = decoder.feed(reinterpret_cast<const uint8_t*>(flat.data()), flat.size(), [&](InFrame&& f) {
+            peers_[to].transport->deliver(names_[from], std::move(f));
+          });
+          HEARSAY_CHECK(err == FrameError::kNone, "simulated wire: a frame of " + names_[from] + " does not decode: " + decoder.detail());
+        }
+      }
+    }
+    l.queued_bytes -= bytes;
+    l.in_flight = false;
+    // The sender hears of its frame only if the engine that sent it still runs.
+    if (q.done && q.from_incarnation == peers_[from].incarnation && up(from)) q.done(status);
+    if (up(from) && peers_[from].clock != nullptr) peers_[from].clock->wake();
+    if (up(to) && peers_[to].clock != nullptr) peers_[to].clock->wake();
+    flush();
+  }
+  l.running = false;
+}
+
+LinkStats SimNetwork::link_stats(int from, int to) const {
+  LinkStats s;
+  s.connected = up(from) && up(to);
+  if (const Link* out = find_link(from, to)) {
+    s.bytes_sent = out->bytes;
+    s.frames_sent = out->frames;
+    s.queue_depth = out->queue.size() + (out->in_flight ? 1 : 0);
+    s.queue_bytes = out->queued_bytes;
+  }
+  if (const Link* in = find_link(to, from)) {
+    s.bytes_received = in->bytes;
+    s.frames_received = in->frames;
+  }
+  return s;
+}
+
+uint64_t SimNetwork::lost(int from) const { return peers_[from].lost; }
+
+}  // namespace hearsay::sim

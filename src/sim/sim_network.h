@@ -1,0 +1,176 @@
+// The simulated wire and clock (docs/ARCHITECTURE.md, "The simulator"). Every peer of a
+// simulated cluster is a SimGrid actor running the ordinary step loop, engine and
+// algorithm; what they see of time and the network is this file's:
+//
+//   SimClock      a peer's Clock on SimGrid's virtual time: sleep_for is the actor's
+//                 sleep, wait_for releases the engine's lock and waits on a SimGrid
+//                 condition that the network signals when something reached the peer.
+//   SimTransport  a peer's Transport: send() queues the frame on the directed link;
+//                 nothing is simulated inside it.
+//   SimNetwork    the links: one actor per directed link with frames queued, carrying
+//                 them one after another as SimGrid communications between the two
+//                 peers' hosts (latency and bandwidth from the platform, shared with
+//                 every other flow on the same links), then decoding each frame with
+//                 the real FrameDecoder into the receiver's engine.
+//
+// The one rule that keeps this sound: engine code never yields to the simulation.
+// Every SimGrid call (a sleep, a wait, a communication, starting an actor) is made by
+// this code at a point where no engine lock is held: a peer's sleep or wait, or a link
+// actor between frames. send() from inside the engine (often under its locks) only
+// queues; the link's actor is started at the next such point (flush()).
+#pragma once
+
+#include <simgrid/s4u/ConditionVariable.hpp>
+#include <simgrid/s4u/Mutex.hpp>
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "hearsay/clock.h"
+#include "hearsay/rng.h"
+#include "hearsay/transport.h"
+#include "sim_platform.h"
+
+namespace hearsay::sim {
+
+// Thrown out of a crashed peer's next sleep or wait: its step loop unwinds, losing
+// everything since its last checkpoint, as a killed process would. Not a std::exception,
+// so that no handler of the engine's takes it for an error of its own.
+struct SimulatedCrash {};
+
+class SimNetwork;
+
+class SimClock final : public Clock {
+ public:
+  SimClock(SimNetwork& net, int peer);
+  double now() const override;
+  void sleep_for(double seconds) override;
+  bool wait_for(std::unique_lock<std::mutex>& lock, std::condition_variable& cv, double timeout_s,
+                const std::function<bool()>& ready) override;
+  bool simulated() const override { return true; }
+  // Something reached this peer (a frame, a send's completion, a stop): a waiting peer
+  // checks its condition again. Called only from simulation code, never under an engine lock.
+  void wake();
+  // The peer's next sleep or wait throws SimulatedCrash.
+  void crash() { crashed_ = true; }
+  void revive() { crashed_ = false; }
+
+ private:
+  void check_crash() const;
+  SimNetwork& net_;
+  int peer_;
+  bool crashed_ = false;
+  simgrid::s4u::MutexPtr mu_;
+  simgrid::s4u::ConditionVariablePtr cv_;
+};
+
+class SimTransport final : public Transport {
+ public:
+  SimTransport(SimNetwork& net, int peer) : net_(net), peer_(peer) {}
+  ~SimTransport() override;
+  std::string kind() const override { return "simulated"; }
+  void set_receiver(Receiver receiver) override { receiver_ = std::move(receiver); }
+  void set_link_listener(LinkListener listener) override { listener_ = std::move(listener); }
+  std::string listen(const std::string& address) override { return address; }
+  void connect(const std::string&, const std::string&) override {}
+  void send(const std::string& peer_id, OutFrame frame, SendCallback done) override;
+  LinkStats link_stats(const std::string& peer_id) const override;
+  std::vector<std::string> connected_peers() const override;
+  TransportCounters counters() const override;
+  void close() override;
+
+  // From the network: a frame arrived for the engine.
+  void deliver(const std::string& from, InFrame&& frame) {
+    if (receiver_ && !closed_) receiver_(from, std::move(frame));
+  }
+
+ private:
+  SimNetwork& net_;
+  int peer_;
+  bool closed_ = false;
+  Receiver receiver_;
+  LinkListener listener_;
+};
+
+// Counters the simulator reports (docs/SIMULATION.md, "Speed").
+struct SimCounters {
+  uint64_t frames = 0;          // frames carried end to end
+  uint64_t frames_lost = 0;     // dropped by the link's loss probability
+  uint64_t frames_dropped = 0;  // to or from a peer that was down
+  uint64_t retries = 0;         // transfers cut by a link going down, carried again
+  uint64_t link_actors = 0;     // link actors started
+  uint64_t waits = 0, sleeps = 0;
+};
+
+class SimNetwork {
+ public:
+  SimNetwork(const SimPlatform& platform, std::vector<std::string> names, uint64_t seed);
+  ~SimNetwork();
+  int size() const { return static_cast<int>(names_.size()); }
+  const std::string& name(int i) const { return names_[i]; }
+  int index_of(const std::string& name) const;
+  const SimPlatform& platform() const { return platform_; }
+
+  // A peer's incarnation: up with its transport and clock, or down (crashed, not yet
+  // back). Frames queued to or from an earlier incarnation are dropped, their
+  // completions never run (the engine that sent them is gone).
+  void peer_up(int i, SimTransport* transport, SimClock* clock);
+  void peer_down(int i);
+  bool up(int i) const { return peers_[i].transport != nullptr; }
+  SimClock* clock(int i) const { return peers_[i].clock; }
+
+  // SimTransport::send: queue only (see the rule above).
+  void enqueue(int from, int to, OutFrame frame, SendCallback done);
+  // Starts the link actors that queued frames wait for. Only from simulation code.
+  void flush();
+  LinkStats link_stats(int from, int to) const;
+  uint64_t lost(int from) const;
+  // A link of the platform went down or came back (faults): transfers waiting for their
+  // route are woken to try again.
+  void routes_changed();
+  const SimCounters& counters() const { return counters_; }
+  SimCounters& mutable_counters() { return counters_; }
+
+ private:
+  struct Queued {
+    OutFrame frame;
+    SendCallback done;
+    uint64_t from_incarnation, to_incarnation;
+  };
+  struct Link {
+    std::deque<Queued> queue;
+    bool running = false;  // its actor is alive
+    bool in_flight = false;
+    uint64_t queued_bytes = 0;
+    uint64_t bytes = 0, frames = 0;  // carried to the receiver, whole frames
+    Rng rng{1};                      // loss and jitter draws
+  };
+  struct End {
+    SimTransport* transport = nullptr;
+    SimClock* clock = nullptr;
+    uint64_t incarnation = 0;
+    uint64_t lost = 0;
+  };
+  Link& link(int from, int to);
+  const Link* find_link(int from, int to) const;
+  void carry(int from, int to);  // a link actor's body
+  // Waits until every link on the route from -> to is on again.
+  void wait_for_route(int from, int to);
+
+  const SimPlatform& platform_;
+  std::vector<std::string> names_;
+  std::unordered_map<std::string, int> index_;
+  uint64_t seed_;
+  std::vector<End> peers_;
+  std::unordered_map<uint64_t, Link> links_;  // by from x n + to
+  std::vector<std::pair<int, int>> to_start_;  // links whose actor flush() starts
+  simgrid::s4u::MutexPtr route_mu_;
+  simgrid::s4u::ConditionVariablePtr route_cv_;
+  SimCounters counters_;
+};
+
+}  // namespace hearsay::sim

@@ -1,0 +1,124 @@
+#include "sim_platform.h"
+
+#include <simgrid/kernel/routing/NetPoint.hpp>
+#include <simgrid/s4u/Engine.hpp>
+#include <simgrid/s4u/Host.hpp>
+#include <simgrid/s4u/Link.hpp>
+#include <simgrid/s4u/NetZone.hpp>
+
+#include <algorithm>
+
+#include "hearsay/config.h"
+#include "hearsay/config.pb.h"
+#include "hearsay/error.h"
+
+namespace hearsay::sim {
+namespace {
+
+namespace s4u = simgrid::s4u;
+
+// "Unlimited" as SimGrid takes it: a link too fast to ever be the bottleneck (1 Pbit/s).
+constexpr double kUnlimitedBytesPerS = 1.25e14;
+
+double bytes_per_s(const LinkModel& m) { return m.bandwidth_bps > 0 ? m.bandwidth_bps / 8.0 : kUnlimitedBytesPerS; }
+
+// The link model between two sites, from the config's first peers of each (the site
+// pair's site_links entry, else the default link).
+LinkModel site_pair_model(const config::ClusterConfig& cl, const std::vector<int>& site_of, const std::vector<int>& first_peer,
+                          int a, int b) {
+  if (a != b) return link_between(cl, first_peer[a], first_peer[b]);
+  // Inside a site the pair is a peer with another of its site; a site of one peer has no
+  // such pair, and its model is never used.
+  for (int j = 0; j < cl.peers_size(); ++j) {
+    if (j != first_peer[a] && site_of[j] == a) return link_between(cl, first_peer[a], j);
+  }
+  return link_model(cl.default_link());
+}
+
+}  // namespace
+
+SimPlatform build_platform(const config::ClusterConfig& cl, const config::SimulationConfig& sim) {
+  SimPlatform p;
+  p.site_of = site_indices(cl);
+  const int n = cl.peers_size();
+  int sites = 0;
+  for (int s : p.site_of) sites = std::max(sites, s + 1);
+  std::vector<int> first_peer(sites, -1);
+  for (int i = 0; i < n; ++i) {
+    if (first_peer[p.site_of[i]] < 0) first_peer[p.site_of[i]] = i;
+  }
+  for (int s = 0; s < sites; ++s) p.sites.push_back(cl.peers(first_peer[s]).site());
+
+  const bool emulated = emulates_links(cl) && !cl.ideal();
+  auto model = [&](int a, int b) { return emulated ? site_pair_model(cl, p.site_of, first_peer, a, b) : LinkModel{}; };
+
+  s4u::NetZone* root = s4u::create_full_zone("cluster");
+  std::vector<s4u::NetZone*> zones;
+  std::vector<simgrid::kernel::routing::NetPoint*> gateways;
+  p.hosts.resize(n);
+  for (int s = 0; s < sites; ++s) {
+    const std::string& site = p.sites[s];
+    s4u::NetZone* zone = s4u::create_star_zone("site " + site);
+    zone->set_parent(root);
+    const LinkModel lan = model(s, s);
+    p.jitter_s[{s, s}] = lan.jitter_s;
+    p.loss[{s, s}] = lan.loss;
+    const double half_latency = std::max(0.0, lan.latency_s - lan.jitter_s) / 2;
+    for (int i = 0; i < n; ++i) {
+      if (p.site_of[i] != s) continue;
+      const std::string& name = cl.peers(i).name();
+      s4u::Host* h = zone->create_host(name, 1e9);
+      // The peer's network interface: its sends leave through `up`, what it receives
+      // comes in through `down`; a flow inside the site crosses the sender's up and the
+      // receiver's down, so its latency is the LAN's and its rate the LAN's bandwidth.
+      s4u::Link* up = zone->create_link(name + " up", bytes_per_s(lan))->set_latency(half_latency)->seal();
+      s4u::Link* down = zone->create_link(name + " down", bytes_per_s(lan))->set_latency(half_latency)->seal();
+      zone->add_route(h->get_netpoint(), nullptr, nullptr, nullptr, {s4u::LinkInRoute(up)}, false);
+      zone->add_route(nullptr, h->get_netpoint(), nullptr, nullptr, {s4u::LinkInRoute(down)}, false);
+      p.hosts[i] = h;
+    }
+    // The site's gateway to the WAN: traffic leaving the site goes into it through the
+    // uplink, traffic for the site comes out of it through the downlink.
+    auto* gw = zone->create_router("site " + site + " gateway");
+    std::vector<s4u::LinkInRoute> uplink, downlink;
+    for (const auto& a : sim.sites()) {
+      if (a.site() != site) continue;
+      if (a.uplink_mbps() > 0) {
+        s4u::Link* l = zone->create_link("site " + site + " uplink", a.uplink_mbps() * 1e6 / 8)->seal();
+        uplink.emplace_back(l);
+        p.access[site].push_back(l);
+      }
+      if (a.downlink_mbps() > 0) {
+        s4u::Link* l = zone->create_link("site " + site + " downlink", a.downlink_mbps() * 1e6 / 8)->seal();
+        downlink.emplace_back(l);
+        p.access[site].push_back(l);
+      }
+    }
+    zone->add_route(nullptr, gw, nullptr, nullptr, uplink, false);
+    zone->add_route(gw, nullptr, nullptr, nullptr, downlink, false);
+    zone->seal();
+    zones.push_back(zone);
+    gateways.push_back(gw);
+  }
+  for (int a = 0; a < sites; ++a) {
+    for (int b = 0; b < sites; ++b) {
+      if (a == b) continue;
+      const LinkModel m = model(a, b);
+      s4u::Link* wan = root->create_link("wan " + p.sites[a] + " > " + p.sites[b], bytes_per_s(m))
+                           ->set_latency(std::max(0.0, m.latency_s - m.jitter_s));
+      // Without a shared WAN every flow gets the link's bandwidth to itself, as every
+      // directed pair of peers gets its own emulated link.
+      if (!cl.shared_wan()) wan->set_sharing_policy(s4u::Link::SharingPolicy::FATPIPE);
+      wan->seal();
+      p.wan[{a, b}] = wan;
+      p.jitter_s[{a, b}] = m.jitter_s;
+      p.loss[{a, b}] = m.loss;
+      root->add_route(zones[a]->get_netpoint(), zones[b]->get_netpoint(), gateways[a], gateways[b],
+                      {s4u::LinkInRoute(wan)}, false);
+    }
+  }
+  root->seal();
+  return p;
+}
+
+}  // namespace hearsay::sim
