@@ -87,6 +87,9 @@ def mean_accuracy_series(peer_events):
     earliest peer's start; each "start" event's unix_time places its incarnation's t among
     the other peers' (without it in every log, all peers count as starting together).
     peer_events: {name: [events]}."""
+    # A simulated peer that never evaluates (simulation.eval_peers) is not waited for.
+    peer_events = {name: events for name, events in peer_events.items()
+                   if not any(e.get("event") == "start" and e.get("evaluates") is False for e in events)}
     aligned = all(any(e.get("event") == "start" and _is_number(e.get("unix_time")) for e in events)
                   for events in peer_events.values())
     points, origins = [], []
@@ -226,3 +229,40 @@ def run_summary(directory, target):
         "quarantines": quarantines,
         "peers": peers,
     }
+
+
+def simulator_log(directory):
+    """What a simulated run's own log (cluster.jsonl) says: how it ended, its faults, the
+    mean model's last accuracy. Empty for a run that was not simulated."""
+    path = os.path.join(directory, "cluster.jsonl")
+    if not os.path.exists(path):
+        return {}
+    _, events = read_log(path)
+    out = {"faults": []}
+    for e in events:
+        kind = e.get("event")
+        if kind == "sim_end":
+            out["stopped_by"] = e.get("stopped_by")
+            out["virtual_s"] = e.get("virtual_s")
+            out["frames"] = e.get("frames")
+        elif kind == "fault":
+            out["faults"].append({k: e.get(k) for k in ("t", "kind", "state", "target", "until_s") if k in e})
+        elif kind == "mean_eval":
+            out["mean_model_final_test_acc"] = e.get("test_acc")
+    return out
+
+
+def wan_bytes_per_site(directory, site_of):
+    """Bytes each site's peers sent to peers of other sites, from each peer's last gossip
+    event's per-link counters. site_of: {peer: site}."""
+    out = {}
+    for path in peer_logs(directory):
+        name, events = read_log(path, warn=False)
+        last = next((e for e in reversed(events) if e.get("event") == "gossip" and isinstance(e.get("links"), dict)), None)
+        site = site_of.get(name)
+        if last is None or site is None:
+            continue
+        for neighbour, link in last["links"].items():
+            if isinstance(link, dict) and site_of.get(neighbour) not in (None, site):
+                out[site] = out.get(site, 0) + (link.get("bytes_sent") or 0)
+    return dict(sorted(out.items()))

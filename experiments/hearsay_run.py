@@ -236,7 +236,8 @@ def tail(path, n=10):
 def measure_emulated_step(args, p):
     """experiment.emulate_compute: one peer's step measured alone, scaled so that every peer
     of a run fits on this machine's cores at once (ceil(peers / cores)) with 30% to spare.
-    Returns (emulated_step_s, measured_step_s)."""
+    A simulated run takes the same figure, so that it compares with the real run of the
+    config on this machine. Returns (emulated_step_s, measured_step_s)."""
     program = p["points"][0].get("program", "") if p["points"] else ""
     cmd = program_cmd(args, program) + ["--config", args.config] + [x for s in args.set for x in ("--set", s)]
     r = subprocess.run(cmd + ["--measure-step", "50"], capture_output=True, text=True)
@@ -248,7 +249,8 @@ def measure_emulated_step(args, p):
     return round(measured * share * 1.3, 6), measured
 
 
-def run_point(args, p, point, run_dir, display, env, emulated=None):
+def write_run_config(args, p, point, run_dir, emulated):
+    """The run's resolved config, in run_dir/config.textproto; returns its path."""
     cfg_path = os.path.join(run_dir, "config.textproto")
     sets = list(point["sets"])
     if emulated is not None:
@@ -263,6 +265,63 @@ def run_point(args, p, point, run_dir, display, env, emulated=None):
         sys.exit(2)
     with open(cfg_path, "w", encoding="utf-8") as f:
         f.write(r.stdout)
+    return cfg_path
+
+
+def simulate_point(args, p, point, run_dir, emulated=None):
+    """One run on the simulator (hearsay-sim): every peer in one process, on virtual time.
+    Its progress lines go to the terminal as they come. summary.json holds only what the
+    simulation decides (the same for the same config and seed, byte for byte); its wall
+    time, speed and memory are in sim_stats.json beside it."""
+    cfg_path = write_run_config(args, p, point, run_dir, emulated)
+    cmd = [sim_bin(args), "--config", cfg_path, "--log-dir", run_dir, "--progress-every", str(p["progress_every_s"])]
+    with open(os.path.join(run_dir, "sim.out"), "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, text=True)
+        with open(os.path.join(run_dir, "sim.err"), "w") as err:
+            for line in proc.stderr:
+                err.write(line)
+                sys.stderr.write(line)
+        proc.wait()
+    if proc.returncode == 2:
+        sys.exit(2)  # bad input: hearsay-sim said where
+    summary = hearsay_logs.run_summary(run_dir, p["target_test_acc"])
+    cluster = hearsay_logs.simulator_log(run_dir)
+    summary.update({
+        "name": p["name"],
+        "dir": os.path.basename(run_dir),
+        "values": point["values"],
+        "repeat": point["repeat"],
+        "simulated": True,
+        "stopped_by": cluster.get("stopped_by") or ("failed" if proc.returncode != 0 else "finished"),
+        "failed_peers": [] if proc.returncode == 0 else ["(simulation)"],
+        "virtual_s": cluster.get("virtual_s"),
+        "faults": cluster.get("faults", []),
+        "mean_model_final_test_acc": cluster.get("mean_model_final_test_acc"),
+        "wan_bytes_per_site": hearsay_logs.wan_bytes_per_site(run_dir, cfg_path_sites(args, cfg_path)),
+    })
+    if emulated is not None:
+        summary["emulated_step_s"] = emulated[0]
+    with open(os.path.join(run_dir, "summary.json"), "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=2)
+        f.write("\n")
+    return summary
+
+
+def cfg_path_sites(args, cfg_path):
+    """{peer: site} of a run's config, from hearsay-peer --plan."""
+    r = subprocess.run([args.peer_bin, "--config", cfg_path, "--plan"], capture_output=True, text=True)
+    if r.returncode != 0:
+        return {}
+    return {peer["name"]: peer["site"] for peer in json.loads(r.stdout)["peers"]}
+
+
+def sim_bin(args):
+    """hearsay-sim, beside hearsay-peer."""
+    return os.path.join(os.path.dirname(os.path.realpath(args.peer_bin)), "hearsay-sim")
+
+
+def run_point(args, p, point, run_dir, display, env, emulated=None):
+    cfg_path = write_run_config(args, p, point, run_dir, emulated)
     procs, views = {}, []
     for peer in p["peers"]:
         name = peer["name"]
@@ -360,7 +419,12 @@ def main():
     ap.add_argument("--plain", action="store_true", help="periodic progress lines even on a terminal")
     ap.add_argument("--print-commands", action="store_true", help="print each peer's command line and exit")
     ap.add_argument("--peer-bin", default=default_peer_bin(), help="the hearsay-peer program")
+    ap.add_argument("--simulate", action="store_true",
+                    help="run every peer in one process on virtual time, over SimGrid's network model "
+                         "(docs/SIMULATION.md); as experiment.simulate: true")
     args = ap.parse_args()
+    if args.simulate:
+        args.set.append("experiment { simulate: true }")
     if not os.path.exists(args.config):
         print(f"hearsay-run: error: {args.config}: no such config", file=sys.stderr)
         return 2
@@ -383,8 +447,11 @@ def main():
     display = Display(args.plain, p["progress_every_s"])
     points = p["points"]
     print(f"hearsay-run: {len(points)} run(s) of '{p['name']}', {len(p['peers'])} peers each, into {root}")
+    simulate = p.get("simulate", False)
+    if simulate and not any("simulate: true" in x for x in args.set):
+        args.set.append("experiment { simulate: true }")
     emulated = None
-    if p.get("emulate_compute"):
+    if p.get("emulate_compute") and not (simulate and p.get("emulated_step_s", 0) > 0):
         emulated = measure_emulated_step(args, p)
         print(f"hearsay-run: emulated compute: a step takes slowdown x {emulated[0] * 1e3:.3f} ms "
               f"(measured {emulated[1] * 1e3:.3f} ms alone, {len(p['peers'])} peers on {os.cpu_count()} cores)")
@@ -396,10 +463,15 @@ def main():
         if len(points) > 1:
             run_dir = os.path.join(root, f"p{point['index']:03d}-{label_of(point)}-r{point['repeat']}")
             os.makedirs(run_dir)
-        s = run_point(args, p, point, run_dir, display, env, emulated)
+        if simulate:
+            s = simulate_point(args, p, point, run_dir, emulated)
+        else:
+            s = run_point(args, p, point, run_dir, display, env, emulated)
         summaries.append(s)
         print(f"hearsay-run: {os.path.basename(run_dir)}: {describe(s)}")
     top = dict(summaries[0]) if len(points) == 1 and summaries else {"name": p["name"], "run_dir": root}
+    if simulate:
+        top.pop("run_dir", None)  # a simulated run's summary is the same wherever it was written
     top["points"] = [{k: v for k, v in s.items() if k != "peers"} for s in summaries]
     top["interrupted"] = STOP["signal"] is not None
     with open(os.path.join(root, "summary.json"), "w", encoding="utf-8") as f:

@@ -151,10 +151,9 @@ void SimNetwork::flush() {
     start.swap(to_start_);
     for (const auto& [from, to] : start) {
       ++counters_.link_actors;
-      // A daemon: the run ends with its last peer, whatever is still on the wire.
       s4u::Actor::create("link " + names_[from] + ">" + names_[to], platform_.hosts[from], [this, from = from, to = to] {
         carry(from, to);
-      })->daemonize();
+      });
     }
   }
 }
@@ -165,13 +164,18 @@ void SimNetwork::wait_for_route(int from, int to) {
   for (;;) {
     route.clear();
     platform_.hosts[from]->route_to(platform_.hosts[to], route, &latency);
-    if (std::all_of(route.begin(), route.end(), [](const s4u::Link* l) { return l->is_on(); })) return;
+    if (closing_ || std::all_of(route.begin(), route.end(), [](const s4u::Link* l) { return l->is_on(); })) return;
     std::unique_lock<s4u::Mutex> lock(*route_mu_);
     route_cv_->wait(lock);
   }
 }
 
 void SimNetwork::routes_changed() { route_cv_->notify_all(); }
+
+void SimNetwork::close() {
+  closing_ = true;
+  route_cv_->notify_all();
+}
 
 void SimNetwork::carry(int from, int to) {
   Link& l = link(from, to);
@@ -184,7 +188,7 @@ void SimNetwork::carry(int from, int to) {
     l.in_flight = true;
     const size_t bytes = q.frame.size();
     SendStatus status;
-    const bool ends_up = q.from_incarnation == peers_[from].incarnation && q.to_incarnation == peers_[to].incarnation &&
+    const bool ends_up = !closing_ && q.from_incarnation == peers_[from].incarnation && q.to_incarnation == peers_[to].incarnation &&
                          up(from) && up(to);
     if (!ends_up) {
       status = {false, "simulated: peer down"};
@@ -194,6 +198,7 @@ void SimNetwork::carry(int from, int to) {
       // is back and then carries it whole (TCP riding out an outage).
       for (;;) {
         wait_for_route(from, to);
+        if (closing_) break;
         try {
           s4u::Comm::sendto(platform_.hosts[from], platform_.hosts[to], bytes);
           break;
@@ -201,7 +206,9 @@ void SimNetwork::carry(int from, int to) {
           ++counters_.retries;
         }
       }
-      if (loss > 0 && l.rng.uniform() < loss) {
+      if (closing_) {
+        status = {false, "simulated: the run is over"};
+      } else if (loss > 0 && l.rng.uniform() < loss) {
         status = {false, "simulated loss"};
         ++counters_.frames_lost;
         ++peers_[from].lost;

@@ -132,6 +132,9 @@ class SimNetwork {
   // A link of the platform went down or came back (faults): transfers waiting for their
   // route are woken to try again.
   void routes_changed();
+  // The run is over (its last peer finished): link actors drop what they still hold and
+  // end, those waiting for a route that is down included, so that the simulation ends.
+  void close();
   const SimCounters& counters() const { return counters_; }
   SimCounters& mutable_counters() { return counters_; }
 
@@ -168,6 +171,7 @@ class SimNetwork {
   std::vector<End> peers_;
   std::unordered_map<uint64_t, Link> links_;  // by from x n + to
   std::vector<std::pair<int, int>> to_start_;  // links whose actor flush() starts
+  bool closing_ = false;
   simgrid::s4u::MutexPtr route_mu_;
   simgrid::s4u::ConditionVariablePtr route_cv_;
   SimCounters counters_;

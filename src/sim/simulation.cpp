@@ -113,6 +113,7 @@ class Simulation {
   std::unique_ptr<EventLog> cluster_log_;
   std::unique_ptr<Peer> evaluator_;  // a peer alone: scores the mean model
   std::string stopped_by_;
+  int peers_done_ = 0;
   std::exception_ptr first_error_;
   double max_virtual_s_ = 0, eval_every_s_ = 0, target_ = 0;
   bool stop_at_target_ = true;
@@ -193,6 +194,13 @@ void Simulation::build_incarnation(int i) {
 
 void Simulation::peer_body(int i) {
   PeerSlot& slot = slots_[i];
+  // The last peer to end closes the wire: what is still on it no longer matters.
+  struct LastOut {
+    Simulation& s;
+    ~LastOut() {
+      if (++s.peers_done_ == static_cast<int>(s.slots_.size())) s.net_->close();
+    }
+  } last_out{*this};
   for (;;) {
     try {
       build_incarnation(i);
