@@ -922,6 +922,8 @@ void GossipEngine::log_stats(int64_t step) {
       const CodecSpec& c = link_codecs_[i]->update->spec();
       l.add("codec", c.name).add("model_codec", link_codecs_[i]->model->spec().name);
       if (c.name == "topk" || c.name == "randomk") l.add("density", c.density);
+    } else {
+      l.add("codec", spec_.codec.name).add("model_codec", spec_.model_codec);  // nothing sent on it yet
     }
     {
       std::lock_guard<std::mutex> lock(link_mu_);

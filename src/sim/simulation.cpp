@@ -14,6 +14,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <sstream>
 #include <exception>
 #include <memory>
 #include <optional>
@@ -85,6 +87,7 @@ class Simulation {
     std::unique_ptr<Peer> peer;
     bool running = false, finished = false;
     double restart_at = -1;
+    std::string crash_kind;  // crash or churn: what took it down last
     int incarnation = 0;
     std::optional<double> last_acc;
   };
@@ -130,7 +133,18 @@ void Simulation::start_engine() {
           "--cfg=contexts/stack-size:1024"};
   // CM02 is stated as latency + size / bandwidth: no TCP window bound on a flow's rate
   // either (LV08 keeps SimGrid's, the window of a 4 MiB TCP buffer).
-  if (s.network_model() == "CM02") args.push_back("--cfg=network/TCP-gamma:0");
+  if (s.network_model() == "CM02") {
+    args.push_back("--cfg=network/TCP-gamma:0");
+    // Nor the acknowledgement traffic SimGrid adds against each flow (LV08 keeps it): the
+    // emulated link carries frames one way only.
+    args.push_back("--cfg=network/crosstraffic:0");
+  }
+  // More of SimGrid's own settings, for whoever studies the model itself
+  // (docs/SIMULATION.md): HEARSAY_SIMGRID_ARGS="--cfg=network/optim:Full".
+  if (const char* more = std::getenv("HEARSAY_SIMGRID_ARGS")) {
+    std::istringstream words(more);
+    for (std::string w; words >> w;) args.push_back(w);
+  }
   static std::vector<char*> argv;
   argv.clear();
   for (auto& a : args) argv.push_back(a.data());
@@ -219,6 +233,7 @@ void Simulation::peer_body(int i) {
       if (!stopped_by_.empty()) return;
       s4u::this_actor::sleep_until(slot.restart_at);
       if (!stopped_by_.empty()) return;
+      write_fault({slot.restart_at, slot.restart_at, slot.crash_kind, i, {}, names_[i]}, false);
     } catch (...) {
       slot.running = false;
       if (!first_error_) first_error_ = std::current_exception();
@@ -405,6 +420,7 @@ void Simulation::fault_body(std::vector<ScheduledFault> faults) {
       if (!slot.running) continue;  // already down, or done
       write_fault(f, true);
       slot.restart_at = f.until;
+      slot.crash_kind = f.kind;
       net_->peer_down(f.peer);
       slot.clock->crash();
       slot.clock->wake();

@@ -1,0 +1,160 @@
+"""hearsay-run --simulate as a user runs it (run by ctest with /usr/bin/python3): the same
+config and seed give byte-identical logs and summaries; faults show in the logs and the
+summary; what the simulator cannot model is refused at load, with its place in the file,
+and never run on the real clock."""
+import glob
+import json
+import os
+import subprocess
+import tempfile
+import unittest
+
+BIN = os.environ.get("HEARSAY_BIN_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "build", "bin"))
+RUN = os.path.join(BIN, "hearsay-run")
+
+# Eight peers in two sites over a 20 Mbit/s, 30 ms WAN; synthetic data, so a run takes seconds.
+BASE = """name: "simtiny"
+seed: 5
+model { kind: LOGREG }
+data { format: SYNTHETIC synthetic_train: 4096 synthetic_test: 1024 synthetic_dim: 32 num_classes: 4 synthetic_separation: 0.5 }
+optim { lr: 0.1 momentum: 0.5 }
+train { batch_size: 16 epochs: 4 eval_every_s: 0.5 target_test_acc: 0.99 emulated_step_s: 0.01 }
+log { every_steps: 20 }
+cluster {
+  secret_env: "HEARSAY_TEST_SIM_SECRET"
+%(peers)s
+  gossip { algorithm: "adpsgd" topology: "random" }
+  site_links { site_a: "x" site_b: "x" link { latency_ms: 0.5 bandwidth_mbps: 1000 } }
+  site_links { site_a: "y" site_b: "y" link { latency_ms: 0.5 bandwidth_mbps: 1000 } }
+  site_links { site_a: "x" site_b: "y" link { latency_ms: 30 bandwidth_mbps: 20 } }
+}
+experiment {
+  simulate: true
+%(experiment)s
+}
+"""
+PEERS = "\n".join(f'  peers {{ name: "{s}{i}" site: "{s}" address: "10.0.0.{k}:1" {"slowdown: 3" if i == 3 else ""} }}'
+                  for k, (s, i) in enumerate([(s, i) for s in "xy" for i in range(4)]))
+SWEEP = """  sweep {
+    field: "cluster.gossip.algorithm"
+    values: ["adpsgd", "allreduce"]
+    also_set: ["", "cluster { gossip { topology: \\"ring\\" codec { name: \\"powersgd\\" } } }"]
+  }"""
+
+
+def write(directory, text, name="c.textproto"):
+    path = os.path.join(directory, name)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return path
+
+
+def run(config, out_dir, *extra):
+    return subprocess.run([RUN, config, "--out-dir", out_dir, "--plain", *extra], capture_output=True, text=True, timeout=600)
+
+
+def only_dir(root):
+    dirs = [d for d in glob.glob(os.path.join(root, "*")) if os.path.isdir(d)]
+    assert len(dirs) == 1, dirs
+    return dirs[0]
+
+
+# What a simulated run writes that depends on the wall clock or the machine: its speed and
+# memory (sim_stats.json), its progress lines, and the resolved config (absolute paths).
+WALL_FILES = {"sim_stats.json", "sim.err", "sim.out", "config.textproto"}
+
+
+def tree(root):
+    out = {}
+    for path in sorted(glob.glob(os.path.join(root, "**", "*"), recursive=True)):
+        if os.path.isfile(path) and os.path.basename(path) not in WALL_FILES:
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, root)] = f.read()
+    return out
+
+
+class Simulate(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory(prefix="hearsay-sim-test-")
+        self.dir = self.tmp.name
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def test_the_same_config_and_seed_give_byte_identical_logs_and_summaries(self):
+        config = write(self.dir, BASE % {"peers": PEERS, "experiment": SWEEP})
+        first, second = os.path.join(self.dir, "one"), os.path.join(self.dir, "two")
+        r1 = run(config, first)
+        self.assertEqual(r1.returncode, 0, r1.stderr)
+        r2 = run(config, second)
+        self.assertEqual(r2.returncode, 0, r2.stderr)
+        a, b = tree(only_dir(first)), tree(only_dir(second))
+        self.assertEqual(sorted(a), sorted(b))
+        logs = [k for k in a if k.endswith(".jsonl")]
+        self.assertGreaterEqual(len(logs), 2 * 9)  # 8 peers and the simulator's log, per run
+        for name in a:
+            self.assertEqual(a[name], b[name], f"{name} differs between two runs of one config and seed")
+        summary = json.loads(a["summary.json"])
+        self.assertEqual(len(summary["points"]), 2)
+        for point in summary["points"]:
+            self.assertTrue(point["simulated"])
+            self.assertGreater(point["steps_total"], 0)
+            self.assertGreater(point["bytes_sent_total"], 0)
+            self.assertIn("x", point["wan_bytes_per_site"])
+        # The peers' logs are on virtual time and say so.
+        start = json.loads(a[logs[0]].decode().splitlines()[0])
+        self.assertTrue(start.get("simulated") or start.get("event") != "start")
+
+    def test_a_crash_and_a_site_outage_show_in_the_logs_and_the_summary(self):
+        faults = """  simulation {
+    faults { kind: PEER_CRASH peer: "y1" at_s: 1.0 for_s: 1.0 }
+    faults { kind: SITE_DOWN site: "x" at_s: 1.5 for_s: 1.0 }
+  }"""
+        config = write(self.dir, BASE % {"peers": PEERS, "experiment": faults})
+        r = run(config, os.path.join(self.dir, "runs"), "--set", "checkpoint { every_steps: 20 }")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        d = only_dir(os.path.join(self.dir, "runs"))
+        summary = json.load(open(os.path.join(d, "summary.json")))
+        kinds = sorted((f["kind"], f["state"]) for f in summary["faults"])
+        self.assertEqual(kinds, [("crash", "begin"), ("crash", "end"), ("site_down", "begin"), ("site_down", "end")])
+        events = [json.loads(line) for line in open(os.path.join(d, "y1.jsonl"))]
+        names = [e["event"] for e in events]
+        self.assertEqual(names.count("start"), 2, "the crashed peer starts again")
+        self.assertIn("resume", names, "from its checkpoint")
+        crash = next(e for e in events if e["event"] == "fault")
+        self.assertAlmostEqual(crash["t"], 1.0, delta=0.1)
+        resumed = next(e for e in events if e["event"] == "resume")
+        self.assertGreaterEqual(resumed["t"], 2.0)
+        # It lost what it learnt after its last checkpoint: it resumes at a step before its crash.
+        before = max(e["step"] for e in events if e["event"] == "step" and e["t"] <= crash["t"])
+        self.assertLessEqual(resumed["step"], before)
+        self.assertTrue(all(p["finished"] for p in summary["peers"].values()))
+
+    def test_what_the_simulator_cannot_model_is_refused_with_its_place(self):
+        cases = [
+            ('transport: "fabric:verbs"\n', "cluster.transport"),
+            (None, "program"),
+        ]
+        for cluster_extra, field in cases:
+            text = BASE % {"peers": PEERS, "experiment": ""}
+            if cluster_extra:
+                text = text.replace('  secret_env: "HEARSAY_TEST_SIM_SECRET"\n', '  secret_env: "HEARSAY_TEST_SIM_SECRET"\n  ' + cluster_extra)
+            else:
+                text = text.replace('seed: 5\n', 'seed: 5\nprogram: "examples/torch/fmnist.py"\n')
+            config = write(self.dir, text, f"bad-{field}.textproto")
+            r = run(config, os.path.join(self.dir, "runs-" + field))
+            self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+            line = 3 if field == "program" else 10
+            self.assertRegex(r.stderr, rf"bad-{field}\.textproto:{line}:\d+: {field}", r.stderr)
+            self.assertFalse(glob.glob(os.path.join(self.dir, "runs-" + field, "*", "*.jsonl")), "nothing ran")
+        # And what only the simulator models is refused in a real run.
+        text = (BASE % {"peers": PEERS, "experiment": '  simulation { faults { kind: SITE_DOWN site: "x" } }'}).replace(
+            "  simulate: true\n", "")
+        config = write(self.dir, text, "real-with-faults.textproto")
+        r = run(config, os.path.join(self.dir, "runs-real"))
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("experiment.simulation.faults[0]: faults: only the simulator models it", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,142 @@
+#!/usr/bin/python3
+"""Writes configs/scale-{16,64,256,1024}.textproto: the simulator's scale configs
+(docs/SIMULATION.md, "Scale"). Run from the repository root after changing the geography:
+
+    tools/make_scale_configs.py            # writes the four configs
+    tools/make_scale_configs.py --check    # exit 1 when a config differs from what it would write
+
+The geography: 16 sites in real cloud regions. The one-way latency between two sites is
+the great-circle distance over light's speed in fibre (200 km/ms) times 1.5 for the
+detour of real routes, kept within [20, 150] ms; the WAN bandwidth is 200 Mbit/s within a
+continent, 100 Mbit/s between two of the big three (North America, Europe, Asia) and 50
+Mbit/s to or from the rest (South America, Africa, the Middle East, Oceania, India). Each
+site reaches the WAN through a 1 Gbit/s uplink and downlink, shared by all its peers.
+The GPU mix: in every site, half the peers at full speed (slowdown 1, an H100), three in
+ten at 2x (an A100), two in ten at 3.5x (a T4).
+"""
+import math
+import os
+import sys
+
+SITES = [  # name, latitude, longitude, continent
+    ("us-east", 38.9, -77.0, "na"), ("us-west", 45.6, -121.2, "na"), ("us-central", 41.3, -95.9, "na"),
+    ("ca-central", 45.5, -73.6, "na"), ("br-south", -23.5, -46.6, "sa"), ("eu-west", 53.3, -6.3, "eu"),
+    ("eu-central", 50.1, 8.7, "eu"), ("eu-north", 59.3, 18.1, "eu"), ("uk-south", 51.5, -0.1, "eu"),
+    ("af-south", -33.9, 18.4, "af"), ("me-central", 25.3, 55.3, "me"), ("in-west", 19.1, 72.9, "in"),
+    ("ap-southeast", 1.35, 103.8, "as"), ("ap-northeast", 35.7, 139.7, "as"), ("ap-east", 22.3, 114.2, "as"),
+    ("au-east", -33.9, 151.2, "oc"),
+]
+BIG = {"na", "eu", "as"}
+SIZES = [16, 64, 256, 1024]
+HERE = os.path.dirname(os.path.realpath(__file__))
+OUT = os.path.join(HERE, "..", "configs")
+
+
+def distance_km(a, b):
+    la1, lo1, la2, lo2 = map(math.radians, (a[1], a[2], b[1], b[2]))
+    h = math.sin((la2 - la1) / 2) ** 2 + math.cos(la1) * math.cos(la2) * math.sin((lo2 - lo1) / 2) ** 2
+    return 2 * 6371 * math.asin(math.sqrt(h))
+
+
+def latency_ms(a, b):
+    return round(min(150.0, max(20.0, 1.5 * distance_km(a, b) / 200.0)), 1)
+
+
+def bandwidth_mbps(a, b):
+    if a[3] == b[3]:
+        return 200
+    return 100 if a[3] in BIG and b[3] in BIG else 50
+
+
+def slowdown(k, per_site):
+    """The GPU of a site's k-th peer: half H100 (1), three in ten A100 (2), two in ten T4 (3.5);
+    with one peer a site, the sites themselves take turns."""
+    frac = (k + 0.5) / per_site
+    return 1 if frac < 0.5 else 2 if frac < 0.8 else 3.5
+
+
+def config(n):
+    per_site = n // len(SITES)
+    lines = [f"# Scale, {n} peers in 16 sites (tools/make_scale_configs.py writes this file; edit the tool).",
+             "# Runs on the simulator only (its site uplinks and GPU spread):",
+             f"#   build/bin/hearsay-run --simulate configs/scale-{n}.textproto",
+             "# Model: an MLP with one hidden layer of 64 (50,890 parameters, 200 KB): small enough that",
+             "# 1,024 copies with their optimizer state and buffers fit in memory, large enough that its",
+             "# gossip loads the WAN. Every step is a 20 ms GPU step times the peer's slowdown (half the",
+             "# peers 1x, three in ten 2x, two in ten 3.5x), spread +-10%. Contenders: adpsgd (random",
+             "# peer), gossip_grad (random 4-regular graph), both in fp16 and sending every 8th step (a",
+             "# site's 1 Gbit/s uplink gives each of 64 peers 2 MB/s: an fp16 model every 2 steps each way,",
+             "# less what crosses the 50-200 Mbit/s WAN), allreduce (hierarchical, PowerSGD rank 4",
+             "# with error feedback), diloco (replica: site, 20 inner steps). 16 peers are scored on the",
+             "# full test set every 5 virtual seconds (the first of each site), with the mean model.",
+             "# Sites (one-way WAN latency from us-east, ms):",
+             "#   " + ", ".join(f"{s[0]} {latency_ms(SITES[0], s) if s != SITES[0] else 0}" for s in SITES),
+             f'name: "scale-{n}"',
+             "seed: 1",
+             'device: "cpu"',
+             "model { kind: MLP hidden: [64] }",
+             "data { format: IDX }",
+             'optim { optimizer: "sgd" lr: 0.05 momentum: 0.9 nesterov: true }',
+             "train { batch_size: 32 epochs: 100000 max_steps: 1500 eval_every_s: 5 eval_batch_size: 1000"
+             " target_test_acc: 0.82 emulated_step_s: 0.02 }",
+             "log { every_steps: 100 }",
+             "cluster {",
+             f'  id: "scale-{n}"',
+             '  secret_env: "HEARSAY_SECRET"',
+             '  gossip { algorithm: "adpsgd" topology: "random" gossip_every: 8 codec { name: "fp16" model_codec: "fp16" } }']
+    port = 20000
+    for s, site in enumerate(SITES):
+        for k in range(per_site):
+            sd = slowdown(k, per_site) if per_site > 1 else [1, 2, 3.5][s % 3]
+            extra = f" slowdown: {sd}" if sd != 1 else ""
+            lines.append(f'  peers {{ name: "{site[0]}-{k}" site: "{site[0]}" address: "10.{s}.{k // 250}.{k % 250 + 1}:{port}"{extra} }}')
+    for i, a in enumerate(SITES):
+        lines.append(f'  site_links {{ site_a: "{a[0]}" site_b: "{a[0]}" link {{ latency_ms: 0.5 bandwidth_mbps: 10000 }} }}')
+        for b in SITES[i + 1:]:
+            lines.append(f'  site_links {{ site_a: "{a[0]}" site_b: "{b[0]}" link {{ latency_ms: {latency_ms(a, b)} '
+                         f'bandwidth_mbps: {bandwidth_mbps(a, b)} }} }}')
+    lines.append("}")
+    lines += ["experiment {",
+              "  simulate: true",
+              "  sweep {",
+              '    field: "cluster.gossip.algorithm"',
+              '    name: "contender"',
+              '    values: ["adpsgd", "gossip_grad", "allreduce", "diloco"]',
+              "    also_set: [",
+              '      "",',
+              '      "cluster { gossip { topology: \\"random_regular\\" degree: 4 } }",',
+              '      "cluster { gossip { topology: \\"ring\\" codec { name: \\"powersgd\\" } } }",',
+              '      "cluster { gossip { topology: \\"ring\\" [hearsay.algorithms.diloco] { local_steps: 20 replica: \\"site\\" } } }"',
+              "    ]",
+              "  }",
+              "  stop_at_target: true",
+              "  simulation {",
+              "    max_virtual_s: 300",
+              "    eval_peers: 16",
+              "    step_jitter: 0.1"]
+    for site in SITES:
+        lines.append(f'    sites {{ site: "{site[0]}" uplink_mbps: 1000 downlink_mbps: 1000 }}')
+    lines += ["  }", "}", ""]
+    return "\n".join(lines)
+
+
+def main():
+    check = "--check" in sys.argv[1:]
+    stale = []
+    for n in SIZES:
+        path = os.path.join(OUT, f"scale-{n}.textproto")
+        text = config(n)
+        if check:
+            if not os.path.exists(path) or open(path, encoding="utf-8").read() != text:
+                stale.append(path)
+            continue
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    if stale:
+        print("tools/make_scale_configs.py: out of date (run it): " + ", ".join(stale), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
