@@ -44,7 +44,7 @@ def main():
     groups = {}
     key = None
     for point in top.get("points", []):
-        run_dir = point["run_dir"]
+        run_dir = point.get("run_dir") or os.path.join(args.root, point["dir"])  # a simulated run names its directory
         if key is None or point.get("repeat", 0) == 0:
             key = re.sub(r"-r\d+$", "", os.path.basename(run_dir))
         s = hearsay_logs.run_summary(run_dir, point.get("target_test_acc") or 0)
