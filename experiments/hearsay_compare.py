@@ -7,9 +7,7 @@ mean or inside the real seeds' range; then whether the points rank the same by t
   experiments/hearsay_compare.py runs/quickstart-REAL runs/quickstart-SIMULATED [--markdown]
 """
 import argparse
-import json
 import os
-import re
 import statistics
 import sys
 
@@ -18,19 +16,9 @@ import hearsay_logs  # noqa: E402
 
 
 def groups(root):
-    """{point label: [run summaries]} of a hearsay-run output directory, in sweep order."""
-    with open(os.path.join(root, "summary.json"), encoding="utf-8") as f:
-        top = json.load(f)
-    points = top.get("points") or [top]
-    out, key = {}, None
-    for point in points:
-        run_dir = point.get("run_dir") or os.path.join(root, point["dir"])
-        if not os.path.isdir(run_dir):
-            run_dir = root  # a single run is its own directory
-        if key is None or point.get("repeat", 0) == 0:
-            key = re.sub(r"-r\d+$", "", os.path.basename(run_dir))
-        out.setdefault(key, []).append(hearsay_logs.run_summary(run_dir, point.get("target_test_acc") or 0))
-    return out
+    """{point name: [run summaries]} of a hearsay-run output directory, in sweep order."""
+    return {key: [hearsay_logs.run_summary(d, p.get("target_test_acc") or 0) for d, p in runs]
+            for key, runs in hearsay_logs.sweep_runs(root).items()}
 
 
 def stats(values):
@@ -39,13 +27,6 @@ def stats(values):
         return None
     return {"mean": statistics.fmean(v), "sd": statistics.stdev(v) if len(v) > 1 else 0.0, "lo": min(v), "hi": max(v),
             "n": len(v), "of": len(values)}
-
-
-def text(s, scale=1.0, fmt="{:.1f}"):
-    if s is None:
-        return "never"
-    t = fmt.format(s["mean"] * scale) + (" ± " + fmt.format(s["sd"] * scale) if s["n"] > 1 else "")
-    return t + (f" ({s['of'] - s['n']} of {s['of']} never)" if s["n"] < s["of"] else "")
 
 
 def agrees(real, sim):
@@ -73,18 +54,13 @@ def main():
         bs = stats([r["bytes_to_target_total"] for r in sim[key]])
         ratio = lambda a, b: f"{b['mean'] / a['mean']:.2f}" if a and b and a["mean"] > 0 else "-"
         ok = "time " + ("yes" if agrees(tr, ts) else "NO") + ", bytes " + ("yes" if agrees(br, bs) else "NO")
-        rows.append((key, text(tr), text(ts), ratio(tr, ts), text(br, 1e-6), text(bs, 1e-6), ratio(br, bs), ok))
+        seeds = lambda runs, field, scale=1.0: hearsay_logs.mean_sd([r[field] for r in runs], scale)
+        rows.append((key, seeds(real[key], "time_to_target_s"), seeds(sim[key], "time_to_target_s"), ratio(tr, ts),
+                     seeds(real[key], "bytes_to_target_total", 1e-6), seeds(sim[key], "bytes_to_target_total", 1e-6),
+                     ratio(br, bs), ok))
         order_real.append((tr["mean"] if tr else float("inf"), key))
         order_sim.append((ts["mean"] if ts else float("inf"), key))
-    if args.markdown:
-        print("| " + " | ".join(rows[0]) + " |")
-        print("|" + "---|" * len(rows[0]))
-        for r in rows[1:]:
-            print("| " + " | ".join(r) + " |")
-    else:
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        for r in rows:
-            print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+    hearsay_logs.print_table(rows, args.markdown)
     same = [k for _, k in sorted(order_real)] == [k for _, k in sorted(order_sim)]
     print(f"\nranking by time to target: {'the same' if same else 'DIFFERENT'}"
           f" (real: {', '.join(k for _, k in sorted(order_real))}; simulated: {', '.join(k for _, k in sorted(order_sim))})")

@@ -6,6 +6,7 @@ logs are read, so both work on runs copied from other machines.
 import glob
 import json
 import os
+import re
 import statistics
 import sys
 
@@ -266,3 +267,51 @@ def wan_bytes_per_site(directory, site_of):
             if isinstance(link, dict) and site_of.get(neighbour) not in (None, site):
                 out[site] = out.get(site, 0) + (link.get("bytes_sent") or 0)
     return dict(sorted(out.items()))
+
+
+def mean_sd(values, scale=1.0, fmt="{:.1f}"):
+    """'mean ± sd' of the values that are not None (scaled), with how many never were; '-'
+    when none is. The tables' one way of writing a point over its seeds."""
+    v = [x * scale for x in values if x is not None]
+    if not v:
+        return "-"
+    missing = len(values) - len(v)
+    text = fmt.format(statistics.fmean(v))
+    if len(v) > 1:
+        text += " ± " + fmt.format(statistics.stdev(v))
+    if missing:
+        text += f" ({missing} of {len(values)} never)"
+    return text
+
+
+def print_table(rows, markdown=False):
+    """rows[0] is the header: as a Markdown table, or as aligned columns."""
+    if markdown:
+        print("| " + " | ".join(rows[0]) + " |")
+        print("|" + "---|" * len(rows[0]))
+        for r in rows[1:]:
+            print("| " + " | ".join(r) + " |")
+        return
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+
+
+def sweep_runs(root):
+    """The runs of a hearsay-run output directory, grouped by sweep point: {point name: [(run
+    directory, its entry in the top summary's points)]}, in sweep order. Runs come point by
+    point, each point's repeats in a row (repeat 0 starts a point); two points may share a
+    label (one sweep value with different also_set fragments), so a point is named by its
+    first run's directory, index included. A simulated run names its directory relative
+    to the root (`dir`); a single run is the root itself."""
+    with open(os.path.join(root, "summary.json"), encoding="utf-8") as f:
+        top = json.load(f)
+    groups, key = {}, None
+    for point in top.get("points") or [top]:
+        run_dir = point.get("run_dir") or os.path.join(root, point["dir"])
+        if not os.path.isdir(run_dir):
+            run_dir = root
+        if key is None or point.get("repeat", 0) == 0:
+            key = re.sub(r"-r\d+$", "", os.path.basename(run_dir))
+        groups.setdefault(key, []).append((run_dir, point))
+    return groups

@@ -297,7 +297,7 @@ def simulate_point(args, p, point, run_dir, emulated=None):
         "virtual_s": cluster.get("virtual_s"),
         "faults": cluster.get("faults", []),
         "mean_model_final_test_acc": cluster.get("mean_model_final_test_acc"),
-        "wan_bytes_per_site": hearsay_logs.wan_bytes_per_site(run_dir, cfg_path_sites(args, cfg_path)),
+        "wan_bytes_per_site": hearsay_logs.wan_bytes_per_site(run_dir, {peer["name"]: peer["site"] for peer in p["peers"]}),
     })
     if emulated is not None:
         summary["emulated_step_s"] = emulated[0]
@@ -305,14 +305,6 @@ def simulate_point(args, p, point, run_dir, emulated=None):
         json.dump(summary, f, indent=2)
         f.write("\n")
     return summary
-
-
-def cfg_path_sites(args, cfg_path):
-    """{peer: site} of a run's config, from hearsay-peer --plan."""
-    r = subprocess.run([args.peer_bin, "--config", cfg_path, "--plan"], capture_output=True, text=True)
-    if r.returncode != 0:
-        return {}
-    return {peer["name"]: peer["site"] for peer in json.loads(r.stdout)["peers"]}
 
 
 def sim_bin(args):

@@ -11,30 +11,24 @@ import json
 import os
 import re
 import statistics
+import sys
 
-
-def mean_sd(values, scale=1.0, fmt="{:.1f}"):
-    v = [x * scale for x in values if x is not None]
-    if not v:
-        return "never"
-    t = fmt.format(statistics.fmean(v)) + (" ± " + fmt.format(statistics.stdev(v)) if len(v) > 1 else "")
-    return t + (f" ({len(values) - len(v)} of {len(values)} never)" if len(v) < len(values) else "")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hearsay_logs  # noqa: E402
 
 
 def runs(root):
-    with open(os.path.join(root, "summary.json"), encoding="utf-8") as f:
-        top = json.load(f)
-    for point in top.get("points") or [top]:
-        d = os.path.join(root, point["dir"])
-        d = d if os.path.isdir(d) else root
-        with open(os.path.join(d, "summary.json"), encoding="utf-8") as f:
-            s = json.load(f)
-        try:
-            with open(os.path.join(d, "sim_stats.json"), encoding="utf-8") as f:
-                s["stats"] = json.load(f)
-        except FileNotFoundError:
-            s["stats"] = {}
-        yield s
+    """Each run's summary.json, with its sim_stats.json as "stats"."""
+    for group in hearsay_logs.sweep_runs(root).values():
+        for d, _ in group:
+            with open(os.path.join(d, "summary.json"), encoding="utf-8") as f:
+                s = json.load(f)
+            try:
+                with open(os.path.join(d, "sim_stats.json"), encoding="utf-8") as f:
+                    s["stats"] = json.load(f)
+            except FileNotFoundError:
+                s["stats"] = {}
+            yield s
 
 
 def main():
@@ -53,25 +47,16 @@ def main():
         for (n, label), group in groups.items():
             wan = [statistics.fmean(s["wan_bytes_per_site"].values()) if s.get("wan_bytes_per_site") else None for s in group]
             rows.append((str(n), label, str(len(group)),
-                         mean_sd([s["time_to_target_s"] for s in group]),
-                         mean_sd([s["bytes_sent_total"] / n for s in group], 1e-6),
-                         mean_sd(wan, 1e-6),
-                         mean_sd([s["final_test_acc"] for s in group], 100, "{:.2f}"),
-                         mean_sd([s.get("mean_model_final_test_acc") for s in group], 100, "{:.2f}"),
-                         mean_sd([s["stats"].get("wall_s") for s in group], 1, "{:.0f}"),
-                         mean_sd([s["stats"].get("peak_rss_bytes") for s in group], 1 / 2**30, "{:.2f}"),
-                         mean_sd([s["stats"].get("events_per_s") for s in group], 1, "{:.0f}"),
-                         mean_sd([s["stats"].get("virtual_per_wall") for s in group], 1, "{:.2f}")))
-    if args.markdown:
-        print("| " + " | ".join(rows[0]) + " |")
-        print("|" + "---|" * len(rows[0]))
-        for r in rows[1:]:
-            print("| " + " | ".join(r) + " |")
-    else:
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        for r in rows:
-            print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
-
+                         hearsay_logs.mean_sd([s["time_to_target_s"] for s in group]),
+                         hearsay_logs.mean_sd([s["bytes_sent_total"] / n for s in group], 1e-6),
+                         hearsay_logs.mean_sd(wan, 1e-6),
+                         hearsay_logs.mean_sd([s["final_test_acc"] for s in group], 100, "{:.2f}"),
+                         hearsay_logs.mean_sd([s.get("mean_model_final_test_acc") for s in group], 100, "{:.2f}"),
+                         hearsay_logs.mean_sd([s["stats"].get("wall_s") for s in group], 1, "{:.0f}"),
+                         hearsay_logs.mean_sd([s["stats"].get("peak_rss_bytes") for s in group], 1 / 2**30, "{:.2f}"),
+                         hearsay_logs.mean_sd([s["stats"].get("events_per_s") for s in group], 1, "{:.0f}"),
+                         hearsay_logs.mean_sd([s["stats"].get("virtual_per_wall") for s in group], 1, "{:.2f}")))
+    hearsay_logs.print_table(rows, args.markdown)
 
 if __name__ == "__main__":
     main()

@@ -15,11 +15,13 @@
 #include "hearsay/checkpoint.h"
 #include "hearsay/checkpoint.pb.h"
 #include "hearsay/command_line.h"
+#include "program.h"
 #include "hearsay/config.h"
 #include "hearsay/config.pb.h"
 #include "hearsay/error.h"
 #include "hearsay/log.h"
 #include "hearsay/peer.h"
+#include "hearsay/process.h"
 
 namespace {
 
@@ -93,21 +95,9 @@ std::string plan_json(const hearsay::config::Config& cfg, const std::string& pat
   return out.str() + "\n";
 }
 
-int usage_error(const std::string& why) {
-  std::fprintf(stderr, "hearsay-peer: %s\n%s", why.c_str(), kUsage);
-  return 2;
-}
+int usage_error(const std::string& why) { return hearsay::usage_error("hearsay-peer", kUsage, why); }
 
 }  // namespace
-
-// Every neighbour costs a descriptor or two, and so does each connection a stranger opens
-// until the tcp transport's caps close it: take what the hard limit allows.
-static void raise_descriptor_limit() {
-  rlimit r{};
-  if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur >= r.rlim_max) return;
-  r.rlim_cur = r.rlim_max;
-  setrlimit(RLIMIT_NOFILE, &r);
-}
 
 // The config's model with a checkpoint's parameters, then text it writes after `prompt`.
 std::string sample_from_checkpoint(const hearsay::config::Config& cfg, const std::string& checkpoint_path,
@@ -131,7 +121,7 @@ std::string sample_from_checkpoint(const hearsay::config::Config& cfg, const std
 }
 
 int main(int argc, char** argv) {
-  raise_descriptor_limit();
+  hearsay::raise_descriptor_limit();
   std::string config_path, log_path, peer_name;
   std::vector<std::string> overrides;
   bool quiet = false, list_peers = false, print_config = false, plan = false, sample = false;
@@ -155,25 +145,13 @@ int main(int argc, char** argv) {
       .text("--prompt", &prompt, "a text")
       .integer("--tokens", &sample_tokens, 0, 1000000, "a number of bytes")
       .number("--temperature", &temperature, 0.0, 100.0, "a number");
-  try {
-    const std::string stopped_at = cli.parse(argc, argv);
-    if (stopped_at == "--help") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    if (stopped_at == "--version") {
-      std::printf("hearsay-peer %s\n", HEARSAY_VERSION);
-      return 0;
-    }
-  } catch (const hearsay::UsageError& e) {
-    return usage_error(e.what());
-  }
+  if (const int done = hearsay::parse_program_args("hearsay-peer", kUsage, cli, argc, argv); done >= 0) return done;
   if (config_path.empty()) return usage_error("--config is required");
   if (sample && (checkpoint_path.empty() || prompt.empty())) return usage_error("--sample needs --checkpoint and --prompt");
   // A closed pipe or socket is an error to report, not a reason to die.
   std::signal(SIGPIPE, SIG_IGN);
 
-  try {
+  return hearsay::run_reporting_errors("hearsay-peer", [&] {
     const hearsay::config::Config cfg = hearsay::load_config_file(config_path, overrides);
     if (list_peers) {
       for (const auto& p : cfg.cluster().peers()) std::printf("%s\n", p.name().c_str());
@@ -234,11 +212,5 @@ int main(int argc, char** argv) {
                 100.0 * r.final_test_acc, r.final_test_loss, bits, static_cast<long long>(r.steps), r.epochs,
                 r.wall_s);
     return 0;
-  } catch (const hearsay::InputError& e) {
-    std::fprintf(stderr, "hearsay-peer: error: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "hearsay-peer: failed: %s\n", e.what());
-    return 1;
-  }
+  });
 }

@@ -3,7 +3,6 @@
 // run of an experiment. Exit status: 0 done, 2 bad input (config, data, arguments), 1 a
 // peer failed or anything else.
 #include <malloc.h>
-#include <sys/resource.h>
 
 #include <cstdio>
 #include <fstream>
@@ -12,10 +11,12 @@
 
 #include "hearsay/build_config.h"
 #include "hearsay/command_line.h"
+#include "program.h"
 #include "hearsay/config.h"
 #include "hearsay/config.pb.h"
 #include "hearsay/error.h"
 #include "hearsay/log.h"
+#include "hearsay/process.h"
 #include "hearsay/simulation.h"
 
 namespace {
@@ -30,23 +31,12 @@ constexpr const char* kUsage =
     "  --log-dir DIR        where the logs go (default: none are written)\n"
     "  --progress-every S   wall seconds between progress lines on stderr (default 2; 0: none)\n";
 
-int usage_error(const std::string& what) {
-  std::fprintf(stderr, "hearsay-sim: %s\n%s", what.c_str(), kUsage);
-  return 2;
-}
-
-// A peer's log is a descriptor: 1,024 of them, with the rest.
-void raise_descriptor_limit() {
-  rlimit r{};
-  if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur >= r.rlim_max) return;
-  r.rlim_cur = r.rlim_max;
-  setrlimit(RLIMIT_NOFILE, &r);
-}
+int usage_error(const std::string& why) { return hearsay::usage_error("hearsay-sim", kUsage, why); }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  raise_descriptor_limit();
+  hearsay::raise_descriptor_limit();  // 1,024 peers' logs
   // Models and messages are allocated afresh all the time; above glibc's mmap threshold
   // each would be mapped and its pages zeroed anew (a tenth of a 256-peer run's time).
   mallopt(M_MMAP_THRESHOLD, 512 << 20);
@@ -61,21 +51,9 @@ int main(int argc, char** argv) {
       .texts("--set", &overrides, "a text-format fragment")
       .text("--log-dir", &log_dir, "a directory")
       .number("--progress-every", &progress_every, 0.0, 1e6, "a number of seconds");
-  try {
-    const std::string stopped_at = cli.parse(argc, argv);
-    if (stopped_at == "--help") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    if (stopped_at == "--version") {
-      std::printf("hearsay-sim %s\n", HEARSAY_VERSION);
-      return 0;
-    }
-  } catch (const hearsay::UsageError& e) {
-    return usage_error(e.what());
-  }
+  if (const int done = hearsay::parse_program_args("hearsay-sim", kUsage, cli, argc, argv); done >= 0) return done;
   if (config_path.empty()) return usage_error("--config is required");
-  try {
+  return hearsay::run_reporting_errors("hearsay-sim", [&] {
     // Checked as a simulated run: what the simulator cannot model is refused here, with
     // the field's place in the file.
     overrides.push_back("experiment { simulate: true }");
@@ -97,11 +75,5 @@ int main(int argc, char** argv) {
                 r.peers, r.virtual_s, r.wall_s, r.wall_s > 0 ? r.virtual_s / r.wall_s : 0.0,
                 static_cast<unsigned long long>(r.events), r.peak_rss_bytes / 1048576.0, r.stopped_by.c_str());
     return 0;
-  } catch (const hearsay::InputError& e) {
-    std::fprintf(stderr, "hearsay-sim: error: %s\n", e.what());
-    return 2;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "hearsay-sim: failed: %s\n", e.what());
-    return 1;
-  }
+  });
 }

@@ -104,6 +104,10 @@ struct ClusterMembership {
   std::unique_ptr<Transport> transport;
   PeerNetwork network;
 };
+// The gossip side of peer `me`'s PeerNetwork in the config's cluster: the gossip spec
+// with the peer's fault injection, every peer's name, its index, its slowdown (1 in the
+// ideal twin). The transport, clock and callbacks are the caller's.
+PeerNetwork cluster_peer_network(const config::Config& cfg, int me);
 // `log` (link events) must outlive the transport; `stop` (may be null) ends the wait.
 ClusterMembership join_cluster(const config::Config& cfg, const std::string& peer_name, EventLog& log,
                                const std::atomic<bool>* stop);

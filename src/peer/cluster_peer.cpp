@@ -102,8 +102,6 @@ ClusterMembership join_cluster(const config::Config& base, const std::string& na
   // Each pair connects once: the peer later in the list dials the earlier one.
   for (int j = 0; j < me; ++j) transport->connect(cl.peers(j).name(), cl.peers(j).address());
 
-  std::vector<std::string> ids;
-  for (const auto& p : cl.peers()) ids.push_back(p.name());
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(cl.connect_timeout_s());
   while (static_cast<int>(transport->connected_peers().size()) < n - 1 && std::chrono::steady_clock::now() < deadline &&
          !(stop && *stop)) {
@@ -120,14 +118,21 @@ ClusterMembership join_cluster(const config::Config& base, const std::string& na
   }
 
   ClusterMembership m;
-  m.network.gossip = gossip_spec(cl);
-  m.network.gossip.byzantine = cl.peers(me).byzantine();
-  m.network.peers = ids;
-  m.network.me = me;
+  m.network = cluster_peer_network(base, me);
   m.network.transport = transport.get();
-  m.network.slowdown = cl.ideal() ? 1.0 : cl.peers(me).slowdown();
   m.transport = std::move(transport);
   return m;
+}
+
+PeerNetwork cluster_peer_network(const config::Config& cfg, int me) {
+  const auto& cl = cfg.cluster();
+  PeerNetwork n;
+  n.gossip = gossip_spec(cl);
+  n.gossip.byzantine = cl.peers(me).byzantine();
+  for (const auto& p : cl.peers()) n.peers.push_back(p.name());
+  n.me = me;
+  n.slowdown = cl.ideal() ? 1.0 : cl.peers(me).slowdown();
+  return n;
 }
 
 config::Config cluster_peer_config(const config::Config& base, const std::string& name) {

@@ -155,12 +155,10 @@ void Simulation::start_engine() {
 void Simulation::make_peers() {
   const auto& cl = cfg_.cluster();
   const int n = cl.peers_size();
-  for (const auto& p : cl.peers()) names_.push_back(p.name());
   PeerSpec base = peer_spec(cluster_peer_config(cfg_, names_[0]));
   data_ = std::make_shared<const TrainTest>(std::move(base.data));
   base.data = TrainTest{};
   const auto evaluates = evaluating_peers(platform_.site_of, cfg_.experiment().simulation().eval_peers());
-  const GossipSpec gossip = gossip_spec(cl);
   slots_.resize(n);
   for (int i = 0; i < n; ++i) {
     PeerSlot& slot = slots_[i];
@@ -176,11 +174,7 @@ void Simulation::make_peers() {
     slot.clock = std::make_unique<SimClock>(*net_, i);
     slot.log = std::make_unique<EventLog>(opt_.log_dir.empty() ? "" : opt_.log_dir + "/" + names_[i] + ".jsonl", names_[i],
                                           slot.clock.get());
-    slot.network.gossip = gossip;
-    slot.network.gossip.byzantine = cl.peers(i).byzantine();
-    slot.network.peers = names_;
-    slot.network.me = i;
-    slot.network.slowdown = cl.ideal() ? 1.0 : cl.peers(i).slowdown();
+    slot.network = cluster_peer_network(cfg_, i);
     slot.network.clock = slot.clock.get();
     slot.network.on_eval = [this, i](int64_t, const BatchStats& s) { slots_[i].last_acc = s.accuracy(); };
   }
@@ -386,16 +380,15 @@ std::vector<ScheduledFault> Simulation::schedule_faults() {
 }
 
 void Simulation::write_fault(const ScheduledFault& f, bool begin) {
-  auto e = cluster_log_->event("fault");
-  e.add("kind", f.kind).add("state", begin ? "begin" : "end").add("target", f.target);
-  if (begin) e.add("until_s", f.until);
-  cluster_log_->write(e);
-  if (f.peer >= 0) {
-    auto p = slots_[f.peer].log->event("fault");
-    p.add("kind", f.kind).add("state", begin ? "begin" : "end").add("target", f.target);
-    if (begin) p.add("until_s", f.until);
-    slots_[f.peer].log->write(p);
-  }
+  // In the simulator's log, and in the struck peer's.
+  auto write = [&](EventLog& log) {
+    auto e = log.event("fault");
+    e.add("kind", f.kind).add("state", begin ? "begin" : "end").add("target", f.target);
+    if (begin) e.add("until_s", f.until);
+    log.write(e);
+  };
+  write(*cluster_log_);
+  if (f.peer >= 0) write(*slots_[f.peer].log);
 }
 
 void Simulation::fault_body(std::vector<ScheduledFault> faults) {
@@ -446,10 +439,8 @@ SimulationResult Simulation::run() {
 
   start_engine();
   platform_ = sim::build_platform(cl, s);
-  names_.clear();
   for (const auto& p : cl.peers()) names_.push_back(p.name());
   net_ = std::make_unique<SimNetwork>(platform_, names_, cfg_.seed());
-  names_.clear();
   // The simulator's own log counts virtual time too (t = 0 as the engine starts).
   cluster_clock_ = std::make_unique<SimClock>(*net_, -1);
   cluster_log_ = std::make_unique<EventLog>(opt_.log_dir.empty() ? "" : opt_.log_dir + "/cluster.jsonl", "cluster",
