@@ -102,8 +102,11 @@ class Simulate(unittest.TestCase):
             self.assertGreater(point["bytes_sent_total"], 0)
             self.assertIn("x", point["wan_bytes_per_site"])
         # The peers' logs are on virtual time and say so.
-        start = json.loads(a[logs[0]].decode().splitlines()[0])
-        self.assertTrue(start.get("simulated") or start.get("event") != "start")
+        peer_logs = [k for k in logs if os.path.basename(k) != "cluster.jsonl"]
+        for name in peer_logs:
+            start = json.loads(a[name].decode().splitlines()[0])
+            self.assertEqual(start["event"], "start")
+            self.assertIs(start["simulated"], True, name)
 
     def test_a_crash_and_a_site_outage_show_in_the_logs_and_the_summary(self):
         faults = """  simulation {

@@ -107,6 +107,42 @@ TEST_CASE("topology: bandwidth-aware choice favours fast links but keeps every e
   CHECK(counts[3] > 0.8 * 30000 * 0.2 / 3);
 }
 
+TEST_CASE("topology: random_regular is a connected d-regular undirected graph, the same on every peer") {
+  TopologySpec spec;
+  spec.kind = "random_regular";
+  spec.degree = 4;
+  const auto a = make_topology(spec, 1024), b = make_topology(spec, 1024);
+  Rng rng(1);
+  std::vector<int> seen(1024, 0);
+  std::vector<int> todo{0};
+  seen[0] = 1;
+  for (int i = 0; i < 1024; ++i) {
+    const auto n = a->neighbours(i);
+    REQUIRE(n.size() == 4);
+    CHECK(n == b->neighbours(i));  // every peer builds the same graph
+    CHECK(a->targets(i, 7, rng) == n);
+    for (int j : n) {
+      CHECK(j != i);
+      const auto back = a->neighbours(j);
+      CHECK(std::find(back.begin(), back.end(), i) != back.end());  // undirected
+    }
+    CHECK(std::set<int>(n.begin(), n.end()).size() == 4);  // no edge twice
+  }
+  for (size_t k = 0; k < todo.size(); ++k) {
+    for (int j : a->neighbours(todo[k])) {
+      if (!seen[j]) {
+        seen[j] = 1;
+        todo.push_back(j);
+      }
+    }
+  }
+  CHECK(todo.size() == 1024);  // connected
+  spec.degree = 3;
+  CHECK_THROWS_WITH_AS(make_topology(spec, 5), doctest::Contains("must be even"), InputError);
+  spec.degree = 5;
+  CHECK_THROWS_WITH_AS(make_topology(spec, 5), doctest::Contains("degree must be in [1, 4]"), InputError);
+}
+
 TEST_CASE("topology: bad specs are input errors") {
   TopologySpec s;
   s.kind = "hypercube";
@@ -133,7 +169,7 @@ TEST_CASE("topology: one registered by a program is built by name, and the regis
   CHECK(t->neighbours(3) == std::vector<int>{0});
   CHECK(t->neighbours(0) == std::vector<int>{1});
   CHECK(topologies().names() == std::vector<std::string>{"bandwidth", "complete", "exponential", "hierarchical", "hub", "random",
-                                                    "ring", "star", "torus"});
+                                                    "random_regular", "ring", "star", "torus"});
   CHECK_THROWS_AS(topologies().add("ring", [](const TopologySpec&, int n) { return std::unique_ptr<Topology>(); }),
                   std::logic_error);
   spec.kind = "mesh";
