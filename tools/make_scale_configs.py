@@ -68,7 +68,7 @@ def config(n):
              "# site's 1 Gbit/s uplink gives each of 64 peers 2 MB/s: an fp16 model every 2 steps each way,",
              "# less what crosses the 50-200 Mbit/s WAN), allreduce (hierarchical, PowerSGD rank 4",
              "# with error feedback), diloco (replica: site, 20 inner steps). 16 peers are scored on the",
-             "# full test set every 5 virtual seconds (the first of each site), with the mean model.",
+             "# full test set every 2 virtual seconds (the first of each site), with the mean model.",
              "# Sites (one-way WAN latency from us-east, ms):",
              "#   " + ", ".join(f"{s[0]} {latency_ms(SITES[0], s) if s != SITES[0] else 0}" for s in SITES),
              f'name: "scale-{n}"',
@@ -77,7 +77,7 @@ def config(n):
              "model { kind: MLP hidden: [64] }",
              "data { format: IDX }",
              'optim { optimizer: "sgd" lr: 0.05 momentum: 0.9 nesterov: true }',
-             "train { batch_size: 32 epochs: 100000 max_steps: 1500 eval_every_s: 5 eval_batch_size: 1000"
+             "train { batch_size: 32 epochs: 100000 max_steps: 1500 eval_every_s: 2 eval_batch_size: 1000"
              " target_test_acc: 0.8 emulated_step_s: 0.02 }",
              "log { every_steps: 100 }",
              "cluster {",

@@ -211,7 +211,7 @@ void Simulation::peer_body(int i) {
   } last_out{*this};
   for (;;) {
     try {
-      build_incarnation(i);
+      if (!slot.peer) build_incarnation(i);  // the first one is built before time starts
       slot.running = true;
       slot.peer->run();
       slot.running = false;
@@ -446,6 +446,11 @@ SimulationResult Simulation::run() {
   cluster_log_ = std::make_unique<EventLog>(opt_.log_dir.empty() ? "" : opt_.log_dir + "/cluster.jsonl", "cluster",
                                             cluster_clock_.get());
   make_peers();
+  // Every peer is up before any of them runs: an actor that ran first would otherwise
+  // send its first frames to peers not yet up, and they would be dropped as frames to a
+  // crashed peer are (an all-reduce's first round then waits for them forever). Real
+  // peers dial until the other side listens; at t = 0 the whole cluster is there.
+  for (int i = 0; i < static_cast<int>(slots_.size()); ++i) build_incarnation(i);
 
   for (int i = 0; i < static_cast<int>(slots_.size()); ++i) {
     s4u::Actor::create(names_[i], platform_.hosts[i], [this, i] { peer_body(i); });

@@ -133,6 +133,26 @@ class Simulate(unittest.TestCase):
         self.assertLessEqual(resumed["step"], before)
         self.assertTrue(all(p["finished"] for p in summary["peers"].values()))
 
+    def test_an_all_reduce_across_sites_of_one_peer_each_starts_with_every_peer_up(self):
+        # Eight sites of one peer: the hierarchical all-reduce's ring runs between all eight
+        # from its first step. A peer whose actor ran first once sent its first frames to
+        # peers not up yet, which dropped them, and the first round waited forever.
+        peers = "\n".join(f'  peers {{ name: "s{k}" site: "s{k}" address: "10.0.{k}.1:1" }}' for k in range(8))
+        text = (BASE % {"peers": peers, "experiment": ""}).replace(
+            '  gossip { algorithm: "adpsgd" topology: "random" }',
+            '  gossip { algorithm: "allreduce" topology: "ring" codec { name: "powersgd" } }\n'
+            '  default_link { latency_ms: 30 bandwidth_mbps: 20 }')
+        text = "\n".join(line for line in text.split("\n") if "site_links" not in line)
+        config = write(self.dir, text.replace("epochs: 4", "epochs: 1"))
+        r = run(config, os.path.join(self.dir, "runs"))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        d = only_dir(os.path.join(self.dir, "runs"))
+        summary = json.load(open(os.path.join(d, "summary.json")))
+        steps = {name: p["steps"] for name, p in summary["peers"].items()}
+        self.assertEqual(len(steps), 8)
+        self.assertEqual(len(set(steps.values())), 1, f"every peer takes every synchronous step: {steps}")
+        self.assertGreater(min(steps.values()), 0)
+
     def test_what_the_simulator_cannot_model_is_refused_with_its_place(self):
         cases = [
             ('transport: "fabric:verbs"\n', "cluster.transport"),
