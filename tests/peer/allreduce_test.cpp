@@ -41,9 +41,9 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 
 }  // namespace
 
-TEST_CASE("allreduce: under every codec, in one site and across two, every peer's model stays the same bit for bit") {
+TEST_CASE("allreduce: under every codec, in one site, across two and across four of one peer each, every peer's model stays the same bit for bit") {
   for (const std::string codec : {"none", "fp16", "bf16", "int8", "powersgd"}) {
-    for (const auto& sites : {std::vector<int>{}, std::vector<int>{0, 0, 1, 1}, std::vector<int>{0, 1, 1, 1}}) {
+    for (const auto& sites : {std::vector<int>{}, std::vector<int>{0, 0, 1, 1}, std::vector<int>{0, 1, 1, 1}, std::vector<int>{0, 1, 2, 3}}) {
       CAPTURE(codec);
       CAPTURE(sites.size());
       const ClusterResult r = run_cluster(spec(kSmall, codec, sites));

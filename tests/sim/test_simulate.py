@@ -133,9 +133,8 @@ class Simulate(unittest.TestCase):
         self.assertLessEqual(resumed["step"], before)
         self.assertTrue(all(p["finished"] for p in summary["peers"].values()))
 
-    def test_an_all_reduce_across_sites_of_one_peer_each_starts_with_every_peer_up(self):
-        # Eight sites of one peer: the hierarchical all-reduce's ring runs between all eight
-        # from its first step. A peer whose actor ran first once sent its first frames to
+    def test_an_all_reduce_across_sites_of_one_peer_each_starts_with_every_peer_up_and_costs_two_hops(self):
+        # Eight sites of one peer: the all-reduce runs between all eight from the first step. A peer whose actor ran first once sent its first frames to
         # peers not up yet, which dropped them, and the first round waited forever.
         peers = "\n".join(f'  peers {{ name: "s{k}" site: "s{k}" address: "10.0.{k}.1:1" }}' for k in range(8))
         text = (BASE % {"peers": peers, "experiment": ""}).replace(
@@ -152,6 +151,12 @@ class Simulate(unittest.TestCase):
         self.assertEqual(len(steps), 8)
         self.assertEqual(len(set(steps.values())), 1, f"every peer takes every synchronous step: {steps}")
         self.assertGreater(min(steps.values()), 0)
+        # Across sites the reduce-scatter is direct: an all-reduce costs two hops, PowerSGD's
+        # step two all-reduces. A hop here is 60 ms (the default link is each site's own link
+        # too: 15 ms up, 30 ms across, 15 ms down), so a step takes 4 x 60 + 10 = 250 ms; a
+        # ring's 7 hops in turn and its all-gather would take 2 x 8 x 60 + 10 = 970 ms.
+        per_step = summary["virtual_s"] / min(steps.values())
+        self.assertLess(per_step, 0.4, f"{per_step:.3f} virtual s a step")
 
     def test_what_the_simulator_cannot_model_is_refused_with_its_place(self):
         cases = [
