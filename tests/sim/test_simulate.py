@@ -158,6 +158,21 @@ class Simulate(unittest.TestCase):
         per_step = summary["virtual_s"] / min(steps.values())
         self.assertLess(per_step, 0.4, f"{per_step:.3f} virtual s a step")
 
+    def test_the_scale_configs_are_what_their_tool_writes_and_load_as_simulated_runs(self):
+        root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+        r = subprocess.run(["/usr/bin/python3", os.path.join(root, "tools", "make_scale_configs.py"), "--check"],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        configs = sorted(glob.glob(os.path.join(root, "configs", "scale-*.textproto")))
+        self.assertEqual(len(configs), 5, configs)
+        for path in configs:
+            r = subprocess.run([os.path.join(BIN, "hearsay-peer"), "--config", path, "--plan"], capture_output=True,
+                               text=True, timeout=120)
+            self.assertEqual(r.returncode, 0, f"{path}: {r.stderr}")
+            plan = json.loads(r.stdout)
+            self.assertTrue(plan["simulate"], path)
+            self.assertEqual(len({p["site"] for p in plan["peers"]}), 16, path)
+
     def test_what_the_simulator_cannot_model_is_refused_with_its_place(self):
         cases = [
             ('transport: "fabric:verbs"\n', "cluster.transport"),
