@@ -309,6 +309,10 @@ TrainResult Peer::run() {
   result.epochs = sampler_->epochs_done();
   result.wall_s = log_.elapsed();
   if (engine_) result.bytes_sent = engine_->bytes_sent();
+  // The links' final counters, where the loop's last gossip event is older: the summary's
+  // bytes per link and per site read the last one (a run stopped at its target ends
+  // between two log.every_steps).
+  if (engine_ && result.steps % log_every != 0 && result.steps != total_steps) engine_->log_stats(result.steps);
   auto end = log_.event("end");
   end.add("steps", result.steps)
       .add("epoch", result.epochs)

@@ -158,6 +158,28 @@ class Simulate(unittest.TestCase):
         per_step = summary["virtual_s"] / min(steps.values())
         self.assertLess(per_step, 0.4, f"{per_step:.3f} virtual s a step")
 
+    def test_a_run_stopped_at_its_target_logs_its_links_final_counters(self):
+        # Stopped at the target long before the first log.every_steps: the last gossip event
+        # is the one the summary's bytes per link and per site read, so it must be the end's.
+        text = (BASE % {"peers": PEERS, "experiment": "  stop_at_target: true"}).replace(
+            "target_test_acc: 0.99", "target_test_acc: 0.5").replace("every_steps: 20", "every_steps: 100000")
+        config = write(self.dir, text)
+        r = run(config, os.path.join(self.dir, "runs"))
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        d = only_dir(os.path.join(self.dir, "runs"))
+        summary = json.load(open(os.path.join(d, "summary.json")))
+        self.assertEqual(summary["stopped_by"], "target")
+        for name in summary["peers"]:
+            events = [json.loads(line) for line in open(os.path.join(d, name + ".jsonl"))]
+            end = events[-1]
+            self.assertEqual(end["event"], "end")
+            self.assertLess(end["steps"], 100000)
+            gossip = [e for e in events if e["event"] == "gossip"]
+            self.assertTrue(gossip, f"{name}: no gossip event")
+            self.assertEqual(gossip[-1]["step"], end["steps"], name)
+        self.assertEqual(sorted(summary["wan_bytes_per_site"]), ["x", "y"])
+        self.assertTrue(all(v > 0 for v in summary["wan_bytes_per_site"].values()))
+
     def test_the_scale_configs_are_what_their_tool_writes_and_load_as_simulated_runs(self):
         root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
         r = subprocess.run(["/usr/bin/python3", os.path.join(root, "tools", "make_scale_configs.py"), "--check"],
