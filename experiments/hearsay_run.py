@@ -268,6 +268,14 @@ def write_run_config(args, p, point, run_dir, emulated):
     return cfg_path
 
 
+def read_first_line(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.readline().strip()
+    except OSError:
+        return None
+
+
 def simulate_point(args, p, point, run_dir, emulated=None):
     """One run on the simulator (hearsay-sim): every peer in one process, on virtual time.
     Its progress lines go to the terminal as they come. summary.json holds only what the
@@ -278,10 +286,19 @@ def simulate_point(args, p, point, run_dir, emulated=None):
     with open(os.path.join(run_dir, "sim.out"), "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, text=True)
         with open(os.path.join(run_dir, "sim.err"), "w") as err:
+            out_of_mappings = False
             for line in proc.stderr:
                 err.write(line)
                 sys.stderr.write(line)
+                out_of_mappings = out_of_mappings or "Failed to protect stack" in line
         proc.wait()
+    if out_of_mappings:
+        # SimGrid maps each actor's stack with a guard page: two memory mappings an actor,
+        # and the simulator runs one actor per busy directed link (a site of 64 peers whose
+        # all-gather posts to all 63 at once keeps 64 x 63 links busy in each site).
+        sys.stderr.write(f"hearsay-run: {run_dir}: the simulation ran out of memory mappings (vm.max_map_count = "
+                         f"{read_first_line('/proc/sys/vm/max_map_count') or '?'}): each busy simulated link is an actor with two; "
+                         "raise it, e.g. sysctl -w vm.max_map_count=262144 (docs/SIMULATION.md, \"Scale\")\n")
     if proc.returncode == 2:
         sys.exit(2)  # bad input: hearsay-sim said where
     summary = hearsay_logs.run_summary(run_dir, p["target_test_acc"])
