@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """A simulated experiment beside the real one (docs/SIMULATION.md, "Validation"): for each
 sweep point, the mean and spread over its seeds of the time to target and the bytes to
-target in both, their ratio, and whether the simulated mean is within 15% of the real
-mean or inside the real seeds' range; then whether the points rank the same by time.
+target in both, their ratio, the steps all peers had taken when the run stopped (at its
+target, or its time limit: the pace without the clock), and whether the simulated mean is
+within 15% of the real mean or inside the real seeds' range; then whether the points rank
+the same by time.
 
   experiments/hearsay_compare.py runs/quickstart-REAL runs/quickstart-SIMULATED [--markdown]
 """
@@ -43,7 +45,7 @@ def main():
     args = ap.parse_args()
     real, sim = groups(args.real), groups(args.simulated)
     rows = [("point", "time to target, real s", "simulated s", "sim / real", "MB to target, real", "simulated MB",
-             "sim / real", "within 15% or the spread")]
+             "sim / real", "steps at the stop, real", "simulated", "within 15% or the spread")]
     order_real, order_sim = [], []
     for key in real:
         if key not in sim:
@@ -55,9 +57,10 @@ def main():
         ratio = lambda a, b: f"{b['mean'] / a['mean']:.2f}" if a and b and a["mean"] > 0 else "-"
         ok = "time " + ("yes" if agrees(tr, ts) else "NO") + ", bytes " + ("yes" if agrees(br, bs) else "NO")
         seeds = lambda runs, field, scale=1.0: hearsay_logs.mean_sd([r[field] for r in runs], scale)
+        steps = lambda runs: hearsay_logs.mean_sd([r["steps_total"] for r in runs], 1, "{:.0f}")
         rows.append((key, seeds(real[key], "time_to_target_s"), seeds(sim[key], "time_to_target_s"), ratio(tr, ts),
                      seeds(real[key], "bytes_to_target_total", 1e-6), seeds(sim[key], "bytes_to_target_total", 1e-6),
-                     ratio(br, bs), ok))
+                     ratio(br, bs), steps(real[key]), steps(sim[key]), ok))
         order_real.append((tr["mean"] if tr else float("inf"), key))
         order_sim.append((ts["mean"] if ts else float("inf"), key))
     hearsay_logs.print_table(rows, args.markdown)
