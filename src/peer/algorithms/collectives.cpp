@@ -37,6 +37,21 @@ struct AllReduce::Op {
 
 namespace {
 
+// All-gather: group[me] owns the finished chunk [offset, offset + len) and sends it, encoded
+// once, to every other member; each member's chunk is copied in as it arrives.
+void plan_all_gather(std::vector<AllReduce::Op>& plan, const std::vector<int>& group, int me, size_t offset, size_t len,
+                     uint32_t phase) {
+  using Op = AllReduce::Op;
+  std::vector<int> others;
+  for (int k = 0; k < static_cast<int>(group.size()); ++k) {
+    if (k != me) others.push_back(group[k]);
+  }
+  plan.push_back(Op{.type = Op::kPost, .peers = others, .offset = offset, .len = len, .phase = phase});
+  for (int k = 0; k < static_cast<int>(group.size()); ++k) {
+    if (k != me) plan.push_back(Op{.type = Op::kTake, .peers = {group[k]}, .phase = phase, .assign = true});
+  }
+}
+
 // Sum over `ring` (peer indices; this peer among them) of every member's v; phases
 // phase0 .. phase0 + ring.size() - 1.
 void plan_ring_sum(std::vector<AllReduce::Op>& plan, size_t len, int me_peer, const std::vector<int>& ring,
@@ -58,17 +73,7 @@ void plan_ring_sum(std::vector<AllReduce::Op>& plan, size_t len, int me_peer, co
     plan.push_back(Op{.type = Op::kPost, .peers = {right}, .offset = begin(me - s), .len = size(me - s), .phase = phase});
     plan.push_back(Op{.type = Op::kTake, .peers = {left}, .phase = phase});
   }
-  // All-gather: the owner of each finished chunk sends it, encoded once, to everyone.
-  const int mine = me + 1;
-  std::vector<int> others;
-  for (int j : ring) {
-    if (j != me_peer) others.push_back(j);
-  }
-  const uint32_t gather = phase0 + static_cast<uint32_t>(n - 1);
-  plan.push_back(Op{.type = Op::kPost, .peers = others, .offset = begin(mine), .len = size(mine), .phase = gather});
-  for (int k = 0; k < n; ++k) {
-    if (k != me) plan.push_back(Op{.type = Op::kTake, .peers = {ring[k]}, .phase = gather, .assign = true});
-  }
+  plan_all_gather(plan, ring, me, begin(me + 1), size(me + 1), phase0 + static_cast<uint32_t>(n - 1));
 }
 
 // Sum over `group` of every member's v, the reduce-scatter direct: phase phase0 carries
@@ -88,14 +93,7 @@ void plan_direct_sum(std::vector<AllReduce::Op>& plan, size_t len, int me_peer, 
   for (int k = 0; k < n; ++k) {
     if (k != me) plan.push_back(Op{.type = Op::kTake, .peers = {group[k]}, .phase = phase0});
   }
-  std::vector<int> others;
-  for (int j : group) {
-    if (j != me_peer) others.push_back(j);
-  }
-  plan.push_back(Op{.type = Op::kPost, .peers = others, .offset = begin(me), .len = size(me), .phase = phase0 + 1});
-  for (int k = 0; k < n; ++k) {
-    if (k != me) plan.push_back(Op{.type = Op::kTake, .peers = {group[k]}, .phase = phase0 + 1, .assign = true});
-  }
+  plan_all_gather(plan, group, me, begin(me), size(me), phase0 + 1);
 }
 
 }  // namespace
