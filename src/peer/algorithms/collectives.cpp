@@ -52,28 +52,38 @@ void plan_all_gather(std::vector<AllReduce::Op>& plan, const std::vector<int>& g
   }
 }
 
+// A group's n chunks of a vector of len floats (chunk k is [begin(k), begin(k + 1)), k taken
+// modulo n) and this peer's place in the group.
+struct Chunks {
+  size_t len;
+  int n, me;
+  Chunks(size_t len_, int me_peer, const std::vector<int>& group)
+      : len(len_), n(static_cast<int>(group.size())),
+        me(static_cast<int>(std::find(group.begin(), group.end(), me_peer) - group.begin())) {}
+  size_t begin(int k) const { return len * static_cast<size_t>(((k % n) + n) % n) / static_cast<size_t>(n); }
+  size_t size(int k) const {
+    const size_t c = static_cast<size_t>(((k % n) + n) % n);
+    return len * (c + 1) / static_cast<size_t>(n) - len * c / static_cast<size_t>(n);
+  }
+};
+
 // Sum over `ring` (peer indices; this peer among them) of every member's v; phases
 // phase0 .. phase0 + ring.size() - 1.
 void plan_ring_sum(std::vector<AllReduce::Op>& plan, size_t len, int me_peer, const std::vector<int>& ring,
                    uint32_t phase0) {
   using Op = AllReduce::Op;
-  const int n = static_cast<int>(ring.size());
-  if (n < 2) return;
-  const int me = static_cast<int>(std::find(ring.begin(), ring.end(), me_peer) - ring.begin());
+  const Chunks c(len, me_peer, ring);
+  if (c.n < 2) return;
+  const int me = c.me, n = c.n;
   const int right = ring[(me + 1) % n], left = ring[(me + n - 1) % n];
-  auto begin = [&](int c) { return len * static_cast<size_t>(((c % n) + n) % n) / n; };
-  auto size = [&](int c) {
-    const int k = ((c % n) + n) % n;
-    return len * static_cast<size_t>(k + 1) / n - len * static_cast<size_t>(k) / n;
-  };
   // Reduce-scatter: after n-1 phases this peer holds the whole sum of chunk me+1. (A
   // chunk sent here is overwritten by the all-gather, so post's rounding of it is moot.)
   for (int s = 0; s < n - 1; ++s) {
     const uint32_t phase = phase0 + static_cast<uint32_t>(s);
-    plan.push_back(Op{.type = Op::kPost, .peers = {right}, .offset = begin(me - s), .len = size(me - s), .phase = phase});
+    plan.push_back(Op{.type = Op::kPost, .peers = {right}, .offset = c.begin(me - s), .len = c.size(me - s), .phase = phase});
     plan.push_back(Op{.type = Op::kTake, .peers = {left}, .phase = phase});
   }
-  plan_all_gather(plan, ring, me, begin(me + 1), size(me + 1), phase0 + static_cast<uint32_t>(n - 1));
+  plan_all_gather(plan, ring, me, c.begin(me + 1), c.size(me + 1), phase0 + static_cast<uint32_t>(n - 1));
 }
 
 // Sum over `group` of every member's v, the reduce-scatter direct: phase phase0 carries
@@ -81,19 +91,16 @@ void plan_ring_sum(std::vector<AllReduce::Op>& plan, size_t len, int me_peer, co
 void plan_direct_sum(std::vector<AllReduce::Op>& plan, size_t len, int me_peer, const std::vector<int>& group,
                      uint32_t phase0) {
   using Op = AllReduce::Op;
-  const int n = static_cast<int>(group.size());
-  if (n < 2) return;
-  const int me = static_cast<int>(std::find(group.begin(), group.end(), me_peer) - group.begin());
-  auto begin = [&](int k) { return len * static_cast<size_t>(k) / n; };
-  auto size = [&](int k) { return begin(k + 1) - begin(k); };
-  for (int k = 0; k < n; ++k) {
-    if (k != me) plan.push_back(Op{.type = Op::kPost, .peers = {group[k]}, .offset = begin(k), .len = size(k), .phase = phase0});
+  const Chunks c(len, me_peer, group);
+  if (c.n < 2) return;
+  for (int k = 0; k < c.n; ++k) {
+    if (k != c.me) plan.push_back(Op{.type = Op::kPost, .peers = {group[k]}, .offset = c.begin(k), .len = c.size(k), .phase = phase0});
   }
   // Summed in the members' order, the same on every owner whatever order they arrive in.
-  for (int k = 0; k < n; ++k) {
-    if (k != me) plan.push_back(Op{.type = Op::kTake, .peers = {group[k]}, .phase = phase0});
+  for (int k = 0; k < c.n; ++k) {
+    if (k != c.me) plan.push_back(Op{.type = Op::kTake, .peers = {group[k]}, .phase = phase0});
   }
-  plan_all_gather(plan, group, me, begin(me), size(me), phase0 + 1);
+  plan_all_gather(plan, group, c.me, c.begin(c.me), c.size(c.me), phase0 + 1);
 }
 
 }  // namespace
