@@ -15,8 +15,8 @@ The simulator's overhead is `simgrid` + `other` (everything but the peers' gradi
 codec compute, the issue's definition), against `model` + `codec`; `startup` is given apart,
 a cost of a run's first seconds, not of its length. The backend's arithmetic (CpuBackend)
 counts as `model` whether a step or the mixer called it; the engine's own loops, the update
-guard and the CRC land in `other`, so the overhead is, if anything, overstated. One JSON line: the shares, their ratio, and the
-run's virtual time against its wall time.
+guard and the CRC land in `other`, so the overhead is, if anything, overstated. One JSON
+line: the shares, their ratio, and the run's virtual time against its wall time.
 
     bench/sim_overhead.py                                   # scale-64, adpsgd, 20 virtual s
     bench/sim_overhead.py --config configs/scale-64.textproto --set 'cluster { gossip { algorithm: "allreduce" topology: "ring" codec { name: "powersgd" } } }'

@@ -56,11 +56,10 @@ def main():
         bs = stats([r["bytes_to_target_total"] for r in sim[key]])
         ratio = lambda a, b: f"{b['mean'] / a['mean']:.2f}" if a and b and a["mean"] > 0 else "-"
         ok = "time " + ("yes" if agrees(tr, ts) else "NO") + ", bytes " + ("yes" if agrees(br, bs) else "NO")
-        seeds = lambda runs, field, scale=1.0: hearsay_logs.mean_sd([r[field] for r in runs], scale)
-        steps = lambda runs: hearsay_logs.mean_sd([r["steps_total"] for r in runs], 1, "{:.0f}")
+        seeds = lambda runs, field, scale=1.0, fmt="{:.1f}": hearsay_logs.mean_sd([r[field] for r in runs], scale, fmt)
         rows.append((key, seeds(real[key], "time_to_target_s"), seeds(sim[key], "time_to_target_s"), ratio(tr, ts),
                      seeds(real[key], "bytes_to_target_total", 1e-6), seeds(sim[key], "bytes_to_target_total", 1e-6),
-                     ratio(br, bs), steps(real[key]), steps(sim[key]), ok))
+                     ratio(br, bs), seeds(real[key], "steps_total", 1, "{:.0f}"), seeds(sim[key], "steps_total", 1, "{:.0f}"), ok))
         order_real.append((tr["mean"] if tr else float("inf"), key))
         order_sim.append((ts["mean"] if ts else float("inf"), key))
     hearsay_logs.print_table(rows, args.markdown)

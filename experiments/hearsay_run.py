@@ -268,14 +268,6 @@ def write_run_config(args, p, point, run_dir, emulated):
     return cfg_path
 
 
-def read_first_line(path):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.readline().strip()
-    except OSError:
-        return None
-
-
 def simulate_point(args, p, point, run_dir, emulated=None):
     """One run on the simulator (hearsay-sim): every peer in one process, on virtual time.
     Its progress lines go to the terminal as they come. summary.json holds only what the
@@ -297,7 +289,7 @@ def simulate_point(args, p, point, run_dir, emulated=None):
         # and the simulator runs one actor per busy directed link (a site of 64 peers whose
         # all-gather posts to all 63 at once keeps 64 x 63 links busy in each site).
         sys.stderr.write(f"hearsay-run: {run_dir}: the simulation ran out of memory mappings (vm.max_map_count = "
-                         f"{read_first_line('/proc/sys/vm/max_map_count') or '?'}): each busy simulated link is an actor with two; "
+                         f"{tail('/proc/sys/vm/max_map_count', 1).strip() or '?'}): each busy simulated link is an actor with two; "
                          "raise it, e.g. sysctl -w vm.max_map_count=262144 (docs/SIMULATION.md, \"Scale\")\n")
     if proc.returncode == 2:
         sys.exit(2)  # bad input: hearsay-sim said where
