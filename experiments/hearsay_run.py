@@ -234,19 +234,24 @@ def tail(path, n=10):
 
 
 def measure_emulated_step(args, p):
-    """experiment.emulate_compute: one peer's step measured alone, scaled so that every peer
-    of a run fits on this machine's cores at once (ceil(peers / cores)) with 30% to spare.
-    A simulated run takes the same figure, so that it compares with the real run of the
-    config on this machine. Returns (emulated_step_s, measured_step_s)."""
+    """experiment.emulate_compute: one peer's step and one evaluation measured alone, each
+    scaled so that every peer of a run fits on this machine's cores at once
+    (ceil(peers / cores)) with 30% to spare. A simulated run takes the same figures, so
+    that it compares with the real run of the config on this machine. Returns a dict:
+    emulated_step_s, measured_step_s, and emulated_eval_s, measured_eval_s where the
+    program measured an evaluation."""
     program = p["points"][0].get("program", "") if p["points"] else ""
     cmd = program_cmd(args, program) + ["--config", args.config] + [x for s in args.set for x in ("--set", s)]
     r = subprocess.run(cmd + ["--measure-step", "50"], capture_output=True, text=True)
     if r.returncode != 0:
         sys.stderr.write(r.stderr.replace("hearsay-peer:", "hearsay-run:"))
         sys.exit(2)
-    measured = json.loads(r.stdout)["step_s"]
+    measured = json.loads(r.stdout)
     share = -(-len(p["peers"]) // (os.cpu_count() or 1))
-    return round(measured * share * 1.3, 6), measured
+    out = {"emulated_step_s": round(measured["step_s"] * share * 1.3, 6), "measured_step_s": measured["step_s"]}
+    if "eval_s" in measured:
+        out.update(emulated_eval_s=round(measured["eval_s"] * share * 1.3, 6), measured_eval_s=measured["eval_s"])
+    return out
 
 
 def write_run_config(args, p, point, run_dir, emulated):
@@ -254,7 +259,9 @@ def write_run_config(args, p, point, run_dir, emulated):
     cfg_path = os.path.join(run_dir, "config.textproto")
     sets = list(point["sets"])
     if emulated is not None:
-        sets.append("train { emulated_step_s: %r }" % emulated[0])
+        sets.append("train { emulated_step_s: %r }" % emulated["emulated_step_s"])
+        if "emulated_eval_s" in emulated:
+            sets.append("train { emulated_eval_s: %r }" % emulated["emulated_eval_s"])
     if p["checkpoint_dir"] or p["checkpoint_every_steps"] > 0:
         # Each run checkpoints into its own directory: runs of a sweep share peer names, and
         # one must never resume from another's state.
@@ -309,7 +316,7 @@ def simulate_point(args, p, point, run_dir, emulated=None):
         "wan_bytes_per_site": hearsay_logs.wan_bytes_per_site(run_dir, {peer["name"]: peer["site"] for peer in p["peers"]}),
     })
     if emulated is not None:
-        summary["emulated_step_s"] = emulated[0]
+        summary.update({k: v for k, v in emulated.items() if k.startswith("emulated_")})
     with open(os.path.join(run_dir, "summary.json"), "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=2)
         f.write("\n")
@@ -397,7 +404,7 @@ def run_point(args, p, point, run_dir, display, env, emulated=None):
         "wall_s": round(time.monotonic() - start, 3),
     })
     if emulated is not None:
-        summary["emulated_step_s"], summary["measured_step_s"] = emulated
+        summary.update(emulated)
     with open(os.path.join(run_dir, "summary.json"), "w", encoding="utf-8") as f:
         json.dump(summary, f, indent=2)
         f.write("\n")
@@ -454,8 +461,12 @@ def main():
     emulated = None
     if p.get("emulate_compute") and not (simulate and p.get("emulated_step_s", 0) > 0):
         emulated = measure_emulated_step(args, p)
-        print(f"hearsay-run: emulated compute: a step takes slowdown x {emulated[0] * 1e3:.3f} ms "
-              f"(measured {emulated[1] * 1e3:.3f} ms alone, {len(p['peers'])} peers on {os.cpu_count()} cores)")
+        said = (f"hearsay-run: emulated compute: a step takes slowdown x {emulated['emulated_step_s'] * 1e3:.3f} ms "
+                f"(measured {emulated['measured_step_s'] * 1e3:.3f} ms alone")
+        if "emulated_eval_s" in emulated:
+            said += (f"), an evaluation {emulated['emulated_eval_s'] * 1e3:.1f} ms "
+                     f"(measured {emulated['measured_eval_s'] * 1e3:.1f} ms alone")
+        print(said + f"; {len(p['peers'])} peers on {os.cpu_count()} cores)")
     summaries = []
     for point in points:
         if STOP["signal"] is not None:

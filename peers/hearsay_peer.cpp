@@ -36,7 +36,8 @@ constexpr const char* kUsage =
     "  --print-config print the config with every --set merged (text format), and exit\n"
     "  --plan         check every run of the experiment (sweep x repeats) and print them\n"
     "                 as JSON, for hearsay-run; exit 2 on the first bad one\n"
-    "  --measure-step N  train N steps alone and print the median step time as JSON\n"
+    "  --measure-step N  train N steps alone and print the median step time, and that of\n"
+    "                 an evaluation, as JSON\n"
     "                 (hearsay-run's experiment.emulate_compute)\n"
     "  --sample       print the prompt and N bytes (default 200) a trained GPT writes after\n"
     "                 it, drawn at temperature T (default 0.8; 0: the likeliest byte), from\n"
@@ -179,6 +180,8 @@ int main(int argc, char** argv) {
       hearsay::Peer peer(hearsay::peer_spec(cfg), log, nullptr);
       hearsay::JsonObject measured;
       measured.add("step_s", peer.measure_step_s(measure_steps)).add("steps", measure_steps).add("device", cfg.device());
+      // And one whole evaluation alone (train.emulated_eval_s).
+      measured.add("eval_s", peer.measure_eval_s(3));
       std::printf("%s\n", measured.str().c_str());
       return 0;
     }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
@@ -42,6 +43,34 @@ class RealClock final : public Clock {
 
  private:
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+// Seconds on a clock every peer of a cluster shares: Unix time on the real clock (the
+// hosts' clocks kept in step by NTP), the virtual time on the simulator.
+inline double shared_time_s(const Clock& clock) {
+  if (clock.simulated()) return clock.now();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// train.eval_every_s: an evaluation at the first step after each multiple of eval_every_s
+// on the shared clock, the first at least eval_every_s after the start. On it the peers
+// evaluate together: a synchronous step waits for every peer, and with each peer's
+// evaluations on its own start-relative clock they fell at different moments, so each
+// one stalled all the others (4 peers padding evaluations to 0.6 s every second left an
+// all-reduce one step a second, where asynchronous peers lost only their own 0.6 s).
+class EvalCadence {
+ public:
+  EvalCadence(double every_s, double shared_start_s)
+      : every_(every_s), next_(every_s > 0 ? std::ceil((shared_start_s + every_s) / every_s) * every_s : 0) {}
+  // Whether an evaluation is due at shared time `now`; if so, the next one is set.
+  bool due(double now) {
+    if (every_ <= 0 || now < next_) return false;
+    next_ = (std::floor(now / every_) + 1) * every_;
+    return true;
+  }
+
+ private:
+  double every_, next_;
 };
 
 }  // namespace hearsay

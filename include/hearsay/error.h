@@ -8,6 +8,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace hearsay {
 
@@ -21,6 +22,12 @@ class BackendError : public std::runtime_error {
  public:
   explicit BackendError(const std::string& what) : std::runtime_error(what) {}
 };
+
+// Text read off the network (a peer's name, a cluster id, a Bye's reason), made fit to put
+// in a message or a log: at most 64 bytes, every byte outside printable ASCII as '?', and
+// a longer one cut, saying how long it was. A stranger must not fill an operator's logs or
+// write escape sequences to their terminal.
+std::string wire_text(std::string_view s);
 
 [[noreturn]] void check_failed(const char* condition, const char* file, int line,
                                const std::string& detail);

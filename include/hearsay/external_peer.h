@@ -175,11 +175,11 @@ class ExternalPeer {
   bool broken_ = false;  // a step failed part-way: the algorithm's state is not to be trusted
   std::optional<double> time_to_target_s_;
   uint64_t bytes_to_target_ = 0;
-  double next_eval_s_ = 0;
+  EvalCadence eval_cadence_{0, 0};  // train.eval_every_s
   int64_t last_epoch_ = 0;
   double final_acc_ = 0, final_loss_ = 0;
   double window_loss_ = 0, window_s_ = 0, train_s_ = 0;
-  int64_t window_steps_ = 0, compute_overruns_ = 0;
+  int64_t window_steps_ = 0, compute_overruns_ = 0, eval_overruns_ = 0;
   std::chrono::steady_clock::time_point last_return_;
   ProgressState progress_state_;
 };

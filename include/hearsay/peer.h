@@ -28,6 +28,7 @@ struct TrainSpec {
   int eval_batch_size = 1000;
   double eval_every_s = 0;       // > 0: evaluate on the clock instead
   double emulated_step_s = 0;    // > 0: every step's computation takes slowdown x this
+  double emulated_eval_s = 0;    // > 0: every evaluation takes this (padded; virtual on the simulator)
   // false: this peer never evaluates its model (a simulated cluster of 1,024 scores a
   // fixed subsample of its peers; its start event says so).
   bool evaluates = true;
@@ -127,6 +128,9 @@ class Peer {
   // this peer's data, alone, over `steps` steps: what train.emulated_step_s is chosen
   // from. Trains the model as it measures; call it on a peer that will not run().
   double measure_step_s(int steps);
+  // The median time of one whole evaluation (evaluate()) alone, over `times` of them:
+  // what train.emulated_eval_s is chosen from.
+  double measure_eval_s(int times);
 
   Trainable& model() { return *model_; }
   // The gossip engine; null for a peer that trains alone.

@@ -34,6 +34,12 @@ inline constexpr size_t kFixedHeaderSize = 24;
 // (FrameDecoder::accept_unchecked_payloads).
 inline constexpr uint16_t kFrameFlagNoCrc = 1;
 
+// A peer's name, in a config and in a Hello: 1 to 64 bytes of letters, digits, '.', '_'
+// and '-', not starting with '.'. It names the peer's log file and its links in every
+// message, so it can hold no path, no space and nothing a terminal would interpret.
+inline constexpr size_t kMaxPeerNameBytes = 64;
+bool is_peer_name(const std::string& name);
+
 struct WireLimits {
   uint32_t max_header_bytes = 64 * 1024;
   uint64_t max_payload_bytes = uint64_t{1} << 30;

@@ -18,6 +18,7 @@
 #include "hearsay/config.h"
 #include "hearsay/config.pb.h"
 #include "hearsay/error.h"
+#include "hearsay/wire.h"
 #include "algorithm_options.h"
 
 namespace hearsay {
@@ -305,6 +306,7 @@ void validate(const config::Config& c, const Locator& at) {
   if (t.eval_every_steps() < 0) fail("train.eval_every_steps", "must be >= 0");
   if (!(t.eval_every_s() >= 0) || !std::isfinite(t.eval_every_s())) fail("train.eval_every_s", "must be a finite number >= 0");
   if (!(t.emulated_step_s() >= 0) || !std::isfinite(t.emulated_step_s())) fail("train.emulated_step_s", "must be a finite number >= 0");
+  if (!(t.emulated_eval_s() >= 0) || !std::isfinite(t.emulated_eval_s())) fail("train.emulated_eval_s", "must be a finite number >= 0");
   if (t.eval_every_s() > 0 && t.eval_every_steps() > 0) {
     fail("train.eval_every_s", "and eval_every_steps are both set: evaluate by the clock or by steps, not both");
   }
@@ -317,6 +319,10 @@ void validate(const config::Config& c, const Locator& at) {
       const auto& p = cl.peers(i);
       const std::string at_i = "cluster.peers[" + std::to_string(i) + "]";
       if (p.name().empty()) fail(at_i, "every peer needs a name");
+      if (!is_peer_name(p.name())) {
+        fail(at_i + ".name", "'" + wire_text(p.name()) + "' is not a peer name: 1 to " + std::to_string(kMaxPeerNameBytes) +
+                                 " letters, digits, '.', '_' or '-', not starting with '.' (it names the peer's log file)");
+      }
       if (!names.insert(p.name()).second) fail(at_i + ".name", "name '" + p.name() + "' appears twice");
       if (p.address().empty() && cl.transport() != "inproc") fail(at_i, "peer '" + p.name() + "' needs an address (host:port)");
       if (!p.address().empty() && !addresses.insert(p.address()).second) {
@@ -493,7 +499,14 @@ config::Config load_config_file(const std::string& path, const std::vector<std::
     if (text.size() + static_cast<size_t>(got) > kMaxConfigBytes) throw InputError(where + ": larger than 16 MiB; not a config");
     text.append(buf, static_cast<size_t>(got));
   }
-  return parse_config(text, path, overrides);
+  config::Config c = parse_config(text, path, overrides);
+  // Every field has a default, so an empty file (or one meant for another program) would
+  // train a default model on default data and exit 0 as if it had done what was asked.
+  if (!c.has_cluster() && !(c.has_model() && c.has_data())) {
+    throw InputError(where + ": sets neither cluster nor both model and data; a config names at least its cluster, "
+                             "or the model it trains and the data it trains on (docs/CONFIG.md)");
+  }
+  return c;
 }
 
 }  // namespace hearsay

@@ -132,6 +132,7 @@ PeerSpec peer_spec(const config::Config& c) {
   s.train.eval_batch_size = t.eval_batch_size();
   s.train.eval_every_s = t.eval_every_s();
   s.train.emulated_step_s = t.emulated_step_s();
+  s.train.emulated_eval_s = t.emulated_eval_s();
   s.log_every_steps = c.log().every_steps();
   s.checkpoint_dir = c.checkpoint().dir();
   s.checkpoint_every_steps = c.checkpoint().every_steps();

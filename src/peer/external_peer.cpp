@@ -46,7 +46,7 @@ ExternalPeer::ExternalPeer(const ExternalPeerOptions& o) {
   total_steps_ = planned_steps(t, shard_size_);
   schedule_ = spec_.schedule;
   schedule_.total_steps = total_steps_;
-  next_eval_s_ = t.eval_every_s;
+  eval_cadence_ = EvalCadence(t.eval_every_s, shared_time_s(clock_));
 }
 
 ExternalPeer::~ExternalPeer() {
@@ -83,7 +83,7 @@ void ExternalPeer::attach(ExternalModel m, bool join) {
                   .add("total_steps", total_steps_)
                   .add("target_test_acc", spec_.train.target_test_acc)
                   .add("seed", static_cast<int64_t>(spec_.seed))
-                  .add("unix_time", std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()));
+                  .add("unix_time", shared_time_s(clock_)));
   if (engine_ && join) engine_->join();
   synchronize();
   last_return_ = std::chrono::steady_clock::now();
@@ -195,8 +195,7 @@ void ExternalPeer::run_step(const ExternalStepStats& stats, float lr) {
   last_epoch_ = static_cast<int64_t>(progress_state_.epoch);
   eval_due_ = t.eval_every_steps > 0 ? steps_ % t.eval_every_steps == 0 : epoch_ended;
   if (t.eval_every_s > 0) {
-    eval_due_ = log_->elapsed() >= next_eval_s_;
-    if (eval_due_) next_eval_s_ = (std::floor(log_->elapsed() / t.eval_every_s) + 1) * t.eval_every_s;
+    eval_due_ = eval_cadence_.due(shared_time_s(clock_));
   }
   eval_due_ = eval_due_ || steps_ == total_steps_;
   if (!eval_due_ && progress_) progress_->update(progress_state_);
@@ -220,7 +219,14 @@ void ExternalPeer::record_eval(double test_acc, double test_loss) {
   JsonObject e = log_->event("eval");
   e.add("step", steps_).add("epoch", sampler_->epochs_done()).add("test_acc", test_acc).add("test_loss", test_loss);
   if (spec_.data.test.is_text()) e.add("test_bits_per_byte", test_loss / std::log(2.0));
-  log_->write(e.add("eval_s", framework_compute_s()));
+  double eval_s = framework_compute_s();
+  if (spec_.train.emulated_eval_s > 0) {
+    // A fixed evaluation time, as a native peer's (train.emulated_eval_s).
+    if (eval_s > spec_.train.emulated_eval_s) ++eval_overruns_;
+    clock_.sleep_for(std::max(0.0, spec_.train.emulated_eval_s - eval_s));
+    eval_s = std::max(eval_s, spec_.train.emulated_eval_s);
+  }
+  log_->write(e.add("eval_s", eval_s));
   if (spec_.train.target_test_acc > 0 && !time_to_target_s_ && test_acc >= spec_.train.target_test_acc) {
     time_to_target_s_ = log_->elapsed();
     if (engine_) bytes_to_target_ = engine_->bytes_sent();
@@ -244,6 +250,9 @@ void ExternalPeer::finish() {
       .add("bytes_sent", static_cast<int64_t>(bytes_sent()));
   if (spec_.train.emulated_step_s > 0) {
     end.add("emulated_step_s", spec_.train.emulated_step_s).add("compute_overruns", compute_overruns_);
+  }
+  if (spec_.train.emulated_eval_s > 0) {
+    end.add("emulated_eval_s", spec_.train.emulated_eval_s).add("eval_overruns", eval_overruns_);
   }
   if (time_to_target_s_) {
     end.add("time_to_target_s", *time_to_target_s_);

@@ -103,6 +103,18 @@ double Peer::measure_step_s(int steps) {
   return times.empty() ? 0.0 : times[times.size() / 2];
 }
 
+double Peer::measure_eval_s(int times) {
+  std::vector<double> took;
+  for (int i = 0; i < times + 1; ++i) {  // the first warms caches and allocators
+    const auto t0 = std::chrono::steady_clock::now();
+    evaluate();
+    backend_->synchronize();
+    if (i >= 1) took.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(took.begin(), took.end());
+  return took.empty() ? 0.0 : took[took.size() / 2];
+}
+
 BatchStats Peer::evaluate() {
   const Dataset& test = data_->test;
   const int eb = spec_.train.eval_batch_size;
@@ -159,8 +171,7 @@ TrainResult Peer::run() {
                  // Wall-clock time (Unix seconds) at this event: places the log's relative
                  // times among other processes' (restarted peers append to one log). A
                  // simulated peer's is the virtual time since the simulation began.
-                 .add("unix_time", clock_->simulated() ? clock_->now()
-                                                       : std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+                 .add("unix_time", shared_time_s(*clock_));
   if (clock_->simulated()) start.add("simulated", true).add("evaluates", t.evaluates);
   log_.write(start);
 
@@ -178,11 +189,19 @@ TrainResult Peer::run() {
 
   int64_t compute_overruns = 0;  // steps whose real computation exceeded train.emulated_step_s
   int64_t evaluated_at = -1;  // the step of the last evaluation
-  double next_eval_s = t.eval_every_s;  // train.eval_every_s: when the next evaluation is due
+  EvalCadence eval_cadence(t.eval_every_s, shared_time_s(*clock_));
+  int64_t eval_overruns = 0;  // evaluations whose real scoring exceeded train.emulated_eval_s
   auto do_eval = [&](int64_t step) {
     evaluated_at = step;
     const double t0 = log_.elapsed();
     const BatchStats s = evaluate();
+    if (t.emulated_eval_s > 0) {
+      // A fixed evaluation time: on the simulator (a stopped clock while scoring) it is
+      // the virtual time the scoring takes; on the real clock the rest of it is slept.
+      const double took = log_.elapsed() - t0;
+      if (took > t.emulated_eval_s) ++eval_overruns;
+      clock_->sleep_for(std::max(0.0, t.emulated_eval_s - took));
+    }
     const double eval_s = log_.elapsed() - t0;
     result.final_test_acc = s.accuracy();
     result.final_test_loss = s.loss();
@@ -278,9 +297,7 @@ TrainResult Peer::run() {
     last_epoch = static_cast<int64_t>(state.epoch);
     bool eval_now = t.eval_every_steps > 0 ? result.steps % t.eval_every_steps == 0 : epoch_ended;
     if (t.eval_every_s > 0) {
-      // On the clock: at the first step after each multiple of eval_every_s.
-      eval_now = log_.elapsed() >= next_eval_s;
-      if (eval_now) next_eval_s = (std::floor(log_.elapsed() / t.eval_every_s) + 1) * t.eval_every_s;
+      eval_now = eval_cadence.due(shared_time_s(*clock_));
     }
     if (!t.evaluates) eval_now = false;
     if (eval_now || (result.steps == total_steps && t.evaluates)) {
@@ -322,6 +339,7 @@ TrainResult Peer::run() {
       .add("samples_per_s", train_s > 0 ? result.steps * batch / train_s : 0.0)
       .add("bytes_sent", static_cast<int64_t>(result.bytes_sent));
   if (t.emulated_step_s > 0) end.add("emulated_step_s", t.emulated_step_s).add("compute_overruns", compute_overruns);
+  if (t.emulated_eval_s > 0) end.add("emulated_eval_s", t.emulated_eval_s).add("eval_overruns", eval_overruns);
   if (result.time_to_target_s) {
     end.add("time_to_target_s", *result.time_to_target_s).add("steps_to_target", *result.steps_to_target);
     if (engine_) end.add("bytes_to_target", static_cast<int64_t>(result.bytes_to_target));

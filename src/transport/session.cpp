@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "hearsay/error.h"
+#include "hearsay/wire.h"
 
 namespace hearsay {
 namespace {
@@ -70,6 +71,8 @@ void Session::start() {
 
 std::string Session::refuse_name(const std::string& name) const {
   if (name.empty()) return "admission: Hello without a peer id";
+  // Checked first: every message below, and every log line after admission, names it.
+  if (!is_peer_name(name)) return "admission: a peer id that is no peer's name ('" + wire_text(name) + "')";
   if (name == options_.peer_id) return "admission: a connection claims this peer's own name '" + name + "'";
   if (!dial_peer_.empty() && name != dial_peer_) {
     return "admission: dialled peer '" + dial_peer_ + "' but it says it is '" + name + "'";
@@ -101,7 +104,7 @@ void Session::on_hello(const wire::Hello& h) {
       return reject("admission: protocol version " + std::to_string(h.protocol_version()) +
                     " unsupported (this peer speaks " + std::to_string(kProtocolVersion) + ")");
     }
-    if (h.cluster_id() != options_.cluster_id) return reject("admission: wrong cluster '" + h.cluster_id() + "'");
+    if (h.cluster_id() != options_.cluster_id) return reject("admission: wrong cluster '" + wire_text(h.cluster_id()) + "'");
     if (const std::string why = refuse_name(h.peer_id()); !why.empty()) return reject(why);
     if (h.nonce().size() != kNonceBytes) return reject("admission: nonce of the wrong size");
     // Our own nonce handed back is a mirror, never a second party.
@@ -140,7 +143,7 @@ void Session::on_frame(InFrame&& frame) {
       return;
     case wire::Envelope::kBye:
       if (!admitted_) return reject("admission: Bye before admission");
-      return reject("bye: " + e.bye().reason());
+      return reject("bye: " + wire_text(e.bye().reason()));
     case wire::Envelope::kHeartbeat: {
       if (!admitted_) return reject("admission: frame before admission");
       const auto& hb = e.heartbeat();

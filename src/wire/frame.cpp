@@ -13,6 +13,15 @@ void put_le(std::string& out, uint64_t v, int bytes) {
 
 }  // namespace
 
+bool is_peer_name(const std::string& name) {
+  if (name.empty() || name.size() > kMaxPeerNameBytes || name.front() == '.') return false;
+  for (const char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
 OutFrame make_frame(const wire::Envelope& envelope, const uint8_t* payload, size_t payload_size,
                     std::shared_ptr<const void> payload_owner) {
   OutFrame f;

@@ -175,8 +175,32 @@ TEST_CASE("config: a directory given as the config file is refused, not read as 
                        InputError);
   CHECK_THROWS_WITH_AS(load_config_file(dir.file("none.textproto")),
                        doctest::Contains(("config " + dir.file("none.textproto") + ": cannot open: No such file").c_str()), InputError);
-  test::write_file(dir.file("ok.textproto"), "name: \"from-file\"\n");
+  test::write_file(dir.file("ok.textproto"), "name: \"from-file\"\nmodel { kind: LOGREG }\ndata { format: SYNTHETIC }\n");
   CHECK(load_config_file(dir.file("ok.textproto")).name() == "from-file");
+}
+
+TEST_CASE("config: an empty file, or one that names neither a cluster nor a model and its data, is refused") {
+  test::TempDir dir;
+  for (const std::string text : {"", "# nothing\n", "name: \"x\"\n", "model { kind: LOGREG }\n", "data { format: SYNTHETIC }\n"}) {
+    CAPTURE(text);
+    test::write_file(dir.file("c.textproto"), text);
+    CHECK_THROWS_WITH_AS(load_config_file(dir.file("c.textproto")),
+                         doctest::Contains(("config " + dir.file("c.textproto") + ": sets neither cluster nor both model and data").c_str()),
+                         InputError);
+  }
+  // What a --set adds counts: the model and data may come from the command line.
+  test::write_file(dir.file("c.textproto"), "model { kind: LOGREG }\n");
+  CHECK(load_config_file(dir.file("c.textproto"), {"data { format: SYNTHETIC }"}).model().kind() == config::ModelConfig::LOGREG);
+}
+
+TEST_CASE("config: a peer's name is letters, digits, '.', '_' and '-' (it names the peer's log file), at most 64 of them") {
+  const std::string head = "cluster { peers { name: \"a\" address: \"127.0.0.1:1\" } peers { name: ";
+  for (const std::string& bad : std::vector<std::string>{"\"../x\"", "\"a b\"", "\".a\"", "\"" + std::string(65, 'n') + "\""}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH_AS(parse_config(head + bad + " address: \"127.0.0.1:2\" } }", "t.textproto"),
+                         doctest::Contains("t.textproto:1:62: cluster.peers[1].name: '"), InputError);
+  }
+  CHECK(parse_config(head + "\"us-east_1.b\" address: \"127.0.0.1:2\" } }", "t.textproto").cluster().peers(1).name() == "us-east_1.b");
 }
 
 TEST_CASE("config: a cluster secret shorter than 16 bytes is refused, naming where it came from") {

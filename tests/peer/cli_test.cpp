@@ -58,7 +58,7 @@ TEST_CASE("cli: a config with an unknown field exits 2 with file:line:column") {
 
 TEST_CASE("cli: a missing dataset exits 2 naming the file") {
   TempDir dir;
-  write_file(dir.file("c.textproto"), "data { dir: \"" + dir.path() + "/nowhere\" }\n");
+  write_file(dir.file("c.textproto"), "model { kind: LOGREG }\ndata { dir: \"" + dir.path() + "/nowhere\" }\n");
   const Run r = run_peer("--config " + dir.file("c.textproto"));
   CHECK(r.status == 2);
   CHECK(r.output.find("missing dataset file " + dir.path() + "/nowhere/train-images-idx3-ubyte.gz") != std::string::npos);
@@ -66,7 +66,7 @@ TEST_CASE("cli: a missing dataset exits 2 naming the file") {
 
 TEST_CASE("cli: an impossible model shape exits 2 and says why") {
   TempDir dir;
-  write_file(dir.file("c.textproto"), "model { kind: CNN conv_channels: [4, 4, 4] }\n");
+  write_file(dir.file("c.textproto"), "model { kind: CNN conv_channels: [4, 4, 4] }\ndata { format: IDX }\n");
   const Run r = run_peer("--config " + dir.file("c.textproto"));
   CHECK(r.status == 2);
   CHECK(r.output.find("impossible model shape") != std::string::npos);
@@ -224,7 +224,8 @@ TEST_CASE("cli: a GPT on text trains, checkpoints and samples, and bad text, a t
   CHECK(sample.output.rfind("In the", 0) == 0);
   CHECK(sample.output.size() >= 26);
   // A checkpoint of another shape.
-  write_file(dir.file("wide.textproto"), "model { kind: GPT gpt { layers: 1 heads: 2 width: 32 context: 16 } }\n");
+  write_file(dir.file("wide.textproto"), "model { kind: GPT gpt { layers: 1 heads: 2 width: 32 context: 16 } }\n"
+                                         "data { format: TEXT text_path: \"" + dir.file("t.txt") + "\" }\n");
   const Run wrong = run_peer("--config " + dir.file("wide.textproto") + " --sample --checkpoint " + dir.file("ckpt/run.ckpt") +
                              " --prompt x");
   CHECK(wrong.status == 2);

@@ -125,15 +125,72 @@ TEST_CASE("peer: with eval_every_s, evaluations follow the clock, not the step c
   auto number_after = [](const std::string& line, const std::string& key) {
     return std::stod(line.substr(line.find(key) + key.size()));
   };
+  // The slots are those of Unix time, which every peer of a cluster shares: the start
+  // event's unix_time places the log's t on it.
+  double unix_at_t0 = 0;
   for (std::string line; std::getline(log, line);) {
+    if (line.find(R"("event":"start")") != std::string::npos) {
+      unix_at_t0 = number_after(line, R"("unix_time":)") - number_after(line, R"("t":)");
+    }
     if (line.find(R"("event":"eval")") == std::string::npos) continue;
     times.push_back(number_after(line, R"("t":)") - number_after(line, R"("eval_s":)"));
   }
   REQUIRE(times.size() >= 3);
-  // Each evaluation but the last (at the end) begins in its own 5 ms slot of the clock (the
+  REQUIRE(unix_at_t0 > 1e9);
+  // Each evaluation but the last (at the end) begins in its own 5 ms slot of Unix time (the
   // 1 ms allows for the moment between the decision and the start crossing a slot's edge).
   for (size_t i = 0; i + 2 < times.size(); ++i) {
-    CHECK(std::floor(times[i + 1] / 0.005) > std::floor((times[i] - 0.001) / 0.005));
+    CHECK(std::floor((unix_at_t0 + times[i + 1]) / 0.005) > std::floor((unix_at_t0 + times[i] - 0.001) / 0.005));
   }
+  // The first at least one period after the start.
   CHECK(times.front() >= 0.005 - 0.001);
+}
+
+TEST_CASE("peer: with emulated_eval_s, every evaluation takes that long on the real clock, and longer ones are counted") {
+  test::TempDir dir;
+  // 2 epochs of 63 steps, an evaluation at the end of each: 2 of them, each padded to 50 ms
+  // (the real scoring of 500 rows takes well under 1 ms).
+  train("train { emulated_eval_s: 0.05 }", dir.file("padded.jsonl"));
+  std::istringstream log(test::read_file(dir.file("padded.jsonl")));
+  auto number_after = [](const std::string& line, const std::string& key) {
+    return std::stod(line.substr(line.find(key) + key.size()));
+  };
+  int evals = 0;
+  for (std::string line; std::getline(log, line);) {
+    if (line.find(R"("event":"eval")") != std::string::npos) {
+      ++evals;
+      CHECK(number_after(line, R"("eval_s":)") >= 0.05);
+    }
+    if (line.find(R"("event":"end")") != std::string::npos) {
+      CHECK(number_after(line, R"("emulated_eval_s":)") == doctest::Approx(0.05));
+      CHECK(number_after(line, R"("eval_overruns":)") == 0);
+    }
+  }
+  CHECK(evals == 2);
+  // An emulated time no evaluation can meet: every one is counted as an overrun.
+  train("train { emulated_eval_s: 1e-9 }", dir.file("short.jsonl"));
+  const std::string short_log = test::read_file(dir.file("short.jsonl"));
+  CHECK(short_log.find(R"("eval_overruns":2)") != std::string::npos);
+}
+
+TEST_CASE("peer: peers that started at different moments evaluate at the same moments of the shared clock") {
+  // Two peers started 0.5 s apart, evaluating every second, each checking after every
+  // 10 ms step: from the first whole second both may evaluate in, they are due together.
+  EvalCadence a(1.0, 1000.30), b(1.0, 1000.80);
+  std::vector<double> due_a, due_b;
+  for (int k = 80; k < 600; ++k) {
+    const double now = 1000 + k / 100.0;
+    if (a.due(now)) due_a.push_back(now);
+    if (b.due(now + 0.004)) due_b.push_back(now);
+  }
+  REQUIRE(due_a.size() >= 4);
+  CHECK(due_a.front() >= 1001.30 - 1e-9);  // at least a period after its start
+  CHECK(due_b.front() >= 1001.80 - 1e-9);
+  // b's first is at 1002, a's at 1002 too (its first whole second after 1001.3), and then
+  // every second for both.
+  CHECK(due_a == std::vector<double>{1002, 1003, 1004, 1005});
+  CHECK(due_b == due_a);
+  // Off: never due.
+  EvalCadence off(0, 1000);
+  CHECK_FALSE(off.due(5000));
 }

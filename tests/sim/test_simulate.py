@@ -180,6 +180,33 @@ class Simulate(unittest.TestCase):
         self.assertEqual(sorted(summary["wan_bytes_per_site"]), ["x", "y"])
         self.assertTrue(all(v > 0 for v in summary["wan_bytes_per_site"].values()))
 
+    def test_an_evaluation_takes_its_emulated_time_on_the_virtual_clock(self):
+        # Without train.emulated_eval_s the simulator scores on a stopped clock; with it,
+        # every evaluation takes that much virtual time, which the peer does not train in.
+        ends = {}
+        for emulated in (0.0, 0.2):
+            text = (BASE % {"peers": PEERS, "experiment": "  stop_at_target: false"}).replace(
+                "epochs: 4", "epochs: 100 max_steps: 400").replace("emulated_step_s: 0.01", f"emulated_step_s: 0.01 emulated_eval_s: {emulated}")
+            out = os.path.join(self.dir, f"runs-{emulated}")
+            r = run(write(self.dir, text), out)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            with open(os.path.join(only_dir(out), "x0.jsonl"), encoding="utf-8") as f:
+                events = [json.loads(line) for line in f]
+            evals = [e for e in events if e["event"] == "eval"]
+            self.assertGreaterEqual(len(evals), 8)
+            for e in evals:
+                self.assertAlmostEqual(e["eval_s"], emulated, places=9)
+            end = events[-1]
+            self.assertEqual(end["steps"], 400)
+            ends[emulated] = (end["t"], end["train_s"], len(evals))
+            if emulated:
+                self.assertEqual(end["emulated_eval_s"], emulated)
+                self.assertEqual(end["eval_overruns"], 0)
+        (t0, train0, _), (t1, train1, evals1) = ends[0.0], ends[0.2]
+        # The same 400 steps take as long to train; the run is longer by its evaluations.
+        self.assertAlmostEqual(train1, train0, delta=0.05 * train0)
+        self.assertGreater(t1 - t0, 0.9 * 0.2 * evals1)
+
     def test_the_scale_configs_are_what_their_tool_writes_and_load_as_simulated_runs(self):
         root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
         r = subprocess.run(["/usr/bin/python3", os.path.join(root, "tools", "make_scale_configs.py"), "--check"],

@@ -177,3 +177,48 @@ TEST_CASE("admission: the proof binds every field of the transcript and the prov
   std::swap(changed[4].dialler_nonce, changed[4].listener_nonce);
   for (const auto& c : changed) CHECK(admission_proof("secret-of-16-bytes", c, Role::kDialler) != base);
 }
+
+TEST_CASE("admission: what a stranger names itself, its cluster or its reason reaches the log cut short and printable") {
+  // A 4,000-byte name, a cluster id with a terminal escape, a Bye's reason of 10,000 bytes:
+  // each is refused, and the refusal quotes at most 64 bytes of it, escapes replaced.
+  const std::string long_name(4000, 'm');
+  End a(member("a"), "");
+  a.hello(long_name, kAttackerNonce);
+  CHECK(a.refused.find("a peer id that is no peer's name") != std::string::npos);
+  CHECK(a.refused.find("(4000 bytes)") != std::string::npos);
+  CHECK(a.refused.size() < 200);
+  CHECK(a.proof().empty());
+
+  // Names the config would refuse are refused on the wire too, even without a member list.
+  for (const std::string& bad : std::vector<std::string>{"../../etc/passwd", "a b", ".hidden", std::string("x\x1b[2J", 5)}) {
+    CAPTURE(bad);
+    auto open = options_for("a");
+    open.cluster_peers.clear();
+    End listener(open, "");
+    listener.hello(bad, kAttackerNonce);
+    CHECK(listener.refused.find("no peer's name") != std::string::npos);
+    CHECK(listener.refused.find('\x1b') == std::string::npos);
+  }
+
+  End c(member("a"), "");
+  c.hello("b", kAttackerNonce, "other\x1b]0;pwned\x07" + std::string(500, 'c'));
+  CHECK(c.refused.find("wrong cluster 'other?]0;pwned?") != std::string::npos);
+  CHECK(c.refused.find("(515 bytes)") != std::string::npos);
+  CHECK(c.refused.find('\x07') == std::string::npos);
+
+  // After admission, a Bye's reason is the other side's text too.
+  End x(member("a"), ""), y(member("b"), "a");
+  for (int i = 0; i < 2; ++i) {
+    for (auto& e : y.out) x.receive(e);
+    y.out.clear();
+    for (auto& e : x.out) y.receive(e);
+    x.out.clear();
+  }
+  REQUIRE(x.admitted_as == "b");
+  wire::Envelope bye;
+  bye.mutable_bye()->set_reason(std::string(10000, 'r'));
+  x.receive(bye);
+  CHECK(x.refused.find("bye: rrrr") != std::string::npos);
+  CHECK(x.refused.find("(10000 bytes)") != std::string::npos);
+  CHECK(x.refused.size() < 200);
+}

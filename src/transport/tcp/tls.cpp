@@ -40,13 +40,6 @@ std::string openssl_error() {
   return buf;
 }
 
-// A name the other side chose, made safe to log.
-std::string printable(std::string_view s) {
-  std::string out;
-  for (const char c : s.substr(0, 64)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
-  return out;
-}
-
 // A socket BIO that never raises SIGPIPE (OpenSSL's own send()s without MSG_NOSIGNAL, and
 // a peer that goes away mid-write would kill the process), and that gathers up to
 // kTlsCoalesceBytes of records before it sends them: OpenSSL writes one record (16 KiB)
@@ -261,8 +254,8 @@ int TlsContext::find_session(SSL* ssl, const unsigned char* id, size_t idlen, SS
   }
   if (auto* note = static_cast<TlsNote*>(SSL_get_ex_data(ssl, note_index()))) {
     note->why = got.substr(0, kIdentityPrefix.size()) == kIdentityPrefix
-                    ? "wrong cluster '" + printable(got.substr(kIdentityPrefix.size())) + "' (TLS key identity)"
-                    : "unknown TLS key identity '" + printable(got) + "'";
+                    ? "wrong cluster '" + wire_text(got.substr(kIdentityPrefix.size())) + "' (TLS key identity)"
+                    : "unknown TLS key identity '" + wire_text(got) + "'";
   }
   return 1;
 }
