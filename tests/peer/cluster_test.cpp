@@ -236,7 +236,10 @@ TEST_CASE("cluster: a peer that joins late starts from a neighbour's model") {
   s.gossip.algorithm = "adpsgd";
   s.gossip.topology.kind = "random";
   s.slowdown = std::vector<double>(4, 20.0);
-  s.start_delay_s = {0, 0, 0, 0.08};
+  // 0.25 s: long enough for the others to have trained under a sanitizer on a loaded
+  // machine (with 0.08 s, under ASan beside two simulations, the neighbour the late peer
+  // pulled had moved its loss only from 2.21 to 1.86).
+  s.start_delay_s = {0, 0, 0, 0.25};
   const ClusterResult r = run_cluster(s);
   // Every peer starts from the same random initialisation; its loss on a first batch:
   const double initial = centralized(base("train { max_steps: 1 }")).losses.front();
