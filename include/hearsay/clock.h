@@ -53,7 +53,8 @@ inline double shared_time_s(const Clock& clock) {
 }
 
 // train.eval_every_s: an evaluation at the first step after each multiple of eval_every_s
-// on the shared clock, the first at least eval_every_s after the start. On it the peers
+// on the shared clock, the first at least eval_every_s after the peer is ready to train
+// (constructed then: after its resume or its join). On it the peers
 // evaluate together: a synchronous step waits for every peer, and with each peer's
 // evaluations on its own start-relative clock they fell at different moments, so each
 // one stalled all the others (4 peers padding evaluations to 0.6 s every second left an
