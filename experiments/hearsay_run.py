@@ -236,7 +236,7 @@ def tail(path, n=10):
 def measure_emulated_step(args, p):
     """experiment.emulate_compute: one peer's step and one evaluation measured alone, each
     scaled so that every peer of a run fits on this machine's cores at once
-    (ceil(peers / cores)) with 30% to spare. A simulated run takes the same figures, so
+    (ceil(peers / cores)) with experiment.emulate_headroom to spare (1.3: 30%). A simulated run takes the same figures, so
     that it compares with the real run of the config on this machine. Returns a dict:
     emulated_step_s, measured_step_s, and emulated_eval_s, measured_eval_s where the
     program measured an evaluation."""
@@ -248,9 +248,10 @@ def measure_emulated_step(args, p):
         sys.exit(2)
     measured = json.loads(r.stdout)
     share = -(-len(p["peers"]) // (os.cpu_count() or 1))
-    out = {"emulated_step_s": round(measured["step_s"] * share * 1.3, 6), "measured_step_s": measured["step_s"]}
+    headroom = p.get("emulate_headroom", 1.3)
+    out = {"emulated_step_s": round(measured["step_s"] * share * headroom, 6), "measured_step_s": measured["step_s"]}
     if "eval_s" in measured:
-        out.update(emulated_eval_s=round(measured["eval_s"] * share * 1.3, 6), measured_eval_s=measured["eval_s"])
+        out.update(emulated_eval_s=round(measured["eval_s"] * share * headroom, 6), measured_eval_s=measured["eval_s"])
     return out
 
 

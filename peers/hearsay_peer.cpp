@@ -89,7 +89,8 @@ std::string plan_json(const hearsay::config::Config& cfg, const std::string& pat
   out.add("secret_env", cfg.cluster().secret_env()).add("target_test_acc", cfg.train().target_test_acc());
   out.add("stop_at_target", e.stop_at_target()).add("max_wall_s", e.max_wall_s());
   out.add("progress_every_s", e.progress_every_s()).add("out_dir", e.out_dir());
-  out.add("emulate_compute", e.emulate_compute()).add("emulated_step_s", cfg.train().emulated_step_s());
+  out.add("emulate_compute", e.emulate_compute()).add("emulate_headroom", e.emulate_headroom());
+  out.add("emulated_step_s", cfg.train().emulated_step_s());
   out.add("simulate", e.simulate());
   out.add("checkpoint_dir", cfg.checkpoint().dir()).add("checkpoint_every_steps", static_cast<int64_t>(cfg.checkpoint().every_steps()));
   out.add("peers", peers).add("points", points);

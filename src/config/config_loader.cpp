@@ -307,6 +307,9 @@ void validate(const config::Config& c, const Locator& at) {
   if (!(t.eval_every_s() >= 0) || !std::isfinite(t.eval_every_s())) fail("train.eval_every_s", "must be a finite number >= 0");
   if (!(t.emulated_step_s() >= 0) || !std::isfinite(t.emulated_step_s())) fail("train.emulated_step_s", "must be a finite number >= 0");
   if (!(t.emulated_eval_s() >= 0) || !std::isfinite(t.emulated_eval_s())) fail("train.emulated_eval_s", "must be a finite number >= 0");
+  if (!(c.experiment().emulate_headroom() >= 1 && c.experiment().emulate_headroom() <= 100)) {
+    fail("experiment.emulate_headroom", "must be in [1, 100] (a margin over the measured times), got " + number(c.experiment().emulate_headroom()));
+  }
   if (t.eval_every_s() > 0 && t.eval_every_steps() > 0) {
     fail("train.eval_every_s", "and eval_every_steps are both set: evaluate by the clock or by steps, not both");
   }

@@ -158,6 +158,26 @@ checkpoint { every_steps: 50 }
         self.assertEqual(s["exit_codes"]["a"], 0)
         self.assertGreater(s["peers"]["a"]["final_test_acc"], 0.7)
 
+    def test_emulated_compute_scales_the_measured_step_and_evaluation_by_the_headroom(self):
+        # emulate_compute measures a step and an evaluation alone, then gives every peer each
+        # x ceil(peers / cores) x emulate_headroom; the peers pad their evaluations to it.
+        config = self.config(BASE + "experiment { emulate_compute: true emulate_headroom: 2.5 stop_at_target: false }\n")
+        r = self.run_tool(config, "--out-dir", os.path.join(self.dir, "runs"), "--plain")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        with open(os.path.join(self.only_run_dir(), "summary.json")) as f:
+            s = json.load(f)
+        share = -(-2 // (os.cpu_count() or 1))
+        self.assertAlmostEqual(s["emulated_step_s"], round(s["measured_step_s"] * share * 2.5, 6), places=6)
+        self.assertAlmostEqual(s["emulated_eval_s"], round(s["measured_eval_s"] * share * 2.5, 6), places=6)
+        with open(os.path.join(self.only_run_dir(), "a.jsonl")) as f:
+            evals = [e for e in map(json.loads, f) if e["event"] == "eval"]
+        self.assertTrue(evals)
+        self.assertTrue(all(e["eval_s"] >= s["emulated_eval_s"] for e in evals), evals)
+        bad = self.config(BASE + "experiment { emulate_compute: true emulate_headroom: 0.5 }\n", "bad.textproto")
+        r = self.run_tool(bad, "--out-dir", os.path.join(self.dir, "runs-bad"))
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("experiment.emulate_headroom: must be in [1, 100]", r.stderr)
+
     def test_print_commands_gives_one_command_line_per_site(self):
         r = self.run_tool(self.config(BASE), "--print-commands")
         self.assertEqual(r.returncode, 0, r.stderr)
