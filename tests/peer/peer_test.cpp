@@ -23,6 +23,11 @@ const char* kSynthetic = R"(
   log { every_steps: 10 }
 )";
 
+// The number after `key` in a log line, e.g. number_after(line, R"("t":)").
+double number_after(const std::string& line, const std::string& key) {
+  return std::stod(line.substr(line.find(key) + key.size()));
+}
+
 TrainResult train(const std::string& set = "", const std::string& log_path = "") {
   const auto cfg = parse_config(kSynthetic, "test", {set});
   EventLog log(log_path, cfg.name());
@@ -122,9 +127,6 @@ TEST_CASE("peer: with eval_every_s, evaluations follow the clock, not the step c
   // 5 ms slot, so its end says nothing about when it was due.
   std::vector<double> times;
   std::istringstream log(test::read_file(dir.file("clock.jsonl")));
-  auto number_after = [](const std::string& line, const std::string& key) {
-    return std::stod(line.substr(line.find(key) + key.size()));
-  };
   // The slots are those of Unix time, which every peer of a cluster shares: the start
   // event's unix_time places the log's t on it.
   double unix_at_t0 = 0;
@@ -152,9 +154,6 @@ TEST_CASE("peer: with emulated_eval_s, every evaluation takes that long on the r
   // (the real scoring of 500 rows takes well under 1 ms).
   train("train { emulated_eval_s: 0.05 }", dir.file("padded.jsonl"));
   std::istringstream log(test::read_file(dir.file("padded.jsonl")));
-  auto number_after = [](const std::string& line, const std::string& key) {
-    return std::stod(line.substr(line.find(key) + key.size()));
-  };
   int evals = 0;
   for (std::string line; std::getline(log, line);) {
     if (line.find(R"("event":"eval")") != std::string::npos) {

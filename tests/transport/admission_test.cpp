@@ -78,16 +78,22 @@ TransportOptions member(const std::string& name) {
 
 const std::string kAttackerNonce(32, 'z');
 
+// Hands each side's frames to the other until both have said all they will (two rounds:
+// the Hellos, then the proofs); `dialler` dialled `listener`.
+void handshake(End& listener, End& dialler) {
+  for (int i = 0; i < 2; ++i) {
+    for (auto& e : dialler.out) listener.receive(e);
+    dialler.out.clear();
+    for (auto& e : listener.out) dialler.receive(e);
+    listener.out.clear();
+  }
+}
+
 }  // namespace
 
 TEST_CASE("admission: honest dialler and listener admit each other") {
   End a(member("a"), ""), b(member("b"), "a");  // b dials a
-  for (int i = 0; i < 2; ++i) {
-    for (auto& e : b.out) a.receive(e);
-    b.out.clear();
-    for (auto& e : a.out) b.receive(e);
-    a.out.clear();
-  }
+  handshake(a, b);
   CHECK(a.admitted_as == "b");
   CHECK(b.admitted_as == "a");
 }
@@ -208,12 +214,7 @@ TEST_CASE("admission: what a stranger names itself, its cluster or its reason re
 
   // After admission, a Bye's reason is the other side's text too.
   End x(member("a"), ""), y(member("b"), "a");
-  for (int i = 0; i < 2; ++i) {
-    for (auto& e : y.out) x.receive(e);
-    y.out.clear();
-    for (auto& e : x.out) y.receive(e);
-    x.out.clear();
-  }
+  handshake(x, y);
   REQUIRE(x.admitted_as == "b");
   wire::Envelope bye;
   bye.mutable_bye()->set_reason(std::string(10000, 'r'));
