@@ -87,32 +87,40 @@ void Peer::next_batch(int batch, int64_t* idx) {
   }
 }
 
-double Peer::measure_step_s(int steps) {
-  const int batch = spec_.train.batch_size;
-  std::vector<int64_t> idx(static_cast<size_t>(batch));
-  std::vector<double> times;
-  for (int i = 0; i < steps + 3; ++i) {  // three to warm caches and allocators
-    next_batch(batch, idx.data());
-    const auto t0 = std::chrono::steady_clock::now();
-    model_->forward_backward(Batch{batch_x_.f32(), batch_y_.i32(), batch});
-    optimizer_->step(model_->params(), model_->grads(), spec_.schedule.base_lr);
-    backend_->synchronize();
-    if (i >= 3) times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  std::sort(times.begin(), times.end());
-  return times.empty() ? 0.0 : times[times.size() / 2];
-}
+namespace {
 
-double Peer::measure_eval_s(int times) {
+// The median time of `run` over `times` calls that follow `warmup` untimed ones (to warm
+// caches and allocators); `prepare` runs before each call, untimed.
+template <class Prepare, class Run>
+double median_seconds(int warmup, int times, Prepare prepare, Run run) {
   std::vector<double> took;
-  for (int i = 0; i < times + 1; ++i) {  // the first warms caches and allocators
+  for (int i = 0; i < warmup + times; ++i) {
+    prepare();
     const auto t0 = std::chrono::steady_clock::now();
-    evaluate();
-    backend_->synchronize();
-    if (i >= 1) took.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    run();
+    if (i >= warmup) took.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(took.begin(), took.end());
   return took.empty() ? 0.0 : took[took.size() / 2];
+}
+
+}  // namespace
+
+double Peer::measure_step_s(int steps) {
+  const int batch = spec_.train.batch_size;
+  std::vector<int64_t> idx(static_cast<size_t>(batch));
+  return median_seconds(3, steps, [&] { next_batch(batch, idx.data()); }, [&] {
+    model_->forward_backward(Batch{batch_x_.f32(), batch_y_.i32(), batch});
+    optimizer_->step(model_->params(), model_->grads(), spec_.schedule.base_lr);
+    backend_->synchronize();
+  });
+}
+
+double Peer::measure_eval_s(int times) {
+  return median_seconds(1, times, [] {}, [&] {
+    evaluate();
+    backend_->synchronize();
+  });
 }
 
 BatchStats Peer::evaluate() {
