@@ -45,7 +45,7 @@ void LinkTable::admitted(const std::string& peer, const std::shared_ptr<Connecti
   for (const auto& old : replaced) {
     std::fprintf(stderr, "hearsay: %s: peer %s admitted again from %s; its older connection is closed\n", name_.c_str(),
                  peer.c_str(), address.c_str());
-    old->close("replaced by a newer admitted connection from " + address);
+    old->displace("replaced by a newer admitted connection from " + address);
   }
   if (listener_) listener_({LinkEvent::Kind::kUp, peer, address, ""});
 }

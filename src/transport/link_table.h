@@ -40,6 +40,9 @@ class Connection {
   virtual ~Connection() = default;
   virtual void send(OutFrame frame, SendCallback done) = 0;
   virtual void close(const std::string& reason) = 0;
+  // Closes it because a newer connection was admitted under the same name: the Bye tells
+  // the other end not to redial.
+  virtual void displace(const std::string& reason) = 0;
   virtual LinkStats stats() const = 0;
 };
 

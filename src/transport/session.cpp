@@ -143,7 +143,9 @@ void Session::on_frame(InFrame&& frame) {
       return;
     case wire::Envelope::kBye:
       if (!admitted_) return reject("admission: Bye before admission");
-      return reject("bye: " + wire_text(e.bye().reason()));
+      displaced_ = e.bye().displaced();
+      return reject("bye: " + wire_text(e.bye().reason()) +
+                    (displaced_ ? "; another process holds this peer's name there, so it is not redialled" : ""));
     case wire::Envelope::kHeartbeat: {
       if (!admitted_) return reject("admission: frame before admission");
       const auto& hb = e.heartbeat();
@@ -188,9 +190,10 @@ void Session::tick(std::chrono::steady_clock::time_point now) {
   hooks_.send(make_frame(e));
 }
 
-OutFrame Session::bye(const std::string& reason) const {
+OutFrame Session::bye(const std::string& reason, bool displaced) const {
   wire::Envelope e;
   e.mutable_bye()->set_reason(reason);
+  if (displaced) e.mutable_bye()->set_displaced(true);
   return make_frame(e);
 }
 

@@ -47,11 +47,13 @@ class Session {
   void on_frame(InFrame&& frame);
   // Sends a heartbeat when one is due; drops a neighbour silent past the liveness timeout.
   void tick(std::chrono::steady_clock::time_point now);
-  // A Bye to send before closing.
-  OutFrame bye(const std::string& reason) const;
+  // A Bye to send before closing; `displaced` when a newer connection took the remote's name.
+  OutFrame bye(const std::string& reason, bool displaced) const;
 
   bool admitted() const { return admitted_; }
   bool rejected() const { return rejected_; }
+  // The remote closed this connection because it admitted another one under our name.
+  bool displaced() const { return displaced_; }
   const std::string& peer_id() const { return remote_id_; }
   const std::string& remote_address() const { return remote_address_; }
   double rtt_s() const { return rtt_s_; }
@@ -74,6 +76,7 @@ class Session {
   std::string remote_nonce_;
   bool admitted_ = false;
   bool rejected_ = false;
+  bool displaced_ = false;
   double rtt_s_ = -1;
   uint64_t heartbeat_seq_ = 0;
   std::chrono::steady_clock::time_point started_, last_heartbeat_, last_heard_;

@@ -7,6 +7,7 @@
 // stats() from any thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <string>
 
@@ -19,6 +20,13 @@ class SessionConnection : public Connection {
  public:
   LinkStats stats() const final { return counters_.snapshot(); }
   const std::string& dial_peer() const { return dial_peer_; }
+  void displace(const std::string& reason) final {
+    displacing_ = true;
+    close(reason);
+  }
+  // The other end closed this connection for a newer one under our name: another process
+  // holds it, so the transport must not redial. Read once the connection has ended.
+  bool displaced() const { return session_.displaced(); }
 
  protected:
   // `hooks` are the derived class's (they run only once the connection has started).
@@ -39,6 +47,8 @@ class SessionConnection : public Connection {
     counters_.open = false;
     return true;
   }
+  // The Bye to send before closing (displace() may be called from any thread).
+  OutFrame bye(const std::string& reason) const { return session_.bye(reason, displacing_.load()); }
   // Tells the link table the connection ended, and first that it was refused when `rejected`.
   void report_end(LinkTable& links, const std::string& reason, bool rejected) {
     if (rejected) links.rejected(session_.peer_id(), address_, reason);
@@ -50,6 +60,7 @@ class SessionConnection : public Connection {
   Session session_;
   LinkCounters counters_;
   bool closed_ = false;
+  std::atomic<bool> displacing_{false};
 };
 
 }  // namespace hearsay

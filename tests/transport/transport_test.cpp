@@ -618,7 +618,7 @@ TEST_CASE("tcp: the acceptor and the dialler survive running out of descriptors"
   CHECK(a.wait_frames(1));
 }
 
-TEST_CASE("admission: a second proven connection under a name replaces the first, names outside the cluster are refused") {
+TEST_CASE("admission: a second proven connection under a name replaces the first for good, names outside the cluster are refused") {
   for (const auto& kind : available_transports()) {
     CAPTURE(kind);
     auto member = [](const std::string& name) {
@@ -636,7 +636,18 @@ TEST_CASE("admission: a second proven connection under a name replaces the first
     b_again.t->connect("a", addr);
     REQUIRE(b_again.wait_connected("a"));
     REQUIRE(b.wait_event(LinkEvent::Kind::kDown));
+    {
+      std::lock_guard<std::mutex> lock(b.mu);
+      bool told = false;
+      for (const auto& e : b.events) told |= e.reason.find("not redialled") != std::string::npos;
+      CHECK(told);
+    }
+    // The displaced b does not dial again (it would take the name back, and b_again then
+    // would, forever): 15 of its shortest back-offs later the name has changed hands once.
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
     CHECK(a.t->counters().connections_replaced == 1);
+    CHECK_FALSE(b.t->link_stats("a").connected);
+    CHECK(b_again.t->link_stats("a").connected);
     b_again.t->send("a", update_frame({7.0f}, 1), nullptr);
     REQUIRE(a.wait_frames(1));
     // A name the cluster does not list: refused before anything is signed or delivered.

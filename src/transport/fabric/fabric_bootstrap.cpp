@@ -136,7 +136,7 @@ void FabricTransport::start_connection(std::shared_ptr<tcp::socket> sock, fi_add
   asio::async_read(*sock, asio::buffer(byte.get(), 1), [this, c, byte](asio::error_code ec, size_t) {
     const std::string why = ec ? (ec == asio::error::eof ? "connection closed by peer" : "bootstrap: " + ec.message())
                                : "bootstrap: unexpected data";
-    progress_.run([c, why] { c->fail(why, false); });
+    progress_.run([c, why] { c->remote_gone(why, Clock::now()); });
   });
 }
 

@@ -111,7 +111,7 @@ void FabricTransport::connection_closed(const std::shared_ptr<FabricConnection>&
     std::lock_guard<std::mutex> lock(mu_);
     if (closing_) return;
   }
-  if (!c->dial_peer().empty()) asio::post(io_, [this, peer = c->dial_peer()] { dialer_.redial(peer); });
+  if (!c->dial_peer().empty() && !c->displaced()) asio::post(io_, [this, peer = c->dial_peer()] { dialer_.redial(peer); });
 }
 
 MemoryRegistration FabricTransport::register_memory(void* data, size_t bytes, MemoryKind memory) {

@@ -106,7 +106,7 @@ class InprocTransport final : public LinkTableTransport {
   void add_live(const std::shared_ptr<InprocConnection>& c) { live_.insert(c); }
   void connection_closed(const std::shared_ptr<InprocConnection>& c) {
     live_.erase(c);
-    if (closing_ || c->dial_peer().empty()) return;
+    if (closing_ || c->dial_peer().empty() || c->displaced()) return;
     const auto it = dial_targets_.find(c->dial_peer());
     if (it == dial_targets_.end()) return;
     // Back off before redialling, so a peer that keeps refusing us is not hammered.
@@ -241,7 +241,7 @@ void InprocConnection::close(const std::string& reason) {
 
 void InprocConnection::close_now(const std::string& reason) {
   if (closed_) return;
-  if (session_.admitted()) transmit(session_.bye(reason));
+  if (session_.admitted()) transmit(bye(reason));
   fail(reason, false);
 }
 

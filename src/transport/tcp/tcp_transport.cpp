@@ -202,7 +202,7 @@ class TcpTransport final : public LinkTableTransport {
       release_slot(*c);
       if (closing_) return;
     }
-    if (!c->dial_peer().empty()) dialer_.redial(c->dial_peer());
+    if (!c->dial_peer().empty() && !c->displaced()) dialer_.redial(c->dial_peer());
   }
 
  private:
@@ -630,7 +630,7 @@ void TcpConnection::close(const std::string& reason) {
     if (closed_) return;
     if (!session_.admitted()) return fail(reason, false);
     // Say Bye after what is queued, then close.
-    queue(session_.bye(reason), [this, self, reason](const SendStatus&) { fail(reason, false); });
+    queue(bye(reason), [this, self, reason](const SendStatus&) { fail(reason, false); });
   });
 }
 
