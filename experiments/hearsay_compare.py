@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """A simulated experiment beside the real one (docs/SIMULATION.md, "Validation"): for each
 sweep point, the mean and spread over its seeds of the time to target and the bytes to
-target in both, their ratio, the steps all peers had taken when the run stopped (at its
+target in both, their ratio (the time also counted from when the last peer began training:
+a real peer starts after loading and admission, a simulated one at 0), the steps all peers had taken when the run stopped (at its
 target, or its time limit: the pace without the clock), and whether the simulated mean is
 within 15% of the real mean or inside the real seeds' range; then whether the points rank
 the same by time.
@@ -44,20 +45,25 @@ def main():
     ap.add_argument("--markdown", action="store_true")
     args = ap.parse_args()
     real, sim = groups(args.real), groups(args.simulated)
-    rows = [("point", "time to target, real s", "simulated s", "sim / real", "MB to target, real", "simulated MB",
-             "sim / real", "steps at the stop, real", "simulated", "within 15% or the spread")]
+    rows = [("point", "time to target, real s", "simulated s", "sim / real", "from the last start, real s", "simulated s",
+             "sim / real", "MB to target, real", "simulated MB", "sim / real", "steps at the stop, real", "simulated",
+             "within 15% or the spread")]
     order_real, order_sim = [], []
     for key in real:
         if key not in sim:
             continue
         tr = stats([r["time_to_target_s"] for r in real[key]])
         ts = stats([r["time_to_target_s"] for r in sim[key]])
+        after = "time_to_target_after_start_s"
+        ar, as_ = stats([r.get(after) for r in real[key]]), stats([r.get(after) for r in sim[key]])
         br = stats([r["bytes_to_target_total"] for r in real[key]])
         bs = stats([r["bytes_to_target_total"] for r in sim[key]])
         ratio = lambda a, b: f"{b['mean'] / a['mean']:.2f}" if a and b and a["mean"] > 0 else "-"
-        ok = "time " + ("yes" if agrees(tr, ts) else "NO") + ", bytes " + ("yes" if agrees(br, bs) else "NO")
+        ok = ("time " + ("yes" if agrees(tr, ts) else "NO") + ", from the last start " + ("yes" if agrees(ar, as_) else "NO") +
+              ", bytes " + ("yes" if agrees(br, bs) else "NO"))
         seeds = lambda runs, field, scale=1.0, fmt="{:.1f}": hearsay_logs.mean_sd([r[field] for r in runs], scale, fmt)
         rows.append((key, seeds(real[key], "time_to_target_s"), seeds(sim[key], "time_to_target_s"), ratio(tr, ts),
+                     seeds(real[key], after), seeds(sim[key], after), ratio(ar, as_),
                      seeds(real[key], "bytes_to_target_total", 1e-6), seeds(sim[key], "bytes_to_target_total", 1e-6),
                      ratio(br, bs), seeds(real[key], "steps_total", 1, "{:.0f}"), seeds(sim[key], "steps_total", 1, "{:.0f}"), ok))
         order_real.append((tr["mean"] if tr else float("inf"), key))

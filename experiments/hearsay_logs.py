@@ -156,6 +156,21 @@ def start_offsets(peer_events):
     return {name: v - base for name, v in first.items()}
 
 
+def all_started_s(peer_events):
+    """When the last peer began training, on the run's clock (its first start event, written
+    once its data is loaded and its model built; seconds after the earliest peer's log
+    began). 0 when a log lacks unix_time. A simulated run's peers all start at 0; a real
+    one's after loading and admission: what separates the two clocks at the outset."""
+    origins, starts = [], []
+    for events in peer_events.values():
+        s = next((e for e in events if e.get("event") == "start" and _is_number(e.get("unix_time"))), None)
+        if s is None:
+            return 0.0
+        origins.append(s["unix_time"] - s["t"])
+        starts.append(s["unix_time"])
+    return max(starts) - min(origins) if starts else 0.0
+
+
 def bytes_at(events, t):
     """A peer's bytes sent by time t of its own log: linear between the gossip events
     around t (each carries the running total); the last total once t is past them."""
@@ -206,8 +221,12 @@ def run_summary(directory, target):
     accs = [p["final_test_acc"] for p in peers.values() if p["final_test_acc"] is not None]
     step_s = [v for v in (median_step_s(ev) for ev in all_events.values()) if v is not None]
     offsets = start_offsets(all_events)
+    started = all_started_s(all_events)
     return {
         "time_to_target_s": ttt,
+        # The same, counted from when the last peer began training (all_started_s).
+        "time_to_target_after_start_s": ttt - started if ttt is not None else None,
+        "all_started_s": started,
         "target_test_acc": target,
         "peers_reached_target": reached,
         "final_test_acc": statistics.fmean(accs) if accs else None,

@@ -214,6 +214,7 @@ TEST_CASE("admission: a wrong secret or a wrong cluster is refused and counted, 
       CHECK(p.a.got.empty());
       CHECK(p.a.t->counters().rejected["admission"] >= 1);
       std::lock_guard<std::mutex> lock(p.a.mu);
+      INFO("a's first link event: " << p.a.events.front().reason);
       CHECK(p.a.events.front().reason.find(wrong_cluster ? "wrong cluster" : "wrong proof") != std::string::npos);
     }
   }

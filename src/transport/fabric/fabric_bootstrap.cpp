@@ -136,7 +136,12 @@ void FabricTransport::start_connection(std::shared_ptr<tcp::socket> sock, fi_add
   asio::async_read(*sock, asio::buffer(byte.get(), 1), [this, c, byte](asio::error_code ec, size_t) {
     const std::string why = ec ? (ec == asio::error::eof ? "connection closed by peer" : "bootstrap: " + ec.message())
                                : "bootstrap: unexpected data";
-    progress_.run([c, why] { c->remote_gone(why, Clock::now()); });
+    // The peer's last messages (a Bye that says why it went) left before its socket
+    // closed: take what has arrived before failing the link.
+    progress_.run([this, c, why] {
+      progress_.drain_completions();
+      c->fail(why, false);
+    });
   });
 }
 

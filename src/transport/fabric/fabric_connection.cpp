@@ -9,8 +9,6 @@ namespace {
 
 // Untagged messages held while a direct payload is on its way (they belong after it).
 constexpr size_t kMaxHeldBytes = 16u << 20;
-// How long a link whose bootstrap socket closed waits for the peer's last fabric messages.
-constexpr auto kGoneGrace = std::chrono::milliseconds(200);
 
 }  // namespace
 
@@ -61,17 +59,6 @@ void FabricConnection::close_now(const std::string& reason) {
     return enqueue(bye(reason), [this, self, reason](const SendStatus&) { fail(reason, false); });
   }
   fail(reason, false);
-}
-
-void FabricConnection::remote_gone(const std::string& reason, Clock::time_point now) {
-  if (closed_ || !gone_reason_.empty()) return;
-  gone_reason_ = reason;
-  gone_until_ = now + kGoneGrace;
-}
-
-void FabricConnection::tick(Clock::time_point now) {
-  if (!gone_reason_.empty() && now >= gone_until_) return fail(gone_reason_, false);
-  tick_session(now);
 }
 
 void FabricConnection::on_bytes(const uint8_t* data, size_t n) {

@@ -50,11 +50,7 @@ class FabricConnection final : public SessionConnection, public std::enable_shar
   void on_bytes(const uint8_t* data, size_t n);  // an untagged message; progress thread
   void on_direct_payload(bool ok, fi_addr_t src, size_t n, const std::string& error);  // progress thread
   void fail(const std::string& reason, bool rejected);  // progress thread
-  // The bootstrap socket closed: the peer is going. Its last messages (a Bye that says
-  // why) may still be on their way over the fabric, so the link fails after a grace
-  // period unless they end it first. Progress thread.
-  void remote_gone(const std::string& reason, Clock::time_point now);
-  void tick(Clock::time_point now);  // progress thread
+  void tick(Clock::time_point now) { tick_session(now); }  // progress thread
   void sent(size_t bytes) {
     counters_.bytes_sent += bytes;
     ++counters_.frames_sent;
@@ -95,8 +91,6 @@ class FabricConnection final : public SessionConnection, public std::enable_shar
   std::deque<std::vector<uint8_t>> held_;
   size_t held_bytes_ = 0;
   FrameDecoder decoder_;
-  std::string gone_reason_;       // set by remote_gone
-  Clock::time_point gone_until_;  // when the link fails for it
 };
 
 }  // namespace hearsay::fabric

@@ -103,7 +103,10 @@ void FabricProgress::forget_early(fi_addr_t addr) {
 
 void FabricProgress::add(const std::shared_ptr<FabricConnection>& c) {
   auto old = by_addr_.find(c->addr());
-  if (old != by_addr_.end()) old->second->fail("replaced by a new connection", false);
+  if (old != by_addr_.end()) {
+    const std::shared_ptr<FabricConnection> previous = old->second;  // its fail() erases the entry
+    previous->fail("replaced by a new connection", false);
+  }
   by_addr_[c->addr()] = c;
   c->start();
   auto early = early_.find(c->addr());
@@ -270,7 +273,10 @@ void FabricProgress::complete(Op* op, bool ok, const std::string& error, fi_addr
       auto it = by_addr_.find(src);
       auto early = early_.find(src);
       if (it != by_addr_.end()) {
-        it->second->on_bytes(endpoint_.received(op->buffer), len);
+        // Held across the call: a message that fails the link removes it from by_addr_,
+        // and nothing else may hold it any more (its bootstrap socket may have closed).
+        const std::shared_ptr<FabricConnection> conn = it->second;
+        conn->on_bytes(endpoint_.received(op->buffer), len);
       } else if (early != early_.end() && early->second.bytes + len <= kMaxEarlyBytes) {
         const uint8_t* data = endpoint_.received(op->buffer);
         early->second.messages.emplace_back(data, data + len);
@@ -295,9 +301,29 @@ void FabricProgress::complete(Op* op, bool ok, const std::string& error, fi_addr
   if (--f->outstanding == 0 && (f->posted == f->total() || f->failed)) finish(f);
 }
 
-void FabricProgress::loop() {
+bool FabricProgress::poll_completions() {
   fi_cq_data_entry entries[16];
   fi_addr_t sources[16];
+  const ssize_t n = endpoint_.read_completions(entries, 16, sources);
+  if (n > 0) {
+    for (ssize_t i = 0; i < n; ++i) complete(static_cast<Op*>(entries[i].op_context), true, "", sources[i], entries[i].len);
+    return true;
+  }
+  if (n == -FI_EAVAIL) {
+    std::string text;
+    if (Op* op = endpoint_.read_error(&text)) complete(op, false, text, FI_ADDR_NOTAVAIL, 0);
+    return true;
+  }
+  return false;
+}
+
+void FabricProgress::drain_completions() {
+  // Reading the queue is also what moves a manual-progress provider's bytes along, so an
+  // empty read or two is not yet the end; bounded, so a busy link cannot hold us here.
+  for (int quiet = 0, reads = 0; quiet < 4 && reads < 256; ++reads) quiet = poll_completions() ? 0 : quiet + 1;
+}
+
+void FabricProgress::loop() {
   int idle = 0;
   auto last_tick = Clock::now();
   while (!stop_) {
@@ -308,17 +334,7 @@ void FabricProgress::loop() {
     }
     for (auto& t : tasks) t();
     bool busy = !tasks.empty();
-    const ssize_t n = endpoint_.read_completions(entries, 16, sources);
-    if (n > 0) {
-      busy = true;
-      for (ssize_t i = 0; i < n; ++i) {
-        complete(static_cast<Op*>(entries[i].op_context), true, "", sources[i], entries[i].len);
-      }
-    } else if (n == -FI_EAVAIL) {
-      busy = true;
-      std::string text;
-      if (Op* op = endpoint_.read_error(&text)) complete(op, false, text, FI_ADDR_NOTAVAIL, 0);
-    }
+    busy |= poll_completions();
     busy |= post_sends();
     const auto now = Clock::now();
     if (now - last_tick > std::chrono::milliseconds(50)) {

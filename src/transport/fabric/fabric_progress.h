@@ -67,6 +67,8 @@ class FabricProgress {
   // memory and the provider's unexpected-message entry here.
   void discard_stream(uint32_t stream);
   void cancel(Op* op) { endpoint_.cancel(op); }
+  // Hands out every completion that has arrived (a closing peer's last messages).
+  void drain_completions();
 
   // --- after stop(), on the closing thread ------------------------------------------------
   // Fails the frames that never left and the connections still open.
@@ -74,6 +76,7 @@ class FabricProgress {
 
  private:
   void loop();
+  bool poll_completions();  // one read of the queue; whether it had anything
   bool post_sends();
   void finish(const std::shared_ptr<FrameInFlight>& f);
   bool post_discard(Op* op);
