@@ -114,10 +114,11 @@ class GossipEngine {
   // One training step on a minibatch already on the device, with the algorithm's
   // communication around it. Returns the batch's stats.
   BatchStats step(const Batch& batch, float lr);
-  // Seconds of computation (forward and backward) in the last step, waits excluded: what
-  // a compute slowdown stretches.
-  double last_compute_s() const { return compute_s_; }
-  void add_compute_time(double s) { compute_s_ += s; }
+  // Seconds the last step worked (computation, the optimizer, codecs, mixing), the time it
+  // waited on neighbours (their messages, its sends draining) excluded: what an emulated
+  // or slowed device stretches. Summed span by span, so on the simulator's virtual clock,
+  // where work takes no time, it is exactly 0.
+  double last_work_s() const { return work_s_; }
   // Asynchronous algorithms: asks a connected neighbour for its model and starts from it
   // if that neighbour has already trained (a peer that joins late or restarts). Waits at
   // most `timeout_s`, answering others' requests meanwhile.
@@ -247,6 +248,7 @@ class GossipEngine {
   void note_own_gradient(const DeviceSnapshot& g);
 
  private:
+  class WaitSpan;
   // A synchronous algorithm cannot go on without a message the inbox refused.
   [[noreturn]] void throw_refused_sync(int from, uint64_t round, const std::string& why) const;
   void on_frame(const std::string& from, InFrame&& frame);
@@ -302,7 +304,7 @@ class GossipEngine {
   uint64_t steps_ = 0, samples_seen_ = 0;
   std::atomic<uint64_t> next_update_id_{1};  // outboxes send from the step loop and transport threads
   std::atomic<bool> stopped_{false};
-  double compute_s_ = 0;  // step-loop thread only
+  double work_s_ = 0, work_since_ = 0;  // step-loop thread only: last_work_s, and when its current span began
   mutable std::mutex link_mu_;
   std::vector<double> link_bps_;  // GUARDED_BY(link_mu_): measured throughput per link, smoothed
   std::map<std::string, double> distances_;  // step-loop thread only; one per neighbour per log window

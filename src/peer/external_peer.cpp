@@ -141,8 +141,8 @@ void ExternalPeer::run_step(const ExternalStepStats& stats, float lr) {
     s = model->forward_backward(Batch{});
     optimizer_->step(model->params(), model->grads(), lr);
   }
-  // Stretch the computation only (the framework's and the engine's), as a native peer does.
-  const double took = framework_s + (engine_ ? engine_->last_compute_s() : 0.0);
+  // Stretch the work only (the framework's and the engine's), as a native peer does.
+  const double took = framework_s + (engine_ ? engine_->last_work_s() : 0.0);
   const double base_s = spec_.train.emulated_step_s;
   const double slowdown = in_cluster_ ? network_.slowdown : 1.0;
   if (base_s > 0) {

@@ -437,9 +437,11 @@ BatchStats GossipEngine::step(const Batch& batch, float lr) {
   last_step_at_ = now;
   serve_join_requests();
   ++logical_clock_;
-  compute_s_ = 0;
+  work_s_ = 0;
+  work_since_ = now;
   mixed_this_step_.clear();
   const BatchStats s = algorithm_->step(*this, batch, lr, steps_);
+  work_s_ += clock_.now() - work_since_;
   ++steps_;
   samples_seen_ += static_cast<uint64_t>(batch.rows);
   return s;
@@ -731,7 +733,20 @@ bool GossipEngine::unsent_since(uint64_t step) const {
   return false;
 }
 
+// A wait on neighbours inside a step: its time is not the step's work (last_work_s).
+class GossipEngine::WaitSpan {
+ public:
+  explicit WaitSpan(GossipEngine& e) : e_(e) { e_.work_s_ += e_.clock_.now() - e_.work_since_; }
+  ~WaitSpan() { e_.work_since_ = e_.clock_.now(); }
+  WaitSpan(const WaitSpan&) = delete;
+  WaitSpan& operator=(const WaitSpan&) = delete;
+
+ private:
+  GossipEngine& e_;
+};
+
 void GossipEngine::wait_sent(uint64_t step) {
+  const WaitSpan waiting(*this);
   while (unsent_since(step)) {
     if (stopped_) throw StopRequested();
     clock_.sleep_for(200e-6);
@@ -755,7 +770,11 @@ void GossipEngine::throw_refused_sync(int from, uint64_t round, const std::strin
 
 GossipEngine::Message GossipEngine::wait_sync(int from, uint64_t round, uint32_t phase) {
   std::string refused;
-  auto m = inbox_->wait_sync(from, round, phase, spec_.sync_timeout_s, stopped_, &refused);
+  std::optional<Message> m;
+  {
+    const WaitSpan waiting(*this);
+    m = inbox_->wait_sync(from, round, phase, spec_.sync_timeout_s, stopped_, &refused);
+  }
   if (!m) {
     if (stopped_) throw StopRequested();
     if (!refused.empty()) throw_refused_sync(from, round, refused);

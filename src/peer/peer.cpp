@@ -244,8 +244,9 @@ TrainResult Peer::run() {
     }
     const double base_s = t.emulated_step_s;
     if (network_.slowdown > 1.0 || base_s > 0) {
-      // Stretch the computation only: waiting on the network is not what a slower GPU slows.
-      const double took = engine_ ? engine_->last_compute_s() : clock_->now() - t0;
+      // Stretch the step's work only (computation, codecs, mixing: all a GPU's): waiting
+      // on the network is not what a slower GPU slows.
+      const double took = engine_ ? engine_->last_work_s() : clock_->now() - t0;
       if (base_s > 0) {
         // A fixed emulated step: the pace no longer depends on the cores others leave free.
         const double want = network_.slowdown * base_s * (network_.step_time_factor ? network_.step_time_factor(step) : 1.0);

@@ -5,14 +5,7 @@
 
 namespace hearsay {
 
-BatchStats gradient_only(GossipEngine& e, const Batch& batch) {
-  // On the peer's clock: a simulated peer's computation takes no virtual time (its step
-  // time is the emulated one the step loop sleeps).
-  const double t0 = e.time().now();
-  const BatchStats s = e.model().forward_backward(batch);
-  e.add_compute_time(e.time().now() - t0);
-  return s;
-}
+BatchStats gradient_only(GossipEngine& e, const Batch& batch) { return e.model().forward_backward(batch); }
 
 BatchStats local_step(GossipEngine& e, const Batch& batch, float lr) {
   const BatchStats s = gradient_only(e, batch);
