@@ -8,6 +8,7 @@
 #include <fstream>
 #include <functional>
 #include <numeric>
+#include <sstream>
 
 #include "hearsay/config.pb.h"
 #include "hearsay/cluster.h"
@@ -622,4 +623,35 @@ TEST_CASE("cluster: dpsgd's Metropolis-Hastings weights keep the mean of the mod
   // The star: the hub has 7 neighbours, each spoke 1. Weights 1/(1 + degree) are not
   // doubly stochastic there, and the models would meet elsewhere than their mean.
   check_mean_kept_and_consensus(averaging_only("dpsgd", "star"));  // fp32 rounding only
+}
+
+TEST_CASE("cluster: an emulated step pads the step's work, not its waits: a fast all-reduce peer waiting on an 8x slower one never overruns") {
+  test::TempDir dir;
+  ClusterSpec s;
+  // 1024 samples in 2 shards of 16-row batches: 32 steps a peer, each 4 ms of emulated work
+  // (32 ms for the slow peer), against microseconds of real work on logistic regression.
+  s.base = peer_spec(base("data { synthetic_train: 1024 } train { epochs: 1 emulated_step_s: 0.004 }"));
+  s.peers = 2;
+  s.gossip.algorithm = "allreduce";
+  s.gossip.topology.kind = "ring";
+  s.slowdown = {1.0, 8.0};
+  s.log_dir = dir.path();
+  const ClusterResult r = run_cluster(s);
+  REQUIRE(r.peers[0].steps == 32);
+  // The fast peer waits about 28 ms a step for the slow one's gradient. Counted as work,
+  // that wait would overrun its 4 ms in nearly every step; it is not work.
+  std::istringstream log(test::read_file(dir.file("peer0.jsonl")));
+  double overruns = -1;
+  for (std::string line; std::getline(log, line);) {
+    const auto at = line.find(R"("compute_overruns":)");
+    if (line.find(R"("event":"end")") != std::string::npos && at != std::string::npos) {
+      overruns = std::stod(line.substr(at + std::string(R"("compute_overruns":)").size()));
+    }
+  }
+  MESSAGE("the fast peer's steps over their emulated 4 ms: " << overruns << " of 32");
+  CHECK(overruns >= 0);
+  CHECK(overruns <= 8);
+  // And the pace is the slow peer's: the wait is still waited.
+  CHECK(r.peers[0].steps_per_s == doctest::Approx(r.peers[1].steps_per_s).epsilon(0.15));
+  CHECK(r.peers[0].steps_per_s < 1.0 / 0.02);
 }
