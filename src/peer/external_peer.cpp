@@ -12,6 +12,7 @@
 #include "../log/event_schema.h"
 #include "../model/external.h"
 #include "../optim/callback_optimizer.h"
+#include "emulated_time.h"
 #include "run_plan.h"
 
 namespace hearsay {
@@ -142,16 +143,8 @@ void ExternalPeer::run_step(const ExternalStepStats& stats, float lr) {
     optimizer_->step(model->params(), model->grads(), lr);
   }
   // Stretch the work only (the framework's and the engine's), as a native peer does.
-  const double took = framework_s + (engine_ ? engine_->last_work_s() : 0.0);
-  const double base_s = spec_.train.emulated_step_s;
-  const double slowdown = in_cluster_ ? network_.slowdown : 1.0;
-  if (base_s > 0) {
-    const double want = slowdown * base_s;
-    if (took > want) ++compute_overruns_;
-    clock_.sleep_for(std::max(0.0, want - took));
-  } else if (slowdown > 1.0) {
-    clock_.sleep_for((slowdown - 1.0) * took);
-  }
+  const double work_s = framework_s + (engine_ ? engine_->last_work_s() : 0.0);
+  stretch_step(clock_, work_s, in_cluster_ ? network_.slowdown : 1.0, spec_.train.emulated_step_s, compute_overruns_);
   const double step_s = framework_s + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   const double loss = s.loss();
@@ -222,8 +215,7 @@ void ExternalPeer::record_eval(double test_acc, double test_loss) {
   double eval_s = framework_compute_s();
   if (spec_.train.emulated_eval_s > 0) {
     // A fixed evaluation time, as a native peer's (train.emulated_eval_s).
-    if (eval_s > spec_.train.emulated_eval_s) ++eval_overruns_;
-    clock_.sleep_for(std::max(0.0, spec_.train.emulated_eval_s - eval_s));
+    pad_to(clock_, eval_s, spec_.train.emulated_eval_s, eval_overruns_);
     eval_s = std::max(eval_s, spec_.train.emulated_eval_s);
   }
   log_->write(e.add("eval_s", eval_s));

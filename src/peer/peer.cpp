@@ -7,6 +7,7 @@
 
 #include "hearsay/checkpoint.h"
 #include "hearsay/error.h"
+#include "emulated_time.h"
 #include "run_plan.h"
 
 namespace hearsay {
@@ -203,13 +204,7 @@ TrainResult Peer::run() {
     evaluated_at = step;
     const double t0 = log_.elapsed();
     const BatchStats s = evaluate();
-    if (t.emulated_eval_s > 0) {
-      // A fixed evaluation time: on the simulator (a stopped clock while scoring) it is
-      // the virtual time the scoring takes; on the real clock the rest of it is slept.
-      const double took = log_.elapsed() - t0;
-      if (took > t.emulated_eval_s) ++eval_overruns;
-      clock_->sleep_for(std::max(0.0, t.emulated_eval_s - took));
-    }
+    if (t.emulated_eval_s > 0) pad_to(*clock_, log_.elapsed() - t0, t.emulated_eval_s, eval_overruns);
     const double eval_s = log_.elapsed() - t0;
     result.final_test_acc = s.accuracy();
     result.final_test_loss = s.loss();
@@ -242,20 +237,11 @@ TrainResult Peer::run() {
       s = model_->forward_backward(Batch{batch_x_.f32(), batch_y_.i32(), batch});
       optimizer_->step(model_->params(), model_->grads(), lr);
     }
-    const double base_s = t.emulated_step_s;
-    if (network_.slowdown > 1.0 || base_s > 0) {
-      // Stretch the step's work only (computation, codecs, mixing: all a GPU's): waiting
-      // on the network is not what a slower GPU slows.
-      const double took = engine_ ? engine_->last_work_s() : clock_->now() - t0;
-      if (base_s > 0) {
-        // A fixed emulated step: the pace no longer depends on the cores others leave free.
-        const double want = network_.slowdown * base_s * (network_.step_time_factor ? network_.step_time_factor(step) : 1.0);
-        if (took > want) ++compute_overruns;
-        clock_->sleep_for(std::max(0.0, want - took));
-      } else {
-        clock_->sleep_for((network_.slowdown - 1.0) * took);
-      }
-    }
+    // Stretch the step's work only (computation, codecs, mixing: all a GPU's): waiting
+    // on the network is not what a slower GPU slows.
+    const double work_s = engine_ ? engine_->last_work_s() : clock_->now() - t0;
+    const double factor = network_.step_time_factor ? network_.step_time_factor(step) : 1.0;
+    stretch_step(*clock_, work_s, network_.slowdown * factor, t.emulated_step_s, compute_overruns);
     const double step_s = clock_->now() - t0;
 
     const double loss = s.loss();
