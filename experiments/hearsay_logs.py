@@ -142,13 +142,18 @@ def peer_summary(events, target):
     }
 
 
+def _first_start(events):
+    """A log's first start event that carries unix_time, or None."""
+    return next((e for e in events if e.get("event") == "start" and _is_number(e.get("unix_time"))), None)
+
+
 def start_offsets(peer_events):
     """Each peer's first start on the run's clock (seconds after the earliest peer's, from
     the start events' unix_time; all 0 when a log lacks it), as mean_accuracy_series
     places them."""
     first = {}
     for name, events in peer_events.items():
-        s = next((e for e in events if e.get("event") == "start" and _is_number(e.get("unix_time"))), None)
+        s = _first_start(events)
         first[name] = s["unix_time"] - s["t"] if s else None
     if any(v is None for v in first.values()) or not first:
         return {name: 0.0 for name in peer_events}
@@ -158,17 +163,12 @@ def start_offsets(peer_events):
 
 def all_started_s(peer_events):
     """When the last peer began training, on the run's clock (its first start event, written
-    once its data is loaded and its model built; seconds after the earliest peer's log
-    began). 0 when a log lacks unix_time. A simulated run's peers all start at 0; a real
-    one's after loading and admission: what separates the two clocks at the outset."""
-    origins, starts = [], []
-    for events in peer_events.values():
-        s = next((e for e in events if e.get("event") == "start" and _is_number(e.get("unix_time"))), None)
-        if s is None:
-            return 0.0
-        origins.append(s["unix_time"] - s["t"])
-        starts.append(s["unix_time"])
-    return max(starts) - min(origins) if starts else 0.0
+    once its data is loaded and its model built; start_offsets places its log among the
+    others'). A simulated run's peers all start at 0; a real one's after loading and
+    admission: what separates the two clocks at the outset."""
+    offsets = start_offsets(peer_events)
+    starts = [offsets[name] + s["t"] for name, s in ((n, _first_start(ev)) for n, ev in peer_events.items()) if s]
+    return max(starts) if starts else 0.0
 
 
 def bytes_at(events, t):

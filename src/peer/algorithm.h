@@ -88,8 +88,6 @@ class StateReader {
 
 // The plain local step: gradient, then the optimizer.
 BatchStats local_step(GossipEngine& e, const Batch& batch, float lr);
-// Gradient only (into the model's gradient buffer).
-BatchStats gradient_only(GossipEngine& e, const Batch& batch);
 // The local step of a site that trains as one data-parallel replica (DiLoCo's "replica:
 // site"): the gradient averaged over this peer's site (a ring among its peers, each hop
 // under gossip.codec; never across the WAN), then the optimizer. Every peer of the site

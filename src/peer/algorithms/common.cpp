@@ -1,14 +1,10 @@
-#include <chrono>
-
 #include "../algorithm.h"
 #include "../algorithm_registry.h"
 
 namespace hearsay {
 
-BatchStats gradient_only(GossipEngine& e, const Batch& batch) { return e.model().forward_backward(batch); }
-
 BatchStats local_step(GossipEngine& e, const Batch& batch, float lr) {
-  const BatchStats s = gradient_only(e, batch);
+  const BatchStats s = e.model().forward_backward(batch);
   e.optimizer().step(e.model().params(), e.model().grads(), lr);
   return s;
 }
@@ -45,7 +41,7 @@ std::vector<int> my_site(const GossipEngine& e) {
 }
 
 BatchStats site_step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) {
-  const BatchStats s = gradient_only(e, batch);
+  const BatchStats s = e.model().forward_backward(batch);
   const size_t site_peers = my_site(e).size();
   if (site_peers > 1) {
     Backend& b = e.model().backend();
