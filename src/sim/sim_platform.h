@@ -2,7 +2,8 @@
 // one host per peer; each site a star zone whose hosts reach each other over their own
 // network interface links (the site's LAN: half its latency each way, its bandwidth),
 // and the WAN through the site's gateway, behind the site's uplink and downlink when the
-// simulation gives them; between two sites one link per direction with the site pair's
+// simulation gives them (a full zone that leaves the interfaces off WAN routes where
+// those access links are no faster than the interfaces); between two sites one link per direction with the site pair's
 // latency and bandwidth, shared by every flow from the one site to the other (the
 // shared WAN pipe), or a fat pipe per flow where cluster.shared_wan is false.
 #pragma once

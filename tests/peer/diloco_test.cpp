@@ -31,7 +31,7 @@ ClusterResult run(const std::string& algorithm, const std::string& options, int 
                   std::vector<int> site_of = {}) {
   ClusterSpec s;
   s.base = peer_spec(parse_config(kSmall, "diloco-test", {"train { max_steps: " + std::to_string(steps) + " }"}));
-  s.peers = 4;
+  s.peers = site_of.empty() ? 4 : static_cast<int>(site_of.size());
   s.gossip.algorithm = algorithm;
   s.gossip.options = options;
   s.gossip.topology.kind = "ring";
@@ -113,6 +113,23 @@ TEST_CASE("diloco with replica site: between outer steps a site's peers hold the
   const ClusterResult alone = run("diloco", "local_steps: 4", 6, "none", {0, 0, 1, 1});
   REQUIRE(alone.final_params.size() == 4);
   CHECK(!same_bits(alone.final_params[0].data(), alone.final_params[1].data(), alone.final_params[0].size()));
+}
+
+TEST_CASE("diloco with replica site: a site of four passes its all-gather around the ring and its peers still hold the same "
+          "model bit for bit, under codecs that do not give their own output back unchanged") {
+  // Sites of 4 and 2: in the site of four the ring all-gather forwards chunks twice, which
+  // int8 and int4 would re-round if a forward were encoded again (such forwards go as fp32).
+  for (const char* codec : {"none", "fp16", "int8", "int4"}) {
+    CAPTURE(codec);
+    const ClusterResult r = run("diloco", "local_steps: 100 replica: \"site\"", 6, codec, {0, 0, 0, 0, 1, 1});
+    REQUIRE(r.final_params.size() == 6);
+    const size_t n = r.final_params[0].size();
+    for (int i = 1; i < 4; ++i) CHECK(same_bits(r.final_params[0].data(), r.final_params[i].data(), n));
+    CHECK(same_bits(r.final_params[4].data(), r.final_params[5].data(), n));
+    CHECK(!same_bits(r.final_params[0].data(), r.final_params[4].data(), n));
+    // The site's gradients were averaged, not dropped: its peers moved from where they began.
+    CHECK(!same_bits(r.final_params[0].data(), r.initial_params[0].data(), n));
+  }
 }
 
 TEST_CASE("streaming_diloco with replica site: a site's peers hold the same model bit for bit, the sites differ") {

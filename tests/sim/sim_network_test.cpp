@@ -69,7 +69,7 @@ struct SimRig {
   std::vector<std::unique_ptr<sim::SimClock>> clocks;
   std::map<std::string, std::vector<double>> arrivals;  // by receiver
 
-  explicit SimRig(const std::string& model = "CM02") {
+  explicit SimRig(const std::string& model = "CM02", const char* cluster = kCluster) {
     static std::vector<std::string> args;
     args = {"sim_network_test", "--log=root.thresh:error", "--cfg=network/model:" + model};
     if (model == "CM02") args.push_back("--cfg=network/TCP-gamma:0");
@@ -78,7 +78,7 @@ struct SimRig {
     for (auto& a : args) argv.push_back(a.data());
     int argc = static_cast<int>(argv.size());
     engine = std::make_unique<s4u::Engine>(&argc, argv.data());
-    const config::Config cfg = parse_config(kCluster, "sim_network_test");
+    const config::Config cfg = parse_config(cluster, "sim_network_test");
     platform = sim::build_platform(cfg.cluster(), cfg.experiment().simulation());
     net = std::make_unique<sim::SimNetwork>(platform, std::vector<std::string>{"a0", "a1", "b0"}, 1);
     for (int i = 0; i < 3; ++i) {
@@ -140,6 +140,47 @@ TEST_CASE("simulated network: two flows across one shared WAN pipe each get half
   CHECK(rig.arrivals["b0"][1] == doctest::Approx(expected).epsilon(0.001));
   CHECK(done_at[0] == doctest::Approx(expected).epsilon(0.001));
   // A flow inside a site does not touch the WAN pipe: alone on the LAN it is fast.
+}
+
+// Site a behind a 20 Mbit/s uplink (slower than its 100 Gbit/s interfaces and the 50
+// Mbit/s WAN), its LAN 2 ms; site b's LAN 2 ms, no access links.
+const char* kUplinkCluster = R"(
+cluster {
+  secret_env: "X"
+  peers { name: "a0" site: "a" address: "h:1" }
+  peers { name: "a1" site: "a" address: "h:2" }
+  peers { name: "b0" site: "b" address: "h:3" }
+  site_links { site_a: "a" site_b: "a" link { latency_ms: 2 bandwidth_mbps: 100000 } }
+  site_links { site_a: "b" site_b: "b" link { latency_ms: 2 bandwidth_mbps: 100000 } }
+  site_links { site_a: "a" site_b: "b" link { latency_ms: 40 bandwidth_mbps: 50 } }
+}
+experiment { simulate: true simulation { sites { site: "a" uplink_mbps: 20 downlink_mbps: 20 } } }
+)";
+
+TEST_CASE("simulated network: a site's uplink is shared by every flow that leaves the site, and a flow inside the site "
+          "does not touch it") {
+  SimRig rig("CM02", kUplinkCluster);
+  rig.run([&] {
+    rig.transports[0]->send("b0", frame_of(kFrameBytes), nullptr);
+    rig.transports[1]->send("b0", frame_of(kFrameBytes), nullptr);
+    rig.transports[0]->send("a1", frame_of(kFrameBytes), nullptr);
+    rig.net->flush();
+  });
+  REQUIRE(rig.arrivals["b0"].size() == 2);
+  REQUIRE(rig.arrivals["a1"].size() == 1);
+  const double bytes = static_cast<double>(frame_of(kFrameBytes).size());
+  const double uplink = 20e6 / 8;
+  // Both at half the uplink; the latency is the WAN's plus half of site a's LAN (the
+  // sender's interface is off the route, its half latency on the uplink instead) and
+  // b0's interface's (site b has no second peer, so no LAN pair: the default link's, none).
+  const double expected = kLatencyS + 0.001 + 2 * bytes / uplink;
+  MESSAGE("two flows through a 20 Mbit/s uplink arrive at " << rig.arrivals["b0"][0] << " and " << rig.arrivals["b0"][1]
+                                                            << " s, L + 2B/W_up = " << expected);
+  CHECK(rig.arrivals["b0"][0] == doctest::Approx(expected).epsilon(1e-5));
+  CHECK(rig.arrivals["b0"][1] == doctest::Approx(expected).epsilon(1e-5));
+  // Inside the site: the LAN's 2 ms and its 100 Gbit/s, the uplink's flows beside it or not.
+  const double lan = 0.002 + bytes / (100000e6 / 8);
+  CHECK(rig.arrivals["a1"][0] == doctest::Approx(lan).epsilon(1e-5));
 }
 
 TEST_CASE("simulated network: an outage of a WAN link delays delivery by its length") {

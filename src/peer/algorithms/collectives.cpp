@@ -13,10 +13,15 @@
 //   the ring's (n-1 chunks out, n-1 in), but two WAN latencies an all-reduce instead of
 //   n: around 16 sites 50-120 ms apart, a ring's 15 hops in turn cost a second and more
 //   an all-reduce, which would make the baseline slow by construction. Inside a site the
-//   ring stays (a LAN's latency is not what limits it, and one flow a peer is kinder).
+//   ring stays (a LAN's latency is not what limits it, and one flow a peer is kinder);
+// - inside a site (site_step's per-step sum) the all-gather goes around the ring too: one
+//   flow a peer at any time instead of n-1 (a site of 64 would otherwise start 64 x 63
+//   flows at once every step, which the LAN carries no faster and a flow-level network
+//   simulation pays for quadratically), at the cost of n-2 more LAN latencies a step.
 // Codecs: none (fp32), fp16, bf16, int8 and int4, without error feedback (as PyTorch DDP's
 // fp16/bf16 compression hooks); PowerSGD has its own rule (powersgd_allreduce.cpp).
 #include <algorithm>
+#include <cstring>
 #include <map>
 
 #include "../algorithm.h"
@@ -32,6 +37,7 @@ struct AllReduce::Op {
   size_t offset = 0, len = 0;
   uint32_t phase = 0;
   bool exact = false;   // post: as fp32 whatever the codec
+  bool forward = false; // post: passes on values that arrived, leaving v as it is
   bool assign = false;  // take: copy into v instead of adding
 };
 
@@ -67,10 +73,26 @@ struct Chunks {
   }
 };
 
+// All-gather around the ring: after the reduce-scatter this peer (ring[me]) holds the
+// finished chunk me+1. Phase s (0 .. n-2) sends chunk me+1-s right and takes chunk me-s
+// from the left: first its own finished chunk, encoded once (as every all-gather's owner
+// does), then each chunk as it came in, passed on unchanged.
+void plan_ring_gather(std::vector<AllReduce::Op>& plan, const Chunks& c, const std::vector<int>& ring, uint32_t phase0) {
+  using Op = AllReduce::Op;
+  const int me = c.me, n = c.n;
+  const int right = ring[(me + 1) % n], left = ring[(me + n - 1) % n];
+  for (int s = 0; s < n - 1; ++s) {
+    const uint32_t phase = phase0 + static_cast<uint32_t>(s);
+    plan.push_back(Op{.type = Op::kPost, .peers = {right}, .offset = c.begin(me + 1 - s), .len = c.size(me + 1 - s), .phase = phase,
+                      .forward = s > 0});
+    plan.push_back(Op{.type = Op::kTake, .peers = {left}, .phase = phase, .assign = true});
+  }
+}
+
 // Sum over `ring` (peer indices; this peer among them) of every member's v; phases
-// phase0 .. phase0 + ring.size() - 1.
+// phase0 .. phase0 + ring.size() - 1 (phase0 + 2 ring.size() - 3 with ring_gather).
 void plan_ring_sum(std::vector<AllReduce::Op>& plan, size_t len, int me_peer, const std::vector<int>& ring,
-                   uint32_t phase0) {
+                   uint32_t phase0, bool ring_gather) {
   using Op = AllReduce::Op;
   const Chunks c(len, me_peer, ring);
   if (c.n < 2) return;
@@ -83,7 +105,11 @@ void plan_ring_sum(std::vector<AllReduce::Op>& plan, size_t len, int me_peer, co
     plan.push_back(Op{.type = Op::kPost, .peers = {right}, .offset = c.begin(me - s), .len = c.size(me - s), .phase = phase});
     plan.push_back(Op{.type = Op::kTake, .peers = {left}, .phase = phase});
   }
-  plan_all_gather(plan, ring, me, c.begin(me + 1), c.size(me + 1), phase0 + static_cast<uint32_t>(n - 1));
+  if (ring_gather) {
+    plan_ring_gather(plan, c, ring, phase0 + static_cast<uint32_t>(n - 1));
+  } else {
+    plan_all_gather(plan, ring, me, c.begin(me + 1), c.size(me + 1), phase0 + static_cast<uint32_t>(n - 1));
+  }
 }
 
 // Sum over `group` of every member's v, the reduce-scatter direct: phase phase0 carries
@@ -119,11 +145,11 @@ AllReduce::AllReduce(GossipEngine& e, MessageKind kind, std::vector<float> v, ui
   std::vector<int> everyone(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) everyone[static_cast<size_t>(i)] = i;
   if (scope == ReduceScope::kSite) {
-    plan_ring_sum(plan_, v_.size(), e.me(), site, phase0);
+    plan_ring_sum(plan_, v_.size(), e.me(), site, phase0, true);
     return;
   }
   if (sites.size() < 2) {
-    plan_ring_sum(plan_, v_.size(), e.me(), everyone, phase0);
+    plan_ring_sum(plan_, v_.size(), e.me(), everyone, phase0, false);
     return;
   }
   if (sites.size() == static_cast<size_t>(n)) {
@@ -158,7 +184,9 @@ GossipEngine::Message AllReduce::header(size_t offset, uint32_t phase) const {
 
 // Sends v[offset, offset + len) to each of op.peers as (round, phase): encoded once, the
 // same bytes to all, and the decoded values replace v's, so the sender holds what the
-// receivers will; as fp32 when raw, or exact.
+// receivers will; as fp32 when raw, or exact. A forward passes on values that are already
+// final (decoded on arrival) and must reach the next peer bit for bit: encoded when the
+// codec gives them back unchanged (fp16, bf16 and most int8 chunks), else as fp32.
 void AllReduce::post(const Op& op) {
   std::vector<float> part(v_.begin() + static_cast<long>(op.offset), v_.begin() + static_cast<long>(op.offset + op.len));
   if (raw_ || op.exact) {
@@ -166,6 +194,18 @@ void AllReduce::post(const Op& op) {
     return;
   }
   auto enc = e_.encode_once(part, op.offset, codec_);
+  if (op.forward) {
+    const bool unchanged = enc->decoded.size() == part.size() &&
+                           std::memcmp(enc->decoded.data(), part.data(), sizeof(float) * part.size()) == 0;
+    for (int j : op.peers) {
+      if (unchanged) {
+        e_.send_encoded(j, header(op.offset, op.phase), enc);
+      } else {
+        e_.send(j, header(op.offset, op.phase), part);
+      }
+    }
+    return;
+  }
   for (int j : op.peers) e_.send_encoded(j, header(op.offset, op.phase), enc);
   std::copy(enc->decoded.begin(), enc->decoded.end(), v_.begin() + static_cast<long>(op.offset));
 }
