@@ -66,7 +66,9 @@ class Peer:
     hearsay-peer; without a cluster the peer trains alone. log: the JSON Lines event log
     (default: --log, else the config's log.path). sets: text-format fragments merged over
     the config (as --set). Joining the cluster waits for the neighbours
-    (cluster.connect_timeout_s). A bad config, a missing secret or data raises
+    (cluster.connect_timeout_s); with fewer than cluster.min_neighbours of them up by then
+    (default 1; 0 lets a peer start alone) it raises hearsay.InputError naming the ones
+    missing, as a synchronous algorithm does without all. A bad config, a missing secret or data raises
     hearsay.InputError (a ValueError) that names the file, field or variable.
     """
 

@@ -1,4 +1,6 @@
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <set>
 #include <thread>
@@ -107,14 +109,32 @@ ClusterMembership join_cluster(const config::Config& base, const std::string& na
          !(stop && *stop)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  const int connected = static_cast<int>(transport->connected_peers().size());
+  const std::vector<std::string> up = transport->connected_peers();
+  const int connected = static_cast<int>(up.size());
   if (connected < n - 1) {
-    if (is_synchronous(cl.gossip().algorithm())) {
-      throw InputError("peer " + name + ": only " + std::to_string(connected) + " of " + std::to_string(n - 1) +
-                       " neighbours connected within cluster.connect_timeout_s; " + cl.gossip().algorithm() + " needs all");
+    // Who is missing, and where this peer looked for them.
+    std::string missing;
+    for (int j = 0; j < n; ++j) {
+      const std::string& other = cl.peers(j).name();
+      if (j == me || std::find(up.begin(), up.end(), other) != up.end()) continue;
+      missing += (missing.empty() ? "" : ", ") + other + " at " + cl.peers(j).address();
     }
-    std::fprintf(stderr, "hearsay-peer: %s: %d of %d neighbours connected; starting anyway (asynchronous)\n", name.c_str(),
-                 connected, n - 1);
+    char timeout[32];
+    std::snprintf(timeout, sizeof timeout, "%g", cl.connect_timeout_s());
+    const std::string counted = "peer " + name + ": " + std::to_string(connected) + " of " + std::to_string(n - 1) +
+                                " neighbours connected within cluster.connect_timeout_s (" +
+                                timeout + " s); not connected: " + missing;
+    if (is_synchronous(cl.gossip().algorithm())) {
+      throw InputError(counted + "; " + cl.gossip().algorithm() + " needs all");
+    }
+    const int needed = std::min(cl.min_neighbours(), n - 1);
+    if (connected < needed) {
+      throw InputError(counted + "; cluster.min_neighbours is " + std::to_string(cl.min_neighbours()) +
+                       " (start those peers, check their addresses and the cluster secret, or set min_neighbours: 0 "
+                       "to train alone until they join)");
+    }
+    std::fprintf(stderr, "hearsay-peer: %s: %d of %d neighbours connected; starting anyway (asynchronous, min_neighbours %d)\n",
+                 name.c_str(), connected, n - 1, cl.min_neighbours());
   }
 
   ClusterMembership m;

@@ -167,6 +167,28 @@ TEST_CASE("cli: a cluster without its secret, or an unknown peer name, exits 2 n
   CHECK(stranger.output.find("'zed'") != std::string::npos);
 }
 
+TEST_CASE("cli: an asynchronous peer whose neighbours never come up exits 2 naming them, unless min_neighbours is 0") {
+  TempDir dir;
+  const std::string base = "--quiet --config " + two_peer_cluster(dir, "HEARSAY_TEST_SECRET") +
+                           " --set 'train { max_steps: 5 } data { format: SYNTHETIC synthetic_dim: 8 num_classes: 3 }'" +
+                           " --set 'cluster { connect_timeout_s: 0.3 gossip { algorithm: \"adpsgd\" } }'";
+  const std::string env = "HEARSAY_TEST_SECRET=a-secret-of-the-min-neighbours-test ";
+  const Run lone = run_peer(base + " --peer b", env);
+  CHECK(lone.status == 2);
+  CHECK(lone.output.find("peer b: 0 of 1 neighbours connected within cluster.connect_timeout_s (0.3 s); not connected: a at "
+                         "127.0.0.1:17393; cluster.min_neighbours is 1") != std::string::npos);
+  CHECK(lone.output.find("final test accuracy") == std::string::npos);
+  // Asked for: it trains alone and says so.
+  const Run alone = run_peer(base + " --peer b --set 'cluster { min_neighbours: 0 }'", env);
+  CHECK(alone.status == 0);
+  CHECK(alone.output.find("0 of 1 neighbours connected; starting anyway") != std::string::npos);
+  CHECK(alone.output.find("final test accuracy") != std::string::npos);
+  // More than the peer's neighbours is refused when the config is read.
+  const Run too_many = run_peer(base + " --peer b --set 'cluster { min_neighbours: 2 }'", env);
+  CHECK(too_many.status == 2);
+  CHECK(too_many.output.find("cluster.min_neighbours: must be in [0, 1]") != std::string::npos);
+}
+
 TEST_CASE("cli: an unknown codec or one out of range exits 2 before the peer listens, naming the field") {
   TempDir dir;
   const std::string base = "--quiet --config " + two_peer_cluster(dir, "HOME") + " --peer a";
