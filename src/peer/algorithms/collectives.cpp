@@ -212,8 +212,16 @@ void AllReduce::post(const Op& op) {
 
 // Adds (or, with assign, copies) an arrived message into v.
 void AllReduce::take(const Op& op, const GossipEngine::Message& m) {
-  const size_t b = m.offset;
-  for (size_t i = 0; i < m.data.size() && b + i < v_.size(); ++i) v_[b + i] = op.assign ? m.data[i] : v_[b + i] + m.data[i];
+  const size_t b = std::min(m.offset, v_.size());
+  const size_t n = std::min(m.data.size(), v_.size() - b);
+  float* out = v_.data() + b;
+  const float* in = m.data.data();
+  // One loop without branches, so that it is vectorised (every hop of every all-reduce).
+  if (op.assign) {
+    std::copy(in, in + n, out);
+  } else {
+    for (size_t i = 0; i < n; ++i) out[i] += in[i];
+  }
 }
 
 bool AllReduce::progress() {
