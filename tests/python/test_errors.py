@@ -43,6 +43,19 @@ class Errors(unittest.TestCase):
         with self.assertRaisesRegex(hearsay.InputError, "--peer 'zz': no such peer"):
             ht.Peer(path, name="zz", argv=[], handle_signals=False)
 
+    def test_a_lone_asynchronous_peer_is_refused_naming_its_neighbours_unless_allowed(self):
+        path = write('name: "x"\ndata { format: SYNTHETIC synthetic_dim: 8 num_classes: 3 }\ntrain { max_steps: 3 }\n'
+                     'cluster {\n  id: "c"\n  secret_env: "HEARSAY_TEST_LONE_SECRET"\n  connect_timeout_s: 0.3\n'
+                     '  gossip { algorithm: "adpsgd" }\n'
+                     '  peers { name: "a" address: "127.0.0.1:17457" }\n  peers { name: "b" address: "127.0.0.1:17458" }\n}\n')
+        os.environ["HEARSAY_TEST_LONE_SECRET"] = "a secret of the lone peer test"
+        with self.assertRaisesRegex(hearsay.InputError, r"peer b: 0 of 1 neighbours connected .*not connected: a at "
+                                    r"127\.0\.0\.1:17457; cluster\.min_neighbours is 1"):
+            ht.Peer(path, name="b", argv=[], quiet=True, handle_signals=False)
+        # Allowed: it starts alone.
+        peer = ht.Peer(path, name="b", argv=[], quiet=True, handle_signals=False, sets=["cluster { min_neighbours: 0 }"])
+        peer.finish()
+
     def test_hearsay_run_refuses_a_missing_program_before_any_run(self):
         root = os.path.dirname(os.path.dirname(HERE))
         bin_dir = os.environ.get("HEARSAY_BIN_DIR", os.path.join(root, "build", "bin"))
