@@ -115,7 +115,8 @@ enum class ReduceScope { kCluster, kSite };
 // With ReduceScope::kSite, a ring among this peer's site only.
 // With `compressed`, each hop travels under gossip.codec (none, fp16, bf16, int8), else
 // as fp32; every peer ends with bit-identical sums. Uses the synchronous phases phase0 ..
-// phase0 + n + 1 of `round`; waits for the peers.
+// phase0 + n + 1 of `round` (kSite: phase0 .. phase0 + 2 n - 3 for a site of n, the ring
+// all-gather's); waits for the peers.
 // `codec` (with `compressed`): a codec by name in place of gossip.codec (DiLoCo's
 // outer_codec); empty for gossip.codec.
 std::vector<float> allreduce_sum(GossipEngine& e, MessageKind kind, std::vector<float> v, uint64_t round, uint32_t phase0,

@@ -136,9 +136,10 @@ AllReduce::AllReduce(GossipEngine& e, MessageKind kind, std::vector<float> v, ui
     : e_(e), kind_(kind), v_(std::move(v)), round_(round), codec_(codec),
       raw_(!compressed || (codec.empty() ? e.spec().codec.name : codec) == "none") {
   const int n = static_cast<int>(e.peers().size());
-  // A collective's phases run phase0 .. phase0 + n + 1; those of the per-step site sums
-  // (site_step) start at kSiteStepPhase, so the two never share a (round, phase) key.
-  HEARSAY_CHECK(phase0 >= kSiteStepPhase || phase0 + static_cast<uint32_t>(n) + 2 < kSiteStepPhase,
+  // A collective's phases run phase0 .. phase0 + n + 1 (a site's, with its ring all-gather,
+  // up to phase0 + 2 n - 3); those of the per-step site sums (site_step) start at
+  // kSiteStepPhase, so the two never share a (round, phase) key.
+  HEARSAY_CHECK(phase0 >= kSiteStepPhase || phase0 + 2 * static_cast<uint32_t>(n) + 2 < kSiteStepPhase,
                 "all-reduce: phase " + std::to_string(phase0) + " would reach the site sums' phases");
   const std::map<int, std::vector<int>> sites = peers_by_site(e);
   const std::vector<int> site = my_site(e);
@@ -186,7 +187,9 @@ GossipEngine::Message AllReduce::header(size_t offset, uint32_t phase) const {
 // same bytes to all, and the decoded values replace v's, so the sender holds what the
 // receivers will; as fp32 when raw, or exact. A forward passes on values that are already
 // final (decoded on arrival) and must reach the next peer bit for bit: encoded when the
-// codec gives them back unchanged (fp16, bf16 and most int8 chunks), else as fp32.
+// codec gives them back unchanged (fp16 and bf16 by construction; int8 and int4 as a rule,
+// their scale recomputed from decoded values coming back the same), else as fp32, a guard
+// for the chunk or the codec that would re-round.
 void AllReduce::post(const Op& op) {
   std::vector<float> part(v_.begin() + static_cast<long>(op.offset), v_.begin() + static_cast<long>(op.offset + op.len));
   if (raw_ || op.exact) {
