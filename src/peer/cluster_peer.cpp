@@ -100,7 +100,15 @@ ClusterMembership join_cluster(const config::Config& base, const std::string& na
     const char* kind = e.kind == LinkEvent::Kind::kUp ? "up" : e.kind == LinkEvent::Kind::kDown ? "down" : "rejected";
     log.write(log.event("link").add("state", kind).add("neighbour", e.peer_id).add("address", e.remote_address).add("reason", e.reason));
   });
-  transport->listen(cl.peers(me).address());
+  try {
+    transport->listen(cl.peers(me).address());
+  } catch (const InputError& e) {
+    // Which peer, which field, and what an operator should look at: the config gives this
+    // peer an address another host has, a name that does not resolve, or a port in use.
+    throw InputError("peer " + name + " (cluster.peers[" + std::to_string(me) + "].address '" + cl.peers(me).address() +
+                     "'): " + e.what() + "; this peer listens there, so it must be one of this host's addresses with a "
+                     "free port");
+  }
   // Each pair connects once: the peer later in the list dials the earlier one.
   for (int j = 0; j < me; ++j) transport->connect(cl.peers(j).name(), cl.peers(j).address());
 

@@ -1,7 +1,11 @@
 // hearsay-peer as a user runs it: exit status 2 and a message naming the place for bad
 // input, never a crash.
 #include <doctest/doctest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -187,6 +191,49 @@ TEST_CASE("cli: an asynchronous peer whose neighbours never come up exits 2 nami
   const Run too_many = run_peer(base + " --peer b --set 'cluster { min_neighbours: 2 }'", env);
   CHECK(too_many.status == 2);
   CHECK(too_many.output.find("cluster.min_neighbours: must be in [0, 1]") != std::string::npos);
+}
+
+TEST_CASE("cli: a peer whose own address is not this host's, does not resolve, or has its port taken exits 2 naming the "
+          "peer, the field and the address") {
+  TempDir dir;
+  const std::string env = "HEARSAY_TEST_SECRET=a-secret-of-the-listen-address-test ";
+  auto config = [&](const std::string& b_address) {
+    write_file(dir.file("l.textproto"), R"(
+      data { format: SYNTHETIC synthetic_dim: 8 num_classes: 3 }
+      train { max_steps: 3 }
+      cluster {
+        secret_env: "HEARSAY_TEST_SECRET"
+        connect_timeout_s: 0.3
+        peers { name: "a" address: "127.0.0.1:17395" }
+        peers { name: "b" address: ")" + b_address + R"(" }
+      }
+    )");
+    return "--quiet --config " + dir.file("l.textproto") + " --peer b";
+  };
+  const Run foreign = run_peer(config("192.0.2.1:17396"), env);  // TEST-NET-1: never this host's
+  CHECK(foreign.status == 2);
+  CHECK(foreign.output.find("peer b (cluster.peers[1].address '192.0.2.1:17396'): ") != std::string::npos);
+  CHECK(foreign.output.find("must be one of this host's addresses with a free port") != std::string::npos);
+  const Run unresolved = run_peer(config("no-such-host.invalid:17396"), env);
+  CHECK(unresolved.status == 2);
+  CHECK(unresolved.output.find("peer b (cluster.peers[1].address 'no-such-host.invalid:17396'): ") != std::string::npos);
+  // A port another process holds.
+  const int holder = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(holder >= 0);
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  at.sin_port = 0;  // any free port, read back below
+  REQUIRE(bind(holder, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0);
+  REQUIRE(listen(holder, 1) == 0);
+  socklen_t len = sizeof at;
+  REQUIRE(getsockname(holder, reinterpret_cast<sockaddr*>(&at), &len) == 0);
+  const std::string held = "127.0.0.1:" + std::to_string(ntohs(at.sin_port));
+  const Run taken = run_peer(config(held), env);
+  close(holder);
+  CHECK(taken.status == 2);
+  CHECK(taken.output.find("peer b (cluster.peers[1].address '" + held + "'): ") != std::string::npos);
+  CHECK(taken.output.find("final test accuracy") == std::string::npos);
 }
 
 TEST_CASE("cli: an unknown codec or one out of range exits 2 before the peer listens, naming the field") {
