@@ -7,6 +7,7 @@
 #include <simgrid/s4u/NetZone.hpp>
 
 #include <algorithm>
+#include <utility>
 
 #include "hearsay/config.h"
 #include "hearsay/config.pb.h"
@@ -35,6 +36,95 @@ LinkModel site_pair_model(const config::ClusterConfig& cl, const std::vector<int
   return link_model(cl.default_link());
 }
 
+// Site s's zone, inside `root`: its peers' hosts and interfaces, its gateway and access
+// links. Returns the zone and its gateway (the WAN routes' ends).
+std::pair<s4u::NetZone*, simgrid::kernel::routing::NetPoint*> build_site(SimPlatform& p, int s, s4u::NetZone* root,
+                                                                        const config::ClusterConfig& cl,
+                                                                        const config::SimulationConfig& sim,
+                                                                        const LinkModel& lan) {
+  const std::string& site = p.sites[s];
+  const int n = cl.peers_size();
+  p.jitter_s[{s, s}] = lan.jitter_s;
+  p.loss[{s, s}] = lan.loss;
+  const double half_latency = std::max(0.0, lan.latency_s - lan.jitter_s) / 2;
+  double uplink_bytes_per_s = 0, downlink_bytes_per_s = 0;
+  for (const auto& a : sim.sites()) {
+    if (a.site() != site) continue;
+    uplink_bytes_per_s = a.uplink_mbps() * 1e6 / 8;
+    downlink_bytes_per_s = a.downlink_mbps() * 1e6 / 8;
+  }
+  // A peer's network interface is on its WAN routes too, unless the site's uplink and
+  // downlink are no faster than it: then every WAN flow of the peer is bound by those
+  // first, and leaving the interface off those routes changes no WAN flow's rate (only
+  // a peer whose own LAN and WAN traffic together fill its interface would see it)
+  // while it keeps the solver's system small: the max-min solver scans every link that
+  // carries a flow, and with 1,024 peers each interface would be one more.
+  const bool nic_on_wan = !(uplink_bytes_per_s > 0 && downlink_bytes_per_s > 0 &&
+                            uplink_bytes_per_s <= bytes_per_s(lan) && downlink_bytes_per_s <= bytes_per_s(lan));
+  // A star zone routes everything through the interfaces; a full zone is given each
+  // route: between two peers their interfaces, to and from the gateway only the site's
+  // access links (with the LAN's half latencies the interfaces would have added).
+  s4u::NetZone* zone = nic_on_wan ? s4u::create_star_zone("site " + site) : s4u::create_full_zone("site " + site);
+  zone->set_parent(root);
+  // The site's gateway to the WAN: traffic leaving the site goes into it through the
+  // uplink, traffic for the site comes out of it through the downlink. (Made before the
+  // hosts' routes: a full zone sizes its route table at the first route it is given.)
+  auto* gw = zone->create_router("site " + site + " gateway");
+  std::vector<int> members;
+  std::vector<s4u::Link*> ups, downs;
+  for (int i = 0; i < n; ++i) {
+    if (p.site_of[i] != s) continue;
+    const std::string& name = cl.peers(i).name();
+    s4u::Host* h = zone->create_host(name, 1e9);
+    // The peer's network interface: its sends leave through `up`, what it receives
+    // comes in through `down`; a flow inside the site crosses the sender's up and the
+    // receiver's down, so its latency is the LAN's and its rate the LAN's bandwidth.
+    s4u::Link* up = zone->create_link(name + " up", bytes_per_s(lan))->set_latency(half_latency)->seal();
+    s4u::Link* down = zone->create_link(name + " down", bytes_per_s(lan))->set_latency(half_latency)->seal();
+    if (nic_on_wan) {
+      zone->add_route(h->get_netpoint(), nullptr, nullptr, nullptr, {s4u::LinkInRoute(up)}, false);
+      zone->add_route(nullptr, h->get_netpoint(), nullptr, nullptr, {s4u::LinkInRoute(down)}, false);
+    }
+    p.hosts[i] = h;
+    members.push_back(i);
+    ups.push_back(up);
+    downs.push_back(down);
+  }
+  if (!nic_on_wan) {
+    for (size_t a = 0; a < members.size(); ++a) {
+      for (size_t b = 0; b < members.size(); ++b) {
+        if (a == b) continue;
+        zone->add_route(p.hosts[members[a]]->get_netpoint(), p.hosts[members[b]]->get_netpoint(), nullptr, nullptr,
+                        {s4u::LinkInRoute(ups[a]), s4u::LinkInRoute(downs[b])}, false);
+      }
+    }
+  }
+  std::vector<s4u::LinkInRoute> uplink, downlink;
+  if (uplink_bytes_per_s > 0) {
+    s4u::Link* l = zone->create_link("site " + site + " uplink", uplink_bytes_per_s);
+    if (!nic_on_wan) l->set_latency(half_latency);
+    uplink.emplace_back(l->seal());
+    p.access[site].push_back(l);
+  }
+  if (downlink_bytes_per_s > 0) {
+    s4u::Link* l = zone->create_link("site " + site + " downlink", downlink_bytes_per_s);
+    if (!nic_on_wan) l->set_latency(half_latency);
+    downlink.emplace_back(l->seal());
+    p.access[site].push_back(l);
+  }
+  if (nic_on_wan) {
+    zone->add_route(nullptr, gw, nullptr, nullptr, uplink, false);
+    zone->add_route(gw, nullptr, nullptr, nullptr, downlink, false);
+  } else {
+    for (int i : members) {
+      zone->add_route(p.hosts[i]->get_netpoint(), gw, nullptr, nullptr, uplink, false);
+      zone->add_route(gw, p.hosts[i]->get_netpoint(), nullptr, nullptr, downlink, false);
+    }
+  }
+  zone->seal();
+  return {zone, gw};
+}
+
 }  // namespace
 
 SimPlatform build_platform(const config::ClusterConfig& cl, const config::SimulationConfig& sim) {
@@ -57,86 +147,7 @@ SimPlatform build_platform(const config::ClusterConfig& cl, const config::Simula
   std::vector<simgrid::kernel::routing::NetPoint*> gateways;
   p.hosts.resize(n);
   for (int s = 0; s < sites; ++s) {
-    const std::string& site = p.sites[s];
-    const LinkModel lan = model(s, s);
-    p.jitter_s[{s, s}] = lan.jitter_s;
-    p.loss[{s, s}] = lan.loss;
-    const double half_latency = std::max(0.0, lan.latency_s - lan.jitter_s) / 2;
-    double uplink_bytes_per_s = 0, downlink_bytes_per_s = 0;
-    for (const auto& a : sim.sites()) {
-      if (a.site() != site) continue;
-      uplink_bytes_per_s = a.uplink_mbps() * 1e6 / 8;
-      downlink_bytes_per_s = a.downlink_mbps() * 1e6 / 8;
-    }
-    // A peer's network interface is on its WAN routes too, unless the site's uplink and
-    // downlink are no faster than it: then every WAN flow of the peer is bound by those
-    // first, and leaving the interface off those routes changes no WAN flow's rate (only
-    // a peer whose own LAN and WAN traffic together fill its interface would see it)
-    // while it keeps the solver's system small: the max-min solver scans every link that
-    // carries a flow, and with 1,024 peers each interface would be one more.
-    const bool nic_on_wan = !(uplink_bytes_per_s > 0 && downlink_bytes_per_s > 0 &&
-                              uplink_bytes_per_s <= bytes_per_s(lan) && downlink_bytes_per_s <= bytes_per_s(lan));
-    // A star zone routes everything through the interfaces; a full zone is given each
-    // route: between two peers their interfaces, to and from the gateway only the site's
-    // access links (with the LAN's half latencies the interfaces would have added).
-    s4u::NetZone* zone = nic_on_wan ? s4u::create_star_zone("site " + site) : s4u::create_full_zone("site " + site);
-    zone->set_parent(root);
-    // The site's gateway to the WAN: traffic leaving the site goes into it through the
-    // uplink, traffic for the site comes out of it through the downlink. (Made before the
-    // hosts' routes: a full zone sizes its route table at the first route it is given.)
-    auto* gw = zone->create_router("site " + site + " gateway");
-    std::vector<int> members;
-    std::vector<s4u::Link*> ups, downs;
-    for (int i = 0; i < n; ++i) {
-      if (p.site_of[i] != s) continue;
-      const std::string& name = cl.peers(i).name();
-      s4u::Host* h = zone->create_host(name, 1e9);
-      // The peer's network interface: its sends leave through `up`, what it receives
-      // comes in through `down`; a flow inside the site crosses the sender's up and the
-      // receiver's down, so its latency is the LAN's and its rate the LAN's bandwidth.
-      s4u::Link* up = zone->create_link(name + " up", bytes_per_s(lan))->set_latency(half_latency)->seal();
-      s4u::Link* down = zone->create_link(name + " down", bytes_per_s(lan))->set_latency(half_latency)->seal();
-      if (nic_on_wan) {
-        zone->add_route(h->get_netpoint(), nullptr, nullptr, nullptr, {s4u::LinkInRoute(up)}, false);
-        zone->add_route(nullptr, h->get_netpoint(), nullptr, nullptr, {s4u::LinkInRoute(down)}, false);
-      }
-      p.hosts[i] = h;
-      members.push_back(i);
-      ups.push_back(up);
-      downs.push_back(down);
-    }
-    if (!nic_on_wan) {
-      for (size_t a = 0; a < members.size(); ++a) {
-        for (size_t b = 0; b < members.size(); ++b) {
-          if (a == b) continue;
-          zone->add_route(p.hosts[members[a]]->get_netpoint(), p.hosts[members[b]]->get_netpoint(), nullptr, nullptr,
-                          {s4u::LinkInRoute(ups[a]), s4u::LinkInRoute(downs[b])}, false);
-        }
-      }
-    }
-    std::vector<s4u::LinkInRoute> uplink, downlink;
-    if (uplink_bytes_per_s > 0) {
-      s4u::Link* l = zone->create_link("site " + site + " uplink", uplink_bytes_per_s);
-      if (!nic_on_wan) l->set_latency(half_latency);
-      uplink.emplace_back(l->seal());
-      p.access[site].push_back(l);
-    }
-    if (downlink_bytes_per_s > 0) {
-      s4u::Link* l = zone->create_link("site " + site + " downlink", downlink_bytes_per_s);
-      if (!nic_on_wan) l->set_latency(half_latency);
-      downlink.emplace_back(l->seal());
-      p.access[site].push_back(l);
-    }
-    if (nic_on_wan) {
-      zone->add_route(nullptr, gw, nullptr, nullptr, uplink, false);
-      zone->add_route(gw, nullptr, nullptr, nullptr, downlink, false);
-    } else {
-      for (int i : members) {
-        zone->add_route(p.hosts[i]->get_netpoint(), gw, nullptr, nullptr, uplink, false);
-        zone->add_route(gw, p.hosts[i]->get_netpoint(), nullptr, nullptr, downlink, false);
-      }
-    }
-    zone->seal();
+    const auto [zone, gw] = build_site(p, s, root, cl, sim, model(s, s));
     zones.push_back(zone);
     gateways.push_back(gw);
   }
