@@ -335,8 +335,9 @@ void validate(const config::Config& c, const Locator& at) {
       const std::set<std::string> lies{"none", "scaled", "sign_flip", "random"};
       if (lies.count(p.byzantine()) == 0) fail(at_i + ".byzantine", "unknown '" + p.byzantine() + "'; use none, scaled, sign_flip or random");
     }
-    if (cl.has_min_neighbours() && (cl.min_neighbours() < 0 || cl.min_neighbours() > std::max(0, cl.peers_size() - 1))) {
-      fail("cluster.min_neighbours", "must be in [0, " + std::to_string(std::max(0, cl.peers_size() - 1)) +
+    const int neighbours = std::max(0, cl.peers_size() - 1);
+    if (cl.has_min_neighbours() && (cl.min_neighbours() < 0 || cl.min_neighbours() > neighbours)) {
+      fail("cluster.min_neighbours", "must be in [0, " + std::to_string(neighbours) +
                                          "] (0: a peer may start alone; at most its neighbours), got " +
                                          std::to_string(cl.min_neighbours()));
     }

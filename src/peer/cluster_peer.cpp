@@ -135,8 +135,8 @@ ClusterMembership join_cluster(const config::Config& base, const std::string& na
     if (is_synchronous(cl.gossip().algorithm())) {
       throw InputError(counted + "; " + cl.gossip().algorithm() + " needs all");
     }
-    const int needed = std::min(cl.min_neighbours(), n - 1);
-    if (connected < needed) {
+    // At most n - 1 (checked when the config was read; the default 1 with n >= 2 peers).
+    if (connected < cl.min_neighbours()) {
       throw InputError(counted + "; cluster.min_neighbours is " + std::to_string(cl.min_neighbours()) +
                        " (start those peers, check their addresses and the cluster secret, or set min_neighbours: 0 "
                        "to train alone until they join)");

@@ -37,17 +37,22 @@ constexpr double kLatencyS = 0.040;
 constexpr double kWanBytesPerS = 50e6 / 8;
 constexpr size_t kFrameBytes = 1 << 20;
 
-const char* kCluster = R"(
+// The three peers a0, a1 (site a) and b0 (site b), the WAN above between the sites, each
+// site's LAN `lan_ms` of latency at 100 Gbit/s; `more` is appended (e.g. access links).
+std::string three_peers(int lan_ms = 0, const std::string& more = "") {
+  const std::string lan = "link { latency_ms: " + std::to_string(lan_ms) + " bandwidth_mbps: 100000 }";
+  return R"(
 cluster {
   secret_env: "X"
   peers { name: "a0" site: "a" address: "h:1" }
   peers { name: "a1" site: "a" address: "h:2" }
   peers { name: "b0" site: "b" address: "h:3" }
-  site_links { site_a: "a" site_b: "a" link { latency_ms: 0 bandwidth_mbps: 100000 } }
-  site_links { site_a: "b" site_b: "b" link { latency_ms: 0 bandwidth_mbps: 100000 } }
+  site_links { site_a: "a" site_b: "a" )" + lan + R"( }
+  site_links { site_a: "b" site_b: "b" )" + lan + R"( }
   site_links { site_a: "a" site_b: "b" link { latency_ms: 40 bandwidth_mbps: 50 } }
 }
-)";
+)" + more;
+}
 
 OutFrame frame_of(size_t bytes) {
   wire::Envelope e;
@@ -69,7 +74,7 @@ struct SimRig {
   std::vector<std::unique_ptr<sim::SimClock>> clocks;
   std::map<std::string, std::vector<double>> arrivals;  // by receiver
 
-  explicit SimRig(const std::string& model = "CM02", const char* cluster = kCluster) {
+  explicit SimRig(const std::string& model = "CM02", const std::string& cluster = three_peers()) {
     static std::vector<std::string> args;
     args = {"sim_network_test", "--log=root.thresh:error", "--cfg=network/model:" + model};
     if (model == "CM02") args.push_back("--cfg=network/TCP-gamma:0");
@@ -143,19 +148,9 @@ TEST_CASE("simulated network: two flows across one shared WAN pipe each get half
 }
 
 // Site a behind a 20 Mbit/s uplink (slower than its 100 Gbit/s interfaces and the 50
-// Mbit/s WAN), its LAN 2 ms; site b's LAN 2 ms, no access links.
-const char* kUplinkCluster = R"(
-cluster {
-  secret_env: "X"
-  peers { name: "a0" site: "a" address: "h:1" }
-  peers { name: "a1" site: "a" address: "h:2" }
-  peers { name: "b0" site: "b" address: "h:3" }
-  site_links { site_a: "a" site_b: "a" link { latency_ms: 2 bandwidth_mbps: 100000 } }
-  site_links { site_a: "b" site_b: "b" link { latency_ms: 2 bandwidth_mbps: 100000 } }
-  site_links { site_a: "a" site_b: "b" link { latency_ms: 40 bandwidth_mbps: 50 } }
-}
-experiment { simulate: true simulation { sites { site: "a" uplink_mbps: 20 downlink_mbps: 20 } } }
-)";
+// Mbit/s WAN), both LANs 2 ms; site b without access links.
+const std::string kUplinkCluster =
+    three_peers(2, R"(experiment { simulate: true simulation { sites { site: "a" uplink_mbps: 20 downlink_mbps: 20 } } })");
 
 TEST_CASE("simulated network: a site's uplink is shared by every flow that leaves the site, and a flow inside the site "
           "does not touch it") {
