@@ -7,7 +7,8 @@ simulated run under `perf record`, each sample's own function (no call graph) so
   codec     encoding and decoding of what the peers send (fp16, int8, PowerSGD, top-k, ...)
   simgrid   SimGrid itself: its kernel, its network model's solver, its actors' context
             switches
-  startup   loading the data set (gzip, the IDX reader) and the dynamic linker: once a run
+  startup   loading the data set (gzip, the IDX reader), the dynamic linker and the CUDA
+            libraries' start-up (linked, never called by a CPU run): once a run
   other     everything else: the engine's bookkeeping, the update guard's checks, frames
             and their CRC, logs, the allocator, memcpy, the kernel's page faults
 
@@ -44,7 +45,7 @@ ROOT = os.path.dirname(HERE)
 
 # A symbol's category, first match wins; the shared object decides first where it says.
 DSO_CLASSES = [(re.compile(r"libsimgrid|libboost_context"), "simgrid"), (re.compile(r"libopenblas|libblas|libgomp"), "model"),
-               (re.compile(r"^libz\.|^ld-linux"), "startup")]
+               (re.compile(r"^libz\.|^ld-linux|^libcublas|^libcudart"), "startup")]
 SYMBOL_CLASSES = [
     (re.compile(r"hearsay::load_idx|hearsay::read_|TrainTest"), "startup"),
     (re.compile(r"simgrid::|^sg_|^xbt_|^smx_|boost::context|jump_fcontext|make_fcontext|ontop_fcontext"), "simgrid"),

@@ -41,22 +41,27 @@ bool SimClock::wait_for(std::unique_lock<std::mutex>& lock, std::condition_varia
   while (!ready()) {
     check_crash();
     if (now() >= deadline) return false;
-    // The engine's lock is released while virtual time passes, so that the link actors
-    // can hand this peer what it waits for; nothing runs between the unlock and the
-    // wait but this actor (the simulation runs one actor at a time).
+    // The engine's lock is released while virtual time passes, so that the carriers
+    // can hand this peer what it waits for. Taking the SimGrid mutex lets other actors
+    // run first, and one of them may wake this peer before it waits: wake() counts, and
+    // a wake since the check above sends it back to check again instead of waiting.
+    const uint64_t seen = wakes_;
     lock.unlock();
     net_.flush();
     ++net_.mutable_counters().waits;
     {
       std::unique_lock<s4u::Mutex> sim_lock(*mu_);
-      cv_->wait_until(sim_lock, deadline);
+      if (wakes_ == seen) cv_->wait_until(sim_lock, deadline);
     }
     lock.lock();
   }
   return true;
 }
 
-void SimClock::wake() { cv_->notify_all(); }
+void SimClock::wake() {
+  ++wakes_;
+  cv_->notify_all();
+}
 
 // --- SimTransport --------------------------------------------------------------------
 
@@ -97,7 +102,7 @@ void SimTransport::close() {
 
 SimNetwork::SimNetwork(const SimPlatform& platform, std::vector<std::string> names, uint64_t seed)
     : platform_(platform), names_(std::move(names)), seed_(seed), peers_(names_.size()),
-      route_mu_(s4u::Mutex::create()), route_cv_(s4u::ConditionVariable::create()) {
+      carrier_mu_(s4u::Mutex::create()), route_mu_(s4u::Mutex::create()), route_cv_(s4u::ConditionVariable::create()) {
   for (size_t i = 0; i < names_.size(); ++i) index_[names_[i]] = static_cast<int>(i);
 }
 
@@ -150,11 +155,52 @@ void SimNetwork::flush() {
     std::vector<std::pair<int, int>> start;
     start.swap(to_start_);
     for (const auto& [from, to] : start) {
+      if (!idle_carriers_.empty()) {
+        Carrier* c = idle_carriers_.back();
+        idle_carriers_.pop_back();
+        c->from = from;
+        c->to = to;
+        const s4u::ConditionVariablePtr cv = c->cv;  // notify_one lets other actors run
+        cv->notify_one();
+        continue;
+      }
       ++counters_.link_actors;
-      s4u::Actor::create("link " + names_[from] + ">" + names_[to], platform_.hosts[from], [this, from = from, to = to] {
-        carry(from, to);
-      });
+      s4u::Actor::create("carrier " + std::to_string(counters_.link_actors), platform_.hosts[from],
+                         [this, from = from, to = to] { carrier_body(from, to); });
     }
+  }
+}
+
+// How long a carrier with nothing to carry waits for a link before it ends. Long enough
+// that the links of a step loop (a frame every few virtual milliseconds to a second) find
+// one waiting; the carriers alive are then those of the busiest second, not of the run.
+constexpr double kCarrierLinger_s = 1.0;
+
+void SimNetwork::carrier_body(int from, int to) {
+  Carrier me{.cv = s4u::ConditionVariable::create(), .from = from, .to = to};
+  // However this actor ends, it leaves the idle list (flush() and close() hand work to
+  // carriers by pointer).
+  struct LeaveIdle {
+    std::vector<Carrier*>& idle;
+    Carrier* me;
+    ~LeaveIdle() {
+      const auto it = std::find(idle.begin(), idle.end(), me);
+      if (it != idle.end()) idle.erase(it);
+    }
+  } leave{idle_carriers_, &me};
+  for (;;) {
+    carry(me.from, me.to);
+    me.from = me.to = -1;
+    if (closing_) return;
+    idle_carriers_.push_back(&me);
+    const double deadline = s4u::Engine::get_clock() + kCarrierLinger_s;
+    {
+      // Taking the lock lets other actors run (a SimGrid call), so the link may be handed
+      // over before the wait: the predicate is checked under the lock.
+      std::unique_lock<s4u::Mutex> lock(*carrier_mu_);
+      me.cv->wait_until(lock, deadline, [&] { return me.from >= 0 || closing_; });
+    }
+    if (me.from < 0) return;  // not handed a link: ends (LeaveIdle)
   }
 }
 
@@ -175,6 +221,12 @@ void SimNetwork::routes_changed() { route_cv_->notify_all(); }
 void SimNetwork::close() {
   closing_ = true;
   route_cv_->notify_all();
+  // One at a time off the list: each notify lets other actors run (and carriers end).
+  while (!idle_carriers_.empty()) {
+    const s4u::ConditionVariablePtr cv = idle_carriers_.back()->cv;
+    idle_carriers_.pop_back();
+    cv->notify_one();
+  }
 }
 
 void SimNetwork::carry(int from, int to) {

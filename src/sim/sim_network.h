@@ -7,11 +7,14 @@
 //                 condition that the network signals when something reached the peer.
 //   SimTransport  a peer's Transport: send() queues the frame on the directed link;
 //                 nothing is simulated inside it.
-//   SimNetwork    the links: one actor per directed link with frames queued, carrying
-//                 them one after another as SimGrid communications between the two
-//                 peers' hosts (latency and bandwidth from the platform, shared with
-//                 every other flow on the same links), then decoding each frame with
-//                 the real FrameDecoder into the receiver's engine.
+//   SimNetwork    the links: each directed link with frames queued is carried by one
+//                 actor (a carrier), one frame after another, as SimGrid
+//                 communications between the two peers' hosts (latency and bandwidth
+//                 from the platform, shared with every other flow on the same links),
+//                 each frame then decoded with the real FrameDecoder into the receiver's
+//                 engine. A carrier whose link has emptied waits a while for the next
+//                 link to carry before it ends: starting an actor (its context and
+//                 stack) costs more than carrying a small frame.
 //
 // The one rule that keeps this sound: engine code never yields to the simulation.
 // Every SimGrid call (a sleep, a wait, a communication, starting an actor) is made by
@@ -64,6 +67,7 @@ class SimClock final : public Clock {
   SimNetwork& net_;
   int peer_;
   bool crashed_ = false;
+  uint64_t wakes_ = 0;  // wake() calls so far: a wake before the wait is not lost
   simgrid::s4u::MutexPtr mu_;
   simgrid::s4u::ConditionVariablePtr cv_;
 };
@@ -102,7 +106,7 @@ struct SimCounters {
   uint64_t frames_lost = 0;     // dropped by the link's loss probability
   uint64_t frames_dropped = 0;  // to or from a peer that was down
   uint64_t retries = 0;         // transfers cut by a link going down, carried again
-  uint64_t link_actors = 0;     // link actors started
+  uint64_t link_actors = 0;     // carrier actors started (a carrier carries many links in turn)
   uint64_t waits = 0, sleeps = 0;
 };
 
@@ -125,14 +129,15 @@ class SimNetwork {
 
   // SimTransport::send: queue only (see the rule above).
   void enqueue(int from, int to, OutFrame frame, SendCallback done);
-  // Starts the link actors that queued frames wait for. Only from simulation code.
+  // Hands each link with frames newly queued to a carrier (an idle one, else a new one).
+  // Only from simulation code: it lets other actors run.
   void flush();
   LinkStats link_stats(int from, int to) const;
   uint64_t lost(int from) const;
   // A link of the platform went down or came back (faults): transfers waiting for their
   // route are woken to try again.
   void routes_changed();
-  // The run is over (its last peer finished): link actors drop what they still hold and
+  // The run is over (its last peer finished): carriers drop what they still hold and
   // end, those waiting for a route that is down included, so that the simulation ends.
   void close();
   const SimCounters& counters() const { return counters_; }
@@ -160,7 +165,14 @@ class SimNetwork {
   };
   Link& link(int from, int to);
   const Link* find_link(int from, int to) const;
-  void carry(int from, int to);  // a link actor's body
+  // One carrier actor: carries the link it was started for, then each link flush() hands
+  // it, until none comes for kCarrierLinger_s or the run closes.
+  struct Carrier {
+    simgrid::s4u::ConditionVariablePtr cv;
+    int from = -1, to = -1;  // the link handed to it; -1 while it waits
+  };
+  void carrier_body(int from, int to);
+  void carry(int from, int to);  // one link's queue, to its end
   // Waits until every link on the route from -> to is on again.
   void wait_for_route(int from, int to);
 
@@ -170,7 +182,9 @@ class SimNetwork {
   uint64_t seed_;
   std::vector<End> peers_;
   std::unordered_map<uint64_t, Link> links_;  // by from x n + to
-  std::vector<std::pair<int, int>> to_start_;  // links whose actor flush() starts
+  std::vector<std::pair<int, int>> to_start_;  // links that flush() hands to a carrier
+  std::vector<Carrier*> idle_carriers_;         // waiting for a link, the latest last
+  simgrid::s4u::MutexPtr carrier_mu_;
   bool closing_ = false;
   simgrid::s4u::MutexPtr route_mu_;
   simgrid::s4u::ConditionVariablePtr route_cv_;

@@ -141,14 +141,14 @@ AllReduce::AllReduce(GossipEngine& e, MessageKind kind, std::vector<float> v, ui
   // kSiteStepPhase, so the two never share a (round, phase) key.
   HEARSAY_CHECK(phase0 >= kSiteStepPhase || phase0 + 2 * static_cast<uint32_t>(n) + 2 < kSiteStepPhase,
                 "all-reduce: phase " + std::to_string(phase0) + " would reach the site sums' phases");
-  const std::map<int, std::vector<int>> sites = peers_by_site(e);
   const std::vector<int> site = my_site(e);
-  std::vector<int> everyone(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) everyone[static_cast<size_t>(i)] = i;
   if (scope == ReduceScope::kSite) {
     plan_ring_sum(plan_, v_.size(), e.me(), site, phase0, true);
     return;
   }
+  const std::map<int, std::vector<int>> sites = peers_by_site(e);
+  std::vector<int> everyone(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) everyone[static_cast<size_t>(i)] = i;
   if (sites.size() < 2) {
     plan_ring_sum(plan_, v_.size(), e.me(), everyone, phase0, false);
     return;

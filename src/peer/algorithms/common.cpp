@@ -37,7 +37,13 @@ std::map<int, std::vector<int>> peers_by_site(const GossipEngine& e) {
 
 std::vector<int> my_site(const GossipEngine& e) {
   const auto& site_of = e.spec().topology.site_of;
-  return peers_by_site(e)[site_of.empty() ? 0 : site_of[static_cast<size_t>(e.me())]];
+  const int n = static_cast<int>(e.peers().size());
+  std::vector<int> site;
+  for (int i = 0; i < n; ++i) {
+    // Every peer's site scanned, not peers_by_site's map built: this runs every site step.
+    if (site_of.empty() || site_of[static_cast<size_t>(i)] == site_of[static_cast<size_t>(e.me())]) site.push_back(i);
+  }
+  return site;
 }
 
 BatchStats site_step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) {
