@@ -5,6 +5,8 @@
 #include <atomic>
 #include <cmath>
 #include <csignal>
+#include <map>
+#include <memory>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -20,6 +22,7 @@
 #include "hearsay/config.pb.h"
 #include "hearsay/error.h"
 #include "hearsay/log.h"
+#include "hearsay/metrics.h"
 #include "hearsay/peer.h"
 #include "hearsay/process.h"
 
@@ -27,6 +30,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: hearsay-peer --config FILE [--peer NAME] [--set FRAGMENT]... [--log PATH] [--quiet]\n"
+    "                    [--metrics HOST:PORT]\n"
     "       hearsay-peer --config FILE --list-peers | --print-config | --plan | --measure-step N\n"
     "       hearsay-peer --config FILE --sample --checkpoint FILE --prompt TEXT [--tokens N]\n"
     "                    [--temperature T]\n"
@@ -46,7 +50,9 @@ constexpr const char* kUsage =
     "  --config FILE  experiment or peer config (protobuf text format, docs/CONFIG.md)\n"
     "  --set FRAG     merge a text-format fragment over the config, e.g. 'train { epochs: 1 }'\n"
     "  --log PATH     JSON Lines event log (docs/LOGS.md); overrides log.path\n"
-    "  --quiet        no progress display\n";
+    "  --quiet        no progress display\n"
+    "  --metrics HOST:PORT  serve live metrics in Prometheus's text format at\n"
+    "                 http://HOST:PORT/metrics (docs/OPERATIONS.md); port 0 picks one\n";
 
 std::atomic<bool> g_stop{false};
 void on_signal(int) { g_stop = true; }
@@ -124,7 +130,7 @@ std::string sample_from_checkpoint(const hearsay::config::Config& cfg, const std
 
 int main(int argc, char** argv) {
   hearsay::raise_descriptor_limit();
-  std::string config_path, log_path, peer_name;
+  std::string config_path, log_path, peer_name, metrics_address;
   std::vector<std::string> overrides;
   bool quiet = false, list_peers = false, print_config = false, plan = false, sample = false;
   int measure_steps = 0, sample_tokens = 200;
@@ -141,6 +147,7 @@ int main(int argc, char** argv) {
       .flag("--print-config", &print_config)
       .flag("--plan", &plan)
       .flag("--quiet", &quiet)
+      .text("--metrics", &metrics_address, "HOST:PORT")
       .integer("--measure-step", &measure_steps, 1, 100000, "a number of steps")
       .flag("--sample", &sample)
       .text("--checkpoint", &checkpoint_path, "a file")
@@ -188,8 +195,22 @@ int main(int argc, char** argv) {
     }
     if (log_path.empty()) log_path = cfg.log().path();
     hearsay::TrainResult r;
-    if (cfg.cluster().peers_size() >= 2) {
-      const std::string name = hearsay::resolve_peer_name(cfg, peer_name);
+    const bool clustered = cfg.cluster().peers_size() >= 2;
+    const std::string name = clustered ? hearsay::resolve_peer_name(cfg, peer_name) : cfg.name();
+    // The metrics endpoint is up before anything else starts, so that a port in use stops
+    // the peer before it joins, and an operator sees it while it waits for neighbours.
+    std::unique_ptr<hearsay::MetricsBoard> board;
+    std::unique_ptr<hearsay::MetricsServer> metrics;
+    if (!metrics_address.empty()) {
+      board = std::make_unique<hearsay::MetricsBoard>(std::map<std::string, std::string>{
+          {"peer", name}, {"cluster", cfg.cluster().id()}, {"algorithm", clustered ? cfg.cluster().gossip().algorithm() : "alone"},
+          {"transport", clustered ? cfg.cluster().transport() : "none"}, {"device", cfg.device()}});
+      metrics = std::make_unique<hearsay::MetricsServer>(metrics_address, [b = board.get()] { return b->render(); },
+                                                         "peer " + name + ": --metrics");
+      std::fprintf(stderr, "hearsay-peer: %s serves metrics at %s (port %d)\n", name.c_str(), metrics_address.c_str(),
+                   metrics->port());
+    }
+    if (clustered) {
       hearsay::EventLog log(log_path, name);
       hearsay::Progress progress(stderr, name);
       std::signal(SIGTERM, on_signal);
@@ -197,11 +218,12 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "hearsay-peer: %s of cluster %s (%s, %s)%s%s\n", name.c_str(), cfg.cluster().id().c_str(),
                    cfg.cluster().gossip().algorithm().c_str(), cfg.cluster().transport().c_str(),
                    log_path.empty() ? "" : ", log ", log_path.c_str());
-      r = hearsay::run_cluster_peer(cfg, name, log, quiet ? nullptr : &progress, &g_stop);
+      r = hearsay::run_cluster_peer(cfg, name, log, quiet ? nullptr : &progress, &g_stop, board.get());
     } else {
       hearsay::EventLog log(log_path, cfg.name());
       hearsay::Progress progress(stderr, cfg.name());
       hearsay::Peer peer(hearsay::peer_spec(cfg), log, quiet ? nullptr : &progress);
+      peer.set_metrics(board.get());
       std::fprintf(stderr, "hearsay-peer: %s on %s, %zu parameters, %lld training samples%s%s\n", cfg.name().c_str(),
                    cfg.device().c_str(), peer.model().num_params(), static_cast<long long>(peer.data().train.size),
                    log_path.empty() ? "" : ", log ", log_path.c_str());

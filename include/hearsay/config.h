@@ -18,6 +18,8 @@
 
 namespace hearsay {
 
+class MetricsBoard;
+
 namespace config {
 class Config;
 class DataConfig;
@@ -119,8 +121,8 @@ config::Config cluster_peer_config(const config::Config& cfg, const std::string&
 // opens the configured transport (under link emulation if the config has links), listens
 // at its address, dials its neighbours (retrying as they come up), waits for them, then
 // trains. `stop`, when set from another thread (a signal), ends training after the
-// current step.
+// current step. `metrics`, when given, gets the peer's live figures (Peer::set_metrics).
 TrainResult run_cluster_peer(const config::Config& cfg, const std::string& peer_name, EventLog& log,
-                             Progress* progress, const std::atomic<bool>* stop);
+                             Progress* progress, const std::atomic<bool>* stop, MetricsBoard* metrics = nullptr);
 
 }  // namespace hearsay

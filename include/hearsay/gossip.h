@@ -19,6 +19,7 @@
 // between steps, so the model is never read while it is being written.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <stdexcept>
 #include <map>
@@ -31,6 +32,7 @@
 #include "hearsay/clock.h"
 #include "hearsay/codec.h"
 #include "hearsay/log.h"
+#include "hearsay/metrics.h"
 #include "hearsay/mixer.h"
 #include "hearsay/trainable.h"
 #include "hearsay/optim.h"
@@ -130,8 +132,12 @@ class GossipEngine {
   std::vector<std::string> mixed_this_step() const;
   // Neighbours quarantined now (their updates fail the checks; docs/ALGORITHMS.md).
   std::vector<std::string> quarantined() const;
-  // Writes a "gossip" event (traffic, staleness, mixing) to the log.
+  // Writes a "gossip" event (traffic, staleness, mixing) to the log, and hands the same
+  // figures to the metrics board when there is one.
   void log_stats(int64_t step);
+  // Where log_stats also publishes (hearsay-peer --metrics); null: nowhere. Must outlive
+  // the engine.
+  void set_metrics(MetricsBoard* board) { metrics_ = board; }
   // Stops waiting in synchronous algorithms (shutdown).
   void stop();
   // After the run, for tests of conservation: whether nothing is left in this peer's
@@ -324,6 +330,9 @@ class GossipEngine {
   std::atomic<double> step_s_{0};  // smoothed wall time of a step (adaptive compression)
   double last_step_at_ = 0;        // step-loop thread only
   std::atomic<uint64_t> rejected_{0};  // updates refused: failed to decode, non-finite, implausible
+  std::array<std::atomic<uint64_t>, 4> sent_by_kind_{};  // bytes put on the wire, by MessageKind
+  uint64_t applied_total_ = 0, dropped_total_ = 0, coalesced_total_ = 0;  // step-loop thread only: the mixer's windows summed
+  MetricsBoard* metrics_ = nullptr;
   std::unique_ptr<UpdateGuard> guard_;
   std::unique_ptr<RobustMixing> robust_;  // step-loop thread only
   std::atomic<double> own_grad_norm_{0};  // smoothed; 0 until the first gradient

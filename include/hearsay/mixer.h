@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "hearsay/metrics.h"
 #include "hearsay/registry.h"
 #include "hearsay/rng.h"
 
@@ -85,6 +86,8 @@ class Mixer {
   };
   // Statistics since the last call, then starts a new window.
   Stats take_stats();
+  // Every staleness recorded since the mixer was made, in buckets (for /metrics).
+  StalenessHistogram staleness() const;
   const MixerSpec& spec() const { return spec_; }
 
  private:
@@ -92,13 +95,14 @@ class Mixer {
 
   MixerSpec spec_;
   StalenessWeighting weight_of_;  // spec_.weighting's function
-  std::mutex mu_;
+  mutable std::mutex mu_;
   // A uniform sample of the window's taus (reservoir sampling, Vitter's Algorithm R): at
   // most kMaxTaus, each tau seen in the window kept with the same probability.
   std::vector<int64_t> taus_;  // GUARDED_BY(mu_)
   Rng rng_{0x7a05, 0};         // GUARDED_BY(mu_): which taus the reservoir keeps
   uint64_t applied_ = 0, dropped_ = 0, coalesced_ = 0, seen_ = 0;
   double weight_sum_ = 0;
+  StalenessHistogram staleness_;  // GUARDED_BY(mu_): never reset
 };
 
 }  // namespace hearsay

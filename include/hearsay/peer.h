@@ -120,6 +120,9 @@ class Peer {
   std::string algorithm_state() const;
   // Asks run() to return after the current step (any thread).
   void stop();
+  // Where run() publishes its live figures (every step, every evaluation, and the gossip
+  // engine's at its log points); null: nowhere. Before run(); must outlive the peer.
+  void set_metrics(MetricsBoard* board);
 
   TrainResult run();
   // Evaluates the current model on the whole test set.
@@ -162,6 +165,7 @@ class Peer {
   std::unique_ptr<GossipEngine> engine_;
   PeerNetwork network_;
   std::atomic<bool> stop_{false};
+  MetricsBoard* metrics_ = nullptr;
   double wall_offset_s_ = 0;  // seconds of earlier lives (a resumed peer)
   DeviceBuffer batch_x_, batch_y_;
   std::vector<float> host_x_;

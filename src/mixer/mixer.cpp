@@ -56,6 +56,7 @@ double Mixer::staleness_weight(int64_t tau) const {
 Mixer::Decision Mixer::record(int64_t tau, double weight, bool may_drop) {
   std::lock_guard<std::mutex> lock(mu_);
   ++seen_;
+  staleness_.add(tau);
   // Algorithm R: the first kMaxTaus are kept; the seen_-th then replaces a kept one at
   // random with probability kMaxTaus / seen_, so every tau of the window is kept with the
   // same probability and the percentiles are those of the whole window.
@@ -101,6 +102,11 @@ void Mixer::count_coalesced(uint64_t n) {
 void Mixer::count_dropped(uint64_t n) {
   std::lock_guard<std::mutex> lock(mu_);
   dropped_ += n;
+}
+
+StalenessHistogram Mixer::staleness() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return staleness_;
 }
 
 Mixer::Stats Mixer::take_stats() {

@@ -178,13 +178,14 @@ config::Config cluster_peer_config(const config::Config& base, const std::string
 }
 
 TrainResult run_cluster_peer(const config::Config& base, const std::string& name, EventLog& log, Progress* progress,
-                             const std::atomic<bool>* stop) {
+                             const std::atomic<bool>* stop, MetricsBoard* metrics) {
   ClusterMembership cluster = join_cluster(base, name, log, stop);
   auto& transport = cluster.transport;
   const PeerNetwork& net = cluster.network;
   TrainResult result;
   {
     Peer peer(peer_spec(cluster_peer_config(base, name)), log, progress, &net);
+    peer.set_metrics(metrics);
     std::atomic<bool> done{false};
     std::thread watcher([&] {
       while (!done) {

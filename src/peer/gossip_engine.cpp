@@ -229,6 +229,7 @@ void GossipEngine::put_on_wire(int i, Message&& m, std::function<void(const Send
   }
   codec_lock.unlock();
   if (!rounding.empty()) give_back(rounding, m.offset, 0);
+  sent_by_kind_[static_cast<size_t>(m.kind)] += out.bytes;
   // A push whose send fails is given back whole: mass is never silently lost.
   send_frames(i, std::move(out.frames), out.bytes, std::move(done), push_sum ? data : nullptr, m.push_sum_weight, m.offset);
 }
@@ -622,6 +623,7 @@ bool GossipEngine::put_device_on_wire(int i, Message& m, const std::function<voi
   }
   codec_lock.unlock();
   // A push (raw here) whose send fails is given back whole, as on the host path.
+  sent_by_kind_[static_cast<size_t>(m.kind)] += out.bytes;
   send_frames(i, std::move(out.frames), out.bytes, done, push_sum ? raw : nullptr, m.push_sum_weight, m.offset);
   return true;
 }
@@ -923,6 +925,10 @@ void GossipEngine::load_state(const ckpt::Checkpoint& c) {
 
 void GossipEngine::log_stats(int64_t step) {
   const Mixer::Stats m = mixer_.take_stats();
+  applied_total_ += m.applied;
+  dropped_total_ += m.dropped;
+  coalesced_total_ += m.coalesced;
+  MetricsBoard::Gossip board;
   JsonObject links;
   uint64_t sent = 0, received = 0;
   for (size_t i = 0; i < peers_.size(); ++i) {
@@ -932,6 +938,11 @@ void GossipEngine::log_stats(int64_t step) {
     received += s.bytes_received;
     // Links this peer has used (sent on, or heard from): a peer of 1,024 talks to few.
     if (!link_codecs_[i] && s.bytes_received == 0) continue;
+    if (metrics_ != nullptr) {
+      board.links.push_back({.neighbour = peers_[i], .connected = s.connected, .bytes_sent = s.bytes_sent,
+                             .bytes_received = s.bytes_received, .queue_frames = s.queue_depth,
+                             .queue_bytes = s.queue_bytes, .rtt_s = s.rtt_s});
+    }
     JsonObject l;
     l.add("connected", s.connected).add("bytes_sent", static_cast<int64_t>(s.bytes_sent));
     l.add("bytes_received", static_cast<int64_t>(s.bytes_received)).add("queue", static_cast<int64_t>(s.queue_depth));
@@ -987,6 +998,20 @@ void GossipEngine::log_stats(int64_t step) {
     distances_.clear();
   }
   log_.write(e);
+  if (metrics_ != nullptr) {
+    for (auto kind : {MessageKind::kGradient, MessageKind::kModel, MessageKind::kModelDelta, MessageKind::kPushSum}) {
+      board.bytes_sent_by_kind[message_kind_name(kind)] = sent_by_kind_[static_cast<size_t>(kind)].load();
+    }
+    board.applied = applied_total_;
+    board.dropped = dropped_total_;
+    board.coalesced = coalesced_total_;
+    board.rejected = rejected_.load();
+    board.refused = guard_->refused();
+    board.quarantined = quarantined().size();
+    board.buffered_bytes = buffered_bytes();
+    board.staleness = mixer_.staleness();
+    metrics_->offer_gossip(std::move(board));
+  }
 }
 
 }  // namespace hearsay

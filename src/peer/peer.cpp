@@ -75,6 +75,11 @@ void Peer::stop() {
   if (engine_) engine_->stop();
 }
 
+void Peer::set_metrics(MetricsBoard* board) {
+  metrics_ = board;
+  if (engine_) engine_->set_metrics(board);
+}
+
 void Peer::next_batch(int batch, int64_t* idx) {
   sampler_->next(batch, idx);
   if (data_->train.is_text()) {
@@ -209,6 +214,7 @@ TrainResult Peer::run() {
     result.final_test_acc = s.accuracy();
     result.final_test_loss = s.loss();
     state.test_acc = s.accuracy();
+    if (metrics_ != nullptr) metrics_->on_eval(s.accuracy(), s.loss());
     JsonObject e = log_.event("eval");
     e.add("step", step).add("epoch", sampler_->epochs_done()).add("test_acc", s.accuracy()).add("test_loss", s.loss());
     if (data_->test.is_text()) e.add("test_bits_per_byte", s.loss() / std::log(2.0));
@@ -262,6 +268,7 @@ TrainResult Peer::run() {
     }
     result.losses.push_back(loss);
     result.steps = step + 1;
+    if (metrics_ != nullptr) metrics_->on_step(result.steps, loss, batch);
     window_loss += loss;
     window_train_s += step_s;
     train_s += step_s;

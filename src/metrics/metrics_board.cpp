@@ -1,0 +1,203 @@
+// The board behind /metrics (include/hearsay/metrics.h): names and types follow
+// Prometheus's conventions (a hearsay_ prefix, base units, _total on counters, _bytes and
+// _seconds suffixes), one HELP and TYPE line per family.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <unistd.h>
+
+#include "hearsay/metrics.h"
+
+namespace hearsay {
+namespace {
+
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// A label value escaped as the exposition format asks: backslash, double quote, newline.
+std::string escape_label(const std::string& v) {
+  std::string out;
+  out.reserve(v.size());
+  for (char c : v) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string number(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+std::string number(uint64_t v) { return std::to_string(v); }
+
+class Text {
+ public:
+  void family(const char* name, const char* type, const char* help) {
+    out_ += "# HELP ";
+    out_ += name;
+    out_ += ' ';
+    out_ += help;
+    out_ += "\n# TYPE ";
+    out_ += name;
+    out_ += ' ';
+    out_ += type;
+    out_ += '\n';
+  }
+  void sample(const std::string& name, const std::string& labels, const std::string& value) {
+    out_ += name;
+    if (!labels.empty()) out_ += "{" + labels + "}";
+    out_ += ' ';
+    out_ += value;
+    out_ += '\n';
+  }
+  std::string take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+std::string label(const char* key, const std::string& value) { return std::string(key) + "=\"" + escape_label(value) + "\""; }
+
+}  // namespace
+
+void StalenessHistogram::add(int64_t tau) {
+  size_t b = 0;
+  while (b < kStalenessBuckets.size() && tau > kStalenessBuckets[b]) ++b;
+  ++counts[b];
+  ++count;
+  sum += static_cast<double>(tau);
+}
+
+MetricsBoard::MetricsBoard(std::map<std::string, std::string> labels) : labels_(std::move(labels)) {}
+
+void MetricsBoard::on_step(int64_t steps, double loss, int64_t batch_size) {
+  steps_.store(steps, std::memory_order_relaxed);
+  samples_.fetch_add(batch_size, std::memory_order_relaxed);
+  loss_.store(loss, std::memory_order_relaxed);
+  const double t = now_s();
+  if (window_start_s_ < 0) {
+    window_start_s_ = t;
+    window_start_steps_ = steps;
+  } else if (t - window_start_s_ >= 1.0) {
+    steps_per_s_.store(static_cast<double>(steps - window_start_steps_) / (t - window_start_s_), std::memory_order_relaxed);
+    window_start_s_ = t;
+    window_start_steps_ = steps;
+  }
+}
+
+void MetricsBoard::on_eval(double accuracy, double loss) {
+  test_acc_.store(accuracy, std::memory_order_relaxed);
+  test_loss_.store(loss, std::memory_order_relaxed);
+  evals_.fetch_add(1, std::memory_order_relaxed);
+}
+
+bool MetricsBoard::offer_gossip(Gossip g) {
+  std::unique_lock<std::mutex> lock(gossip_mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return false;
+  gossip_ = std::move(g);
+  has_gossip_ = true;
+  return true;
+}
+
+std::string MetricsBoard::render() const {
+  Gossip g;
+  bool has_gossip = false;
+  {
+    std::lock_guard<std::mutex> lock(gossip_mu_);
+    if (has_gossip_) g = gossip_;
+    has_gossip = has_gossip_;
+  }
+  Text t;
+  std::string info;
+  for (const auto& [k, v] : labels_) info += (info.empty() ? "" : ",") + label(k.c_str(), v);
+  t.family("hearsay_info", "gauge", "What this peer is: its name, cluster, algorithm, transport and device.");
+  t.sample("hearsay_info", info, "1");
+  t.family("hearsay_steps_total", "counter", "Training steps taken.");
+  t.sample("hearsay_steps_total", "", number(static_cast<uint64_t>(steps_.load())));
+  t.family("hearsay_samples_total", "counter", "Training samples consumed.");
+  t.sample("hearsay_samples_total", "", number(static_cast<uint64_t>(samples_.load())));
+  t.family("hearsay_steps_per_second", "gauge", "Steps per second over the last window of at least a second.");
+  t.sample("hearsay_steps_per_second", "", number(steps_per_s_.load()));
+  t.family("hearsay_train_loss", "gauge", "Loss of the last training step.");
+  t.sample("hearsay_train_loss", "", number(loss_.load()));
+  if (evals_.load() > 0) {
+    t.family("hearsay_test_accuracy_ratio", "gauge", "Test accuracy of the last evaluation, 0 to 1.");
+    t.sample("hearsay_test_accuracy_ratio", "", number(test_acc_.load()));
+    t.family("hearsay_test_loss", "gauge", "Test loss of the last evaluation.");
+    t.sample("hearsay_test_loss", "", number(test_loss_.load()));
+  }
+  t.family("hearsay_evaluations_total", "counter", "Evaluations on the test set.");
+  t.sample("hearsay_evaluations_total", "", number(static_cast<uint64_t>(evals_.load())));
+  t.family("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
+  t.sample("process_resident_memory_bytes", "", number(resident_memory_bytes()));
+  if (!has_gossip) return t.take();
+
+  uint64_t connected = 0;
+  for (const auto& l : g.links) connected += l.connected ? 1 : 0;
+  t.family("hearsay_connections", "gauge", "Neighbours connected now.");
+  t.sample("hearsay_connections", "", number(connected));
+  t.family("hearsay_link_connected", "gauge", "Whether the link to a neighbour is up (1) or not (0).");
+  for (const auto& l : g.links) t.sample("hearsay_link_connected", label("neighbour", l.neighbour), l.connected ? "1" : "0");
+  t.family("hearsay_link_sent_bytes_total", "counter", "Bytes sent to a neighbour (frames, headers included).");
+  for (const auto& l : g.links) t.sample("hearsay_link_sent_bytes_total", label("neighbour", l.neighbour), number(l.bytes_sent));
+  t.family("hearsay_link_received_bytes_total", "counter", "Bytes received from a neighbour.");
+  for (const auto& l : g.links) {
+    t.sample("hearsay_link_received_bytes_total", label("neighbour", l.neighbour), number(l.bytes_received));
+  }
+  t.family("hearsay_link_queue_frames", "gauge", "Frames queued for a neighbour and not yet on the wire.");
+  for (const auto& l : g.links) t.sample("hearsay_link_queue_frames", label("neighbour", l.neighbour), number(l.queue_frames));
+  t.family("hearsay_link_queue_bytes", "gauge", "Bytes queued for a neighbour and not yet on the wire.");
+  for (const auto& l : g.links) t.sample("hearsay_link_queue_bytes", label("neighbour", l.neighbour), number(l.queue_bytes));
+  t.family("hearsay_link_rtt_seconds", "gauge", "Smoothed heartbeat round trip to a neighbour (links where it is known).");
+  for (const auto& l : g.links) {
+    if (l.rtt_s >= 0) t.sample("hearsay_link_rtt_seconds", label("neighbour", l.neighbour), number(l.rtt_s));
+  }
+  t.family("hearsay_sent_bytes_total", "counter", "Bytes of updates put on the wire, by what they carry.");
+  for (const auto& [kind, bytes] : g.bytes_sent_by_kind) t.sample("hearsay_sent_bytes_total", label("kind", kind), number(bytes));
+  t.family("hearsay_updates_applied_total", "counter", "Neighbours' updates mixed in.");
+  t.sample("hearsay_updates_applied_total", "", number(g.applied));
+  t.family("hearsay_updates_dropped_total", "counter", "Neighbours' updates dropped as too stale (or answers given up on).");
+  t.sample("hearsay_updates_dropped_total", "", number(g.dropped));
+  t.family("hearsay_updates_coalesced_total", "counter", "Updates folded into a newer one before they were mixed or sent.");
+  t.sample("hearsay_updates_coalesced_total", "", number(g.coalesced));
+  t.family("hearsay_updates_rejected_total", "counter", "Updates refused by the update guard or from quarantined neighbours.");
+  t.sample("hearsay_updates_rejected_total", "", number(g.rejected));
+  t.family("hearsay_updates_refused_total", "counter", "Updates the guard refused, by reason.");
+  for (const auto& [why, n] : g.refused) t.sample("hearsay_updates_refused_total", label("reason", why), number(n));
+  t.family("hearsay_quarantined_neighbours", "gauge", "Neighbours whose updates are quarantined now.");
+  t.sample("hearsay_quarantined_neighbours", "", number(g.quarantined));
+  t.family("hearsay_buffered_bytes", "gauge", "Bytes of arrived updates waiting to be mixed.");
+  t.sample("hearsay_buffered_bytes", "", number(g.buffered_bytes));
+  t.family("hearsay_staleness_steps", "histogram", "Staleness (steps) of the updates the mixer weighed.");
+  uint64_t cumulative = 0;
+  for (size_t b = 0; b < kStalenessBuckets.size(); ++b) {
+    cumulative += g.staleness.counts[b];
+    t.sample("hearsay_staleness_steps_bucket", label("le", std::to_string(kStalenessBuckets[b])), number(cumulative));
+  }
+  cumulative += g.staleness.counts.back();
+  t.sample("hearsay_staleness_steps_bucket", label("le", "+Inf"), number(cumulative));
+  t.sample("hearsay_staleness_steps_sum", "", number(g.staleness.sum));
+  t.sample("hearsay_staleness_steps_count", "", number(g.staleness.count));
+  return t.take();
+}
+
+uint64_t resident_memory_bytes() {
+  std::ifstream statm("/proc/self/statm");
+  uint64_t size = 0, resident = 0;
+  if (!(statm >> size >> resident)) return 0;
+  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+}  // namespace hearsay
