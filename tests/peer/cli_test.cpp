@@ -236,6 +236,42 @@ TEST_CASE("cli: a peer whose own address is not this host's, does not resolve, o
   CHECK(taken.output.find("final test accuracy") == std::string::npos);
 }
 
+TEST_CASE("cli: a metrics port in use exits 2 naming the peer and the address before the peer listens or trains") {
+  TempDir dir;
+  write_file(dir.file("m.textproto"), R"(
+    data { format: SYNTHETIC synthetic_dim: 8 num_classes: 3 }
+    train { max_steps: 3 }
+    cluster {
+      secret_env: "HEARSAY_TEST_SECRET"
+      connect_timeout_s: 0.3
+      min_neighbours: 0
+      peers { name: "a" address: "127.0.0.1:17395" }
+      peers { name: "b" address: "127.0.0.1:17396" }
+    }
+  )");
+  const int holder = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(holder >= 0);
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(holder, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0);
+  REQUIRE(listen(holder, 1) == 0);
+  socklen_t len = sizeof at;
+  REQUIRE(getsockname(holder, reinterpret_cast<sockaddr*>(&at), &len) == 0);
+  const std::string held = "127.0.0.1:" + std::to_string(ntohs(at.sin_port));
+  const std::string env = "HEARSAY_TEST_SECRET=a-secret-of-the-metrics-port-test ";
+  const Run taken = run_peer("--quiet --config " + dir.file("m.textproto") + " --peer b --metrics " + held, env);
+  close(holder);
+  CHECK(taken.status == 2);
+  CHECK(taken.output.find("peer b: --metrics: cannot serve metrics at '" + held + "'") != std::string::npos);
+  CHECK(taken.output.find("of cluster") == std::string::npos);  // it never got to joining
+  CHECK(taken.output.find("final test accuracy") == std::string::npos);
+  // The same peer with a free port trains (alone, min_neighbours 0) and exits 0.
+  const Run free = run_peer("--quiet --config " + dir.file("m.textproto") + " --peer b --metrics 127.0.0.1:0", env);
+  CHECK(free.status == 0);
+  CHECK(free.output.find("serves metrics at 127.0.0.1:0 (port ") != std::string::npos);
+}
+
 TEST_CASE("cli: an unknown codec or one out of range exits 2 before the peer listens, naming the field") {
   TempDir dir;
   const std::string base = "--quiet --config " + two_peer_cluster(dir, "HOME") + " --peer a";
