@@ -28,6 +28,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 import hearsay_logs  # noqa: E402
+import hearsay_metrics  # noqa: E402
 
 HERE = os.path.dirname(os.path.realpath(__file__))
 
@@ -329,15 +330,22 @@ def sim_bin(args):
     return os.path.join(os.path.dirname(os.path.realpath(args.peer_bin)), "hearsay-sim")
 
 
-def run_point(args, p, point, run_dir, display, env, emulated=None):
+def run_point(args, p, point, run_dir, display, env, emulated=None, cluster_metrics=None):
     cfg_path = write_run_config(args, p, point, run_dir, emulated)
     procs, views = {}, []
+    metrics_ports = {}
+    if cluster_metrics is not None:
+        # Each peer's own /metrics on a loopback port, scraped by hearsay-run's.
+        metrics_ports = dict(zip([peer["name"] for peer in p["peers"]], hearsay_metrics.free_ports(len(p["peers"]))))
+        cluster_metrics.set_peers(metrics_ports)
     for peer in p["peers"]:
         name = peer["name"]
         log = os.path.join(run_dir, f"{name}.jsonl")
         out = open(os.path.join(run_dir, f"{name}.out"), "w")
         err = open(os.path.join(run_dir, f"{name}.err"), "w")
         cmd = program_cmd(args, point.get("program", "")) + ["--config", cfg_path, "--peer", name, "--quiet", "--log", log]
+        if name in metrics_ports:
+            cmd += ["--metrics", f"127.0.0.1:{metrics_ports[name]}"]
         # One shared-WAN scope per run: its peers share the emulated site-to-site pipes.
         run_env = dict(env, HEARSAY_RUN_ID=f"{os.getpid()}:{os.path.abspath(run_dir)}")
         procs[name] = (subprocess.Popen(cmd, stdout=out, stderr=err, env=run_env), out, err)
@@ -428,6 +436,9 @@ def main():
     ap.add_argument("--plain", action="store_true", help="periodic progress lines even on a terminal")
     ap.add_argument("--print-commands", action="store_true", help="print each peer's command line and exit")
     ap.add_argument("--peer-bin", default=default_peer_bin(), help="the hearsay-peer program")
+    ap.add_argument("--metrics", metavar="HOST:PORT",
+                    help="serve the running cluster's metrics (every peer's, labelled) in Prometheus's text format "
+                         "at http://HOST:PORT/metrics (docs/OPERATIONS.md)")
     ap.add_argument("--simulate", action="store_true",
                     help="run every peer in one process on virtual time, over SimGrid's network model "
                          "(docs/SIMULATION.md); as experiment.simulate: true")
@@ -447,6 +458,18 @@ def main():
     if args.print_commands:
         print_commands(args, p)
         return 0
+    cluster_metrics = None
+    if args.metrics:
+        if args.simulate or p.get("simulate", False):
+            print("hearsay-run: error: --metrics: a simulated cluster runs in one process on virtual time; "
+                  "its figures are in its logs, not live", file=sys.stderr)
+            return 2
+        try:
+            cluster_metrics = hearsay_metrics.ClusterMetrics(args.metrics)
+        except ValueError as e:
+            print(f"hearsay-run: error: {e}", file=sys.stderr)
+            return 2
+        print(f"hearsay-run: the cluster's metrics at http://{args.metrics}/metrics (port {cluster_metrics.port})")
     env = dict(os.environ)
     if p["secret_env"] and not env.get(p["secret_env"]):
         env[p["secret_env"]] = secrets.token_hex(16)  # peers on this machine share a made-up secret
@@ -479,7 +502,7 @@ def main():
         if simulate:
             s = simulate_point(args, p, point, run_dir, emulated)
         else:
-            s = run_point(args, p, point, run_dir, display, env, emulated)
+            s = run_point(args, p, point, run_dir, display, env, emulated, cluster_metrics)
         summaries.append(s)
         print(f"hearsay-run: {os.path.basename(run_dir)}: {describe(s)}")
     top = dict(summaries[0]) if len(points) == 1 and summaries else {"name": p["name"], "run_dir": root}

@@ -9,11 +9,16 @@ import subprocess
 import sys
 import tempfile
 import time
+import re
 import unittest
+import urllib.request
 
 BIN = os.environ.get("HEARSAY_BIN_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "build", "bin"))
 RUN = os.path.join(BIN, "hearsay-run")
 PLOT = os.path.join(BIN, "hearsay-plot")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "experiments"))
+import hearsay_metrics  # noqa: E402
+
 RECORDED = os.path.join(os.path.dirname(os.path.realpath(__file__)), "data", "recorded-run")
 
 BASE = """name: "tiny"
@@ -145,6 +150,37 @@ checkpoint { every_steps: 50 }
         for name in ("a", "b"):
             with open(os.path.join(self.only_run_dir(), name + ".jsonl")) as f:
                 self.assertIn('"event":"end"', f.read())  # flushed its log and ended cleanly
+
+    def test_metrics_serves_every_peers_figures_labelled_with_the_peer_while_the_cluster_runs(self):
+        text = BASE.replace("epochs: 3", "epochs: 0 max_steps: 100000")
+        cfg = self.config(text + 'experiment { stop_at_target: false out_dir: "%s" }\n' % os.path.join(self.dir, "runs"))
+        port = hearsay_metrics.free_ports(1)[0]
+        proc = subprocess.Popen([RUN, cfg, "--plain", "--metrics", f"127.0.0.1:{port}"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        steps, body = {}, ""
+        try:
+            deadline = time.time() + 60
+            while time.time() < deadline and not (len(steps) == 2 and min(steps.values()) > 0):
+                time.sleep(0.3)
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                        body = r.read().decode()
+                except OSError:
+                    continue
+                steps = {m.group(1): float(m.group(2))
+                         for m in re.finditer(r'^hearsay_steps_total\{peer="(\w+)"\} (\S+)$', body, re.M)}
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            out, err = proc.communicate(timeout=60)
+        self.assertEqual(sorted(steps), ["a", "b"], body + out + err)
+        self.assertGreater(min(steps.values()), 0, body)
+        self.assertIn('hearsay_peer_up{peer="a"} 1', body)
+        self.assertEqual(body.count("# TYPE hearsay_steps_total counter"), 1)  # one family, both peers in it
+        self.assertRegex(body, r'hearsay_link_sent_bytes_total\{peer="b",neighbour="a"\} \d+')
+        # A simulated run has nothing live to serve: refused before it starts.
+        r = self.run_tool(cfg, "--simulate", "--metrics", "127.0.0.1:0")
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--metrics", r.stderr)
 
     def test_a_peer_that_dies_is_reported_with_its_stderr_and_the_other_goes_on(self):
         text = BASE.replace('peers { name: "b" site: "y"', 'peers { name: "b" site: "y" device: "nonsense"')
