@@ -8,7 +8,7 @@ OpenBLAS, a fixed number of steps; its step rate is read from its log's end even
 scrapes' count, size and latency.
 
     bench/metrics_overhead.py                     # single-mlp, 2,000 steps, 3 rounds
-    bench/metrics_overhead.py --steps 4000 --rounds 5
+    bench/metrics_overhead.py --steps 10000 --rounds 6   # the figure in docs/BENCHMARKS.md
 """
 import argparse
 import http.client
@@ -115,6 +115,7 @@ def main():
         "median_plain": round(statistics.median(plain), 2),
         "ratio_scraped_over_plain": round(statistics.median(scraped) / statistics.median(plain), 4),
         "per_round_ratio": [round(s / p, 4) for s, p in zip(scraped, plain)],
+        "median_per_round_ratio": round(statistics.median(s / p for s, p in zip(scraped, plain)), 4),
         "scrapes": scrapes,
         "scrape_bytes_median": int(statistics.median(sizes)) if sizes else 0,
         "scrape_latency_ms_median": round(1000 * statistics.median(latencies), 3) if latencies else None,
