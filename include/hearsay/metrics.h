@@ -27,7 +27,14 @@ struct StalenessHistogram {
   std::array<uint64_t, kStalenessBuckets.size() + 1> counts{};  // per bucket, not cumulative; last: +Inf
   uint64_t count = 0;
   double sum = 0;
-  void add(int64_t tau);
+  // Inline: the mixer records into it on every update, also in programs without src/metrics.
+  void add(int64_t tau) {
+    size_t b = 0;
+    while (b < kStalenessBuckets.size() && tau > kStalenessBuckets[b]) ++b;
+    ++counts[b];
+    ++count;
+    sum += static_cast<double>(tau);
+  }
 };
 
 class MetricsBoard {

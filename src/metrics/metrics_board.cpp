@@ -72,14 +72,6 @@ std::string label(const char* key, const std::string& value) { return std::strin
 
 }  // namespace
 
-void StalenessHistogram::add(int64_t tau) {
-  size_t b = 0;
-  while (b < kStalenessBuckets.size() && tau > kStalenessBuckets[b]) ++b;
-  ++counts[b];
-  ++count;
-  sum += static_cast<double>(tau);
-}
-
 MetricsBoard::MetricsBoard(std::map<std::string, std::string> labels) : labels_(std::move(labels)) {}
 
 void MetricsBoard::on_step(int64_t steps, double loss, int64_t batch_size) {

@@ -31,6 +31,27 @@ Run run_peer(const std::string& args, const std::string& env = "") {
   return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
 }
 
+// A loopback port this test holds (bound and listening) until it goes out of scope.
+struct HeldPort {
+  int fd = -1;
+  std::string address;
+  HeldPort() {
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in at{};
+    at.sin_family = AF_INET;
+    at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);  // port 0: any free one, read back below
+    REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0);
+    REQUIRE(listen(fd, 1) == 0);
+    socklen_t len = sizeof at;
+    REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&at), &len) == 0);
+    address = "127.0.0.1:" + std::to_string(ntohs(at.sin_port));
+  }
+  ~HeldPort() { close(fd); }
+  HeldPort(const HeldPort&) = delete;
+  HeldPort& operator=(const HeldPort&) = delete;
+};
+
 }  // namespace
 
 using hearsay::test::TempDir;
@@ -218,19 +239,9 @@ TEST_CASE("cli: a peer whose own address is not this host's, does not resolve, o
   CHECK(unresolved.status == 2);
   CHECK(unresolved.output.find("peer b (cluster.peers[1].address 'no-such-host.invalid:17396'): ") != std::string::npos);
   // A port another process holds.
-  const int holder = socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(holder >= 0);
-  sockaddr_in at{};
-  at.sin_family = AF_INET;
-  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  at.sin_port = 0;  // any free port, read back below
-  REQUIRE(bind(holder, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0);
-  REQUIRE(listen(holder, 1) == 0);
-  socklen_t len = sizeof at;
-  REQUIRE(getsockname(holder, reinterpret_cast<sockaddr*>(&at), &len) == 0);
-  const std::string held = "127.0.0.1:" + std::to_string(ntohs(at.sin_port));
+  const HeldPort held_port;
+  const std::string held = held_port.address;
   const Run taken = run_peer(config(held), env);
-  close(holder);
   CHECK(taken.status == 2);
   CHECK(taken.output.find("peer b (cluster.peers[1].address '" + held + "'): ") != std::string::npos);
   CHECK(taken.output.find("final test accuracy") == std::string::npos);
@@ -249,19 +260,10 @@ TEST_CASE("cli: a metrics port in use exits 2 naming the peer and the address be
       peers { name: "b" address: "127.0.0.1:17396" }
     }
   )");
-  const int holder = socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(holder >= 0);
-  sockaddr_in at{};
-  at.sin_family = AF_INET;
-  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(bind(holder, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0);
-  REQUIRE(listen(holder, 1) == 0);
-  socklen_t len = sizeof at;
-  REQUIRE(getsockname(holder, reinterpret_cast<sockaddr*>(&at), &len) == 0);
-  const std::string held = "127.0.0.1:" + std::to_string(ntohs(at.sin_port));
+  const HeldPort held_port;
+  const std::string held = held_port.address;
   const std::string env = "HEARSAY_TEST_SECRET=a-secret-of-the-metrics-port-test ";
   const Run taken = run_peer("--quiet --config " + dir.file("m.textproto") + " --peer b --metrics " + held, env);
-  close(holder);
   CHECK(taken.status == 2);
   CHECK(taken.output.find("peer b: --metrics: cannot serve metrics at '" + held + "'") != std::string::npos);
   CHECK(taken.output.find("of cluster") == std::string::npos);  // it never got to joining
