@@ -19,6 +19,7 @@
 #include "hearsay/config.pb.h"
 #include "hearsay/error.h"
 #include "hearsay/wire.h"
+#include "../transport/address.h"
 #include "algorithm_options.h"
 
 namespace hearsay {
@@ -330,6 +331,17 @@ void validate(const config::Config& c, const Locator& at) {
       if (p.address().empty() && cl.transport() != "inproc") fail(at_i, "peer '" + p.name() + "' needs an address (host:port)");
       if (!p.address().empty() && !addresses.insert(p.address()).second) {
         fail(at_i + ".address", "address '" + p.address() + "' is used by two peers");
+      }
+      if (!p.listen().empty()) {
+        if (p.address().empty()) {
+          fail(at_i + ".listen", "peer '" + p.name() + "' listens at '" + p.listen() +
+                                     "' but has no address for the others to dial; set address (host:port)");
+        }
+        try {
+          split_host_port(p.listen());
+        } catch (const InputError& e) {
+          fail(at_i + ".listen", e.what());
+        }
       }
       if (!(p.slowdown() >= 1) || !std::isfinite(p.slowdown())) fail(at_i + ".slowdown", "must be >= 1, got " + number(p.slowdown()));
       const std::set<std::string> lies{"none", "scaled", "sign_flip", "random"};

@@ -100,14 +100,18 @@ ClusterMembership join_cluster(const config::Config& base, const std::string& na
     const char* kind = e.kind == LinkEvent::Kind::kUp ? "up" : e.kind == LinkEvent::Kind::kDown ? "down" : "rejected";
     log.write(log.event("link").add("state", kind).add("neighbour", e.peer_id).add("address", e.remote_address).add("reason", e.reason));
   });
+  const bool own_listen = !cl.peers(me).listen().empty();
+  const std::string listen_at = own_listen ? cl.peers(me).listen() : cl.peers(me).address();
   try {
-    transport->listen(cl.peers(me).address());
+    transport->listen(listen_at);
   } catch (const InputError& e) {
     // Which peer, which field, and what an operator should look at: the config gives this
     // peer an address another host has, a name that does not resolve, or a port in use.
-    throw InputError("peer " + name + " (cluster.peers[" + std::to_string(me) + "].address '" + cl.peers(me).address() +
-                     "'): " + e.what() + "; this peer listens there, so it must be one of this host's addresses with a "
-                     "free port");
+    throw InputError("peer " + name + " (cluster.peers[" + std::to_string(me) + "]." + (own_listen ? "listen" : "address") +
+                     " '" + listen_at + "'): " + e.what() + "; this peer listens there, so it must be one of this host's " +
+                     "addresses with a free port" +
+                     (own_listen ? std::string() : std::string(" (behind a port forward or NAT, set listen to this host's "
+                                                               "own address and keep address for the others to dial)")));
   }
   // Each pair connects once: the peer later in the list dials the earlier one.
   for (int j = 0; j < me; ++j) transport->connect(cl.peers(j).name(), cl.peers(j).address());

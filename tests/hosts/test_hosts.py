@@ -119,18 +119,18 @@ def config_text(args, sites):
     lan = '  site_links {{ site_a: "{0}" site_b: "{0}" link {{ latency_ms: 0.5 bandwidth_mbps: {1} }} }}'
     if args.latency_ms > 0 or args.emulated:
         for i, a in enumerate(names):
-            links.append(lan.format(a, 1000 if args.emulated else 100000))
+            links.append(lan.format(a, 100000))  # a site's peers share a host (namespace): its LAN unshaped
             for b in names[i + 1:]:
                 links.append(f'  site_links {{ site_a: "{a}" site_b: "{b}" link {{ latency_ms: {args.latency_ms} bandwidth_mbps: {wan_mbps:g} }} }}')
     gossip = {"adpsgd": 'gossip { algorithm: "adpsgd" topology: "random" }',
-              "allreduce": 'gossip { algorithm: "allreduce" topology: "ring" codec { name: "powersgd" } }'}[args.algorithm]
+              "allreduce": 'gossip { algorithm: "allreduce" topology: "ring" }'}[args.algorithm]  # fp32: the WAN's load
     return f"""name: "hosts"
 seed: {args.seed}
 device: "cpu"
 model {{ kind: MLP hidden: [256, 256] }}
 data {{ format: IDX }}
 optim {{ optimizer: "sgd" lr: 0.05 momentum: 0.9 nesterov: true }}
-train {{ batch_size: 64 epochs: 4 eval_every_s: 1 target_test_acc: {args.target} }}
+train {{ batch_size: 64 epochs: {args.epochs} eval_every_s: 1 target_test_acc: {args.target} emulated_step_s: {args.step_ms / 1000} }}
 log {{ every_steps: 50 }}
 cluster {{
   id: "hosts"
@@ -153,6 +153,8 @@ def main():
     ap.add_argument("--algorithm", choices=["adpsgd", "allreduce"], default="adpsgd")
     ap.add_argument("--target", type=float, default=0.85)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--epochs", type=int, default=8, help="passes over each peer's shard")
+    ap.add_argument("--step-ms", type=float, default=10, help="each step's emulated compute (a GPU's), ms")
     ap.add_argument("--slow-peer", action="store_true", help="the second site's last peer is a 4x slower GPU")
     ap.add_argument("--max-s", type=float, default=240, help="stop the peers after this long")
     ap.add_argument("--bin", default=os.environ.get("HEARSAY_BIN_DIR", os.path.join(ROOT, "build", "bin")))
@@ -201,6 +203,11 @@ def main():
         wall_s = time.monotonic() - start
         failed = {name: p.returncode for name, p in procs if p.returncode not in (0, -signal.SIGTERM)}
         summary = hearsay_logs.run_summary(out_dir, args.target)
+        site_of = {f"{SITE_NAMES[s]}-{k}": SITE_NAMES[s] for s in range(args.sites) for k in range(args.peers_per_site)}
+        wan = hearsay_logs.wan_bytes_per_site(out_dir, site_of)
+        ends = [e for name in site_of for e in hearsay_logs.read_log(os.path.join(out_dir, name + ".jsonl"), warn=False)[1]
+                if e.get("event") == "end"]
+        train_s = max((e.get("t") or 0) for e in ends) if ends else 0
         result = {
             "bench": "hosts", "sites": args.sites, "peers_per_site": args.peers_per_site, "algorithm": args.algorithm,
             "wan": "emulated" if args.emulated else "kernel tbf", "mbps": args.mbps, "latency_ms": args.latency_ms,
@@ -208,6 +215,10 @@ def main():
             "addresses": sites.addresses, "wall_s": round(wall_s, 1),
             "time_to_target_s": summary.get("time_to_target_s"), "final_test_acc": summary.get("final_test_acc"),
             "bytes_sent_total": summary.get("bytes_sent_total"), "steps_total": summary.get("steps_total"),
+            "wan_bytes_per_site": wan,
+            # Per site, its WAN bytes over the run (the last peer's end): the uplink's use.
+            "wan_mbit_per_s_per_site": {k: round(8 * v / train_s / 1e6, 2) for k, v in wan.items()} if train_s else None,
+            "s_per_step": round(train_s / (max(e.get("steps", 0) for e in ends) or 1), 4) if ends else None,
             "failed_peers": failed,
         }
         if args.json:

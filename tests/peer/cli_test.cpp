@@ -143,7 +143,11 @@ TEST_CASE("cli: a short run writes its log and prints the final accuracy") {
   CHECK(hearsay::test::read_file(dir.file("out/log.jsonl")).find("\"event\":\"end\"") != std::string::npos);
 }
 
-TEST_CASE("cli: two peer processes of a cluster config find each other over tcp and train") {
+namespace {
+
+// Two peer processes of a cluster config ("left" and "right", each given its peer
+// fields) train 40 steps of all-reduce together; checks both logs.
+void two_processes_train(const std::string& left_fields, const std::string& right_fields) {
   TempDir dir;
   write_file(dir.file("secret"), "a shared secret of the cli test\n");
   const std::string config = R"(
@@ -153,8 +157,8 @@ TEST_CASE("cli: two peer processes of a cluster config find each other over tcp 
     log { every_steps: 10 }
     cluster {
       secret_file: ")" + dir.file("secret") + R"("
-      peers { name: "left" address: "127.0.0.1:17391" }
-      peers { name: "right" address: "127.0.0.1:17392" }
+      peers { name: "left" )" + left_fields + R"( }
+      peers { name: "right" )" + right_fields + R"( }
       gossip { algorithm: "allreduce" topology: "ring" }
     }
   )";
@@ -167,18 +171,52 @@ TEST_CASE("cli: two peer processes of a cluster config find each other over tcp 
                       dir.file("left.jsonl") + " 2>&1").c_str(), "r");
   const Run right = run_peer(base + " --peer right --log " + dir.file("right.jsonl"));
   // Drain left's output before closing the pipe, so it never writes into a closed one.
+  std::string left_output;
   char buf[512];
-  while (std::fgets(buf, sizeof(buf), left) != nullptr) {
-  }
+  while (std::fgets(buf, sizeof(buf), left) != nullptr) left_output += buf;
   const int left_status = pclose(left);
-  CHECK(right.status == 0);
-  CHECK(WEXITSTATUS(left_status) == 0);
+  CHECK_MESSAGE(right.status == 0, right.output);
+  CHECK_MESSAGE(WEXITSTATUS(left_status) == 0, left_output);
   for (const char* name : {"left.jsonl", "right.jsonl"}) {
     const std::string log = hearsay::test::read_file(dir.file(name));
     CHECK(log.find("\"event\":\"gossip\"") != std::string::npos);
     CHECK(log.find("\"state\":\"up\"") != std::string::npos);
     CHECK(log.find("\"steps\":40") != std::string::npos);
   }
+}
+
+}  // namespace
+
+TEST_CASE("cli: two peer processes of a cluster config find each other over tcp and train") {
+  two_processes_train(R"(address: "127.0.0.1:17391")", R"(address: "127.0.0.1:17392")");
+}
+
+TEST_CASE("cli: a peer listening on one address and reached at another (a port forward), by host name or over IPv6, "
+          "trains with its neighbour") {
+  // left listens on every IPv4 address and is dialled by name (resolved at each dial);
+  // right is on IPv6's loopback.
+  two_processes_train(R"(address: "localhost:17391" listen: "0.0.0.0:17391")", R"(address: "[::1]:17392")");
+}
+
+TEST_CASE("cli: listen without an address, or a malformed listen, is refused naming the field") {
+  TempDir dir;
+  auto refused = [&](const std::string& peer_b) {
+    write_file(dir.file("l.textproto"), R"(
+      data { format: SYNTHETIC synthetic_dim: 8 num_classes: 3 }
+      cluster {
+        secret_env: "HEARSAY_TEST_SECRET"
+        peers { name: "a" address: "127.0.0.1:17395" }
+        peers { name: "b" )" + peer_b + R"( }
+      }
+    )");
+    return run_peer("--quiet --config " + dir.file("l.textproto") + " --peer b", "HEARSAY_TEST_SECRET=a-secret-of-the-listen-test ");
+  };
+  const Run no_address = refused(R"(listen: "0.0.0.0:17396")");
+  CHECK(no_address.status == 2);
+  CHECK(no_address.output.find("cluster.peers[1]") != std::string::npos);
+  const Run without = refused(R"(address: "127.0.0.1:17396" listen: "no port here")");
+  CHECK(without.status == 2);
+  CHECK(without.output.find("cluster.peers[1].listen") != std::string::npos);
 }
 
 TEST_CASE("cli: a cluster without its secret, or an unknown peer name, exits 2 naming it") {
