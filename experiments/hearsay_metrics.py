@@ -5,6 +5,7 @@ picked here); this server answers a scrape by scraping every peer of the run in 
 and merging their families, each sample labelled with its peer, plus
 hearsay_peer_up{peer} (1 when the peer answered) as Prometheus's own `up` is for targets.
 The HTTP side is Python's http.server."""
+import concurrent.futures
 import http.server
 import re
 import socket
@@ -112,14 +113,19 @@ class ClusterMetrics:
     def render(self):
         with self._lock:
             peers = dict(self._peers)
-        texts, up = {}, {}
-        for name, port in peers.items():
+
+        def scrape(port):
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=PEER_TIMEOUT_S) as r:
-                    texts[name] = r.read().decode()
-                up[name] = 1
+                    return r.read().decode()
             except OSError:
-                up[name] = 0  # not up yet, or gone
+                return None  # not up yet, or gone
+
+        # All at once, so that a scrape takes one peer's timeout at most, not one each.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(16, len(peers)))) as pool:
+            answers = dict(zip(peers, pool.map(scrape, peers.values())))
+        texts = {name: text for name, text in answers.items() if text is not None}
+        up = {name: int(text is not None) for name, text in answers.items()}
         head = ["# HELP hearsay_peer_up Whether the peer answered this scrape (1) or not (0).",
                 "# TYPE hearsay_peer_up gauge"]
         head += [f'hearsay_peer_up{{peer="{name}"}} {v}' for name, v in up.items()]

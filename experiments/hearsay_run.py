@@ -514,6 +514,8 @@ def main():
         json.dump(top, f, indent=2)
         f.write("\n")
     print(f"hearsay-run: summary in {os.path.join(root, 'summary.json')}")
+    if cluster_metrics is not None:
+        cluster_metrics.close()
     if STOP["signal"] is not None:
         return 130
     return 1 if any(s["failed_peers"] for s in summaries) else 0

@@ -160,7 +160,7 @@ void SimNetwork::flush() {
         idle_carriers_.pop_back();
         c->from = from;
         c->to = to;
-        const s4u::ConditionVariablePtr cv = c->cv;  // notify_one lets other actors run
+        const s4u::ConditionVariablePtr cv = c->cv;  // held: notify_one may let other actors run
         cv->notify_one();
         continue;
       }
