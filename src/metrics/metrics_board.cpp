@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <unistd.h>
 
 #include "hearsay/metrics.h"
@@ -140,22 +141,26 @@ std::string MetricsBoard::render() const {
   for (const auto& l : g.links) connected += l.connected ? 1 : 0;
   t.family("hearsay_connections", "gauge", "Neighbours connected now.");
   t.sample("hearsay_connections", "", number(connected));
-  t.family("hearsay_link_connected", "gauge", "Whether the link to a neighbour is up (1) or not (0).");
-  for (const auto& l : g.links) t.sample("hearsay_link_connected", label("neighbour", l.neighbour), l.connected ? "1" : "0");
-  t.family("hearsay_link_sent_bytes_total", "counter", "Bytes sent to a neighbour (frames, headers included).");
-  for (const auto& l : g.links) t.sample("hearsay_link_sent_bytes_total", label("neighbour", l.neighbour), number(l.bytes_sent));
-  t.family("hearsay_link_received_bytes_total", "counter", "Bytes received from a neighbour.");
-  for (const auto& l : g.links) {
-    t.sample("hearsay_link_received_bytes_total", label("neighbour", l.neighbour), number(l.bytes_received));
-  }
-  t.family("hearsay_link_queue_frames", "gauge", "Frames queued for a neighbour and not yet on the wire.");
-  for (const auto& l : g.links) t.sample("hearsay_link_queue_frames", label("neighbour", l.neighbour), number(l.queue_frames));
-  t.family("hearsay_link_queue_bytes", "gauge", "Bytes queued for a neighbour and not yet on the wire.");
-  for (const auto& l : g.links) t.sample("hearsay_link_queue_bytes", label("neighbour", l.neighbour), number(l.queue_bytes));
-  t.family("hearsay_link_rtt_seconds", "gauge", "Smoothed heartbeat round trip to a neighbour (links where it is known).");
-  for (const auto& l : g.links) {
-    if (l.rtt_s >= 0) t.sample("hearsay_link_rtt_seconds", label("neighbour", l.neighbour), number(l.rtt_s));
-  }
+  // One family per link figure, a sample per neighbour (left out where `value` says "").
+  auto per_link = [&](const char* name, const char* type, const char* help,
+                      const std::function<std::string(const Link&)>& value) {
+    t.family(name, type, help);
+    for (const auto& l : g.links) {
+      if (std::string v = value(l); !v.empty()) t.sample(name, label("neighbour", l.neighbour), v);
+    }
+  };
+  per_link("hearsay_link_connected", "gauge", "Whether the link to a neighbour is up (1) or not (0).",
+           [](const Link& l) { return std::string(l.connected ? "1" : "0"); });
+  per_link("hearsay_link_sent_bytes_total", "counter", "Bytes sent to a neighbour (frames, headers included).",
+           [](const Link& l) { return number(l.bytes_sent); });
+  per_link("hearsay_link_received_bytes_total", "counter", "Bytes received from a neighbour.",
+           [](const Link& l) { return number(l.bytes_received); });
+  per_link("hearsay_link_queue_frames", "gauge", "Frames queued for a neighbour and not yet on the wire.",
+           [](const Link& l) { return number(l.queue_frames); });
+  per_link("hearsay_link_queue_bytes", "gauge", "Bytes queued for a neighbour and not yet on the wire.",
+           [](const Link& l) { return number(l.queue_bytes); });
+  per_link("hearsay_link_rtt_seconds", "gauge", "Smoothed heartbeat round trip to a neighbour (links where it is known).",
+           [](const Link& l) { return l.rtt_s >= 0 ? number(l.rtt_s) : std::string(); });
   t.family("hearsay_sent_bytes_total", "counter", "Bytes of updates put on the wire, by what they carry.");
   for (const auto& [kind, bytes] : g.bytes_sent_by_kind) t.sample("hearsay_sent_bytes_total", label("kind", kind), number(bytes));
   t.family("hearsay_updates_applied_total", "counter", "Neighbours' updates mixed in.");
