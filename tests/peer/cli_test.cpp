@@ -195,7 +195,8 @@ TEST_CASE("cli: a peer listening on one address and reached at another (a port f
           "trains with its neighbour") {
   // left listens on every IPv4 address and is dialled by name (resolved at each dial);
   // right is on IPv6's loopback.
-  two_processes_train(R"(address: "localhost:17391" listen: "0.0.0.0:17391")", R"(address: "[::1]:17392")");
+  // Ports of its own: ctest runs the cli cases two at a time.
+  two_processes_train(R"(address: "localhost:17421" listen: "0.0.0.0:17421")", R"(address: "[::1]:17422")");
 }
 
 TEST_CASE("cli: listen without an address, or a malformed listen, is refused naming the field") {
@@ -294,8 +295,8 @@ TEST_CASE("cli: a metrics port in use exits 2 naming the peer and the address be
       secret_env: "HEARSAY_TEST_SECRET"
       connect_timeout_s: 0.3
       min_neighbours: 0
-      peers { name: "a" address: "127.0.0.1:17395" }
-      peers { name: "b" address: "127.0.0.1:17396" }
+      peers { name: "a" address: "127.0.0.1:17423" }
+      peers { name: "b" address: "127.0.0.1:17424" }
     }
   )");
   const HeldPort held_port;
