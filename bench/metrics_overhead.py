@@ -14,21 +14,17 @@ import argparse
 import http.client
 import json
 import os
-import socket
 import statistics
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.join(ROOT, "experiments"))
+from hearsay_metrics import free_ports  # noqa: E402
 
 
 def end_event(log_path):
@@ -78,7 +74,7 @@ def main():
     work = tempfile.mkdtemp(prefix="hearsay-metrics-bench-")
     scraped, plain, latencies, sizes, scrapes = [], [], [], [], 0
     for r in range(args.rounds):
-        port = free_port()
+        port = free_ports(1)[0]
         runs = []
         # Round r: the scraped peer starts first in even rounds, second in odd ones.
         for role in (["scraped", "plain"] if r % 2 == 0 else ["plain", "scraped"]):

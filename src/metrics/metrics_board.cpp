@@ -63,6 +63,11 @@ class Text {
     out_ += value;
     out_ += '\n';
   }
+  // A family of one sample without labels.
+  void scalar(const char* name, const char* type, const char* help, const std::string& value) {
+    family(name, type, help);
+    sample(name, "", value);
+  }
   std::string take() { return std::move(out_); }
 
  private:
@@ -117,30 +122,21 @@ std::string MetricsBoard::render() const {
   for (const auto& [k, v] : labels_) info += (info.empty() ? "" : ",") + label(k.c_str(), v);
   t.family("hearsay_info", "gauge", "What this peer is: its name, cluster, algorithm, transport and device.");
   t.sample("hearsay_info", info, "1");
-  t.family("hearsay_steps_total", "counter", "Training steps taken.");
-  t.sample("hearsay_steps_total", "", number(static_cast<uint64_t>(steps_.load())));
-  t.family("hearsay_samples_total", "counter", "Training samples consumed.");
-  t.sample("hearsay_samples_total", "", number(static_cast<uint64_t>(samples_.load())));
-  t.family("hearsay_steps_per_second", "gauge", "Steps per second over the last window of at least a second.");
-  t.sample("hearsay_steps_per_second", "", number(steps_per_s_.load()));
-  t.family("hearsay_train_loss", "gauge", "Loss of the last training step.");
-  t.sample("hearsay_train_loss", "", number(loss_.load()));
+  t.scalar("hearsay_steps_total", "counter", "Training steps taken.", number(static_cast<uint64_t>(steps_.load())));
+  t.scalar("hearsay_samples_total", "counter", "Training samples consumed.", number(static_cast<uint64_t>(samples_.load())));
+  t.scalar("hearsay_steps_per_second", "gauge", "Steps per second over the last window of at least a second.", number(steps_per_s_.load()));
+  t.scalar("hearsay_train_loss", "gauge", "Loss of the last training step.", number(loss_.load()));
   if (evals_.load() > 0) {
-    t.family("hearsay_test_accuracy_ratio", "gauge", "Test accuracy of the last evaluation, 0 to 1.");
-    t.sample("hearsay_test_accuracy_ratio", "", number(test_acc_.load()));
-    t.family("hearsay_test_loss", "gauge", "Test loss of the last evaluation.");
-    t.sample("hearsay_test_loss", "", number(test_loss_.load()));
+    t.scalar("hearsay_test_accuracy_ratio", "gauge", "Test accuracy of the last evaluation, 0 to 1.", number(test_acc_.load()));
+    t.scalar("hearsay_test_loss", "gauge", "Test loss of the last evaluation.", number(test_loss_.load()));
   }
-  t.family("hearsay_evaluations_total", "counter", "Evaluations on the test set.");
-  t.sample("hearsay_evaluations_total", "", number(static_cast<uint64_t>(evals_.load())));
-  t.family("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
-  t.sample("process_resident_memory_bytes", "", number(resident_memory_bytes()));
+  t.scalar("hearsay_evaluations_total", "counter", "Evaluations on the test set.", number(static_cast<uint64_t>(evals_.load())));
+  t.scalar("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", number(resident_memory_bytes()));
   if (!has_gossip) return t.take();
 
   uint64_t connected = 0;
   for (const auto& l : g.links) connected += l.connected ? 1 : 0;
-  t.family("hearsay_connections", "gauge", "Neighbours connected now.");
-  t.sample("hearsay_connections", "", number(connected));
+  t.scalar("hearsay_connections", "gauge", "Neighbours connected now.", number(connected));
   // One family per link figure, a sample per neighbour (left out where `value` says "").
   auto per_link = [&](const char* name, const char* type, const char* help,
                       const std::function<std::string(const Link&)>& value) {
@@ -163,20 +159,14 @@ std::string MetricsBoard::render() const {
            [](const Link& l) { return l.rtt_s >= 0 ? number(l.rtt_s) : std::string(); });
   t.family("hearsay_sent_bytes_total", "counter", "Bytes of updates put on the wire, by what they carry.");
   for (const auto& [kind, bytes] : g.bytes_sent_by_kind) t.sample("hearsay_sent_bytes_total", label("kind", kind), number(bytes));
-  t.family("hearsay_updates_applied_total", "counter", "Neighbours' updates mixed in.");
-  t.sample("hearsay_updates_applied_total", "", number(g.applied));
-  t.family("hearsay_updates_dropped_total", "counter", "Neighbours' updates dropped as too stale (or answers given up on).");
-  t.sample("hearsay_updates_dropped_total", "", number(g.dropped));
-  t.family("hearsay_updates_coalesced_total", "counter", "Updates folded into a newer one before they were mixed or sent.");
-  t.sample("hearsay_updates_coalesced_total", "", number(g.coalesced));
-  t.family("hearsay_updates_rejected_total", "counter", "Updates refused by the update guard or from quarantined neighbours.");
-  t.sample("hearsay_updates_rejected_total", "", number(g.rejected));
+  t.scalar("hearsay_updates_applied_total", "counter", "Neighbours' updates mixed in.", number(g.applied));
+  t.scalar("hearsay_updates_dropped_total", "counter", "Neighbours' updates dropped as too stale (or answers given up on).", number(g.dropped));
+  t.scalar("hearsay_updates_coalesced_total", "counter", "Updates folded into a newer one before they were mixed or sent.", number(g.coalesced));
+  t.scalar("hearsay_updates_rejected_total", "counter", "Updates refused by the update guard or from quarantined neighbours.", number(g.rejected));
   t.family("hearsay_updates_refused_total", "counter", "Updates the guard refused, by reason.");
   for (const auto& [why, n] : g.refused) t.sample("hearsay_updates_refused_total", label("reason", why), number(n));
-  t.family("hearsay_quarantined_neighbours", "gauge", "Neighbours whose updates are quarantined now.");
-  t.sample("hearsay_quarantined_neighbours", "", number(g.quarantined));
-  t.family("hearsay_buffered_bytes", "gauge", "Bytes of arrived updates waiting to be mixed.");
-  t.sample("hearsay_buffered_bytes", "", number(g.buffered_bytes));
+  t.scalar("hearsay_quarantined_neighbours", "gauge", "Neighbours whose updates are quarantined now.", number(g.quarantined));
+  t.scalar("hearsay_buffered_bytes", "gauge", "Bytes of arrived updates waiting to be mixed.", number(g.buffered_bytes));
   t.family("hearsay_staleness_steps", "histogram", "Staleness (steps) of the updates the mixer weighed.");
   uint64_t cumulative = 0;
   for (size_t b = 0; b < kStalenessBuckets.size(); ++b) {

@@ -961,6 +961,7 @@ void GossipEngine::log_stats(int64_t step) {
     }
     links.add_raw(peers_[i], l.str());
   }
+  const std::vector<std::string> quarantined_now = quarantined();  // the log's and the board's
   auto e = log_.event("gossip");
   e.add("step", step)
       .add("clock", static_cast<int64_t>(logical_clock_.load()))
@@ -982,7 +983,7 @@ void GossipEngine::log_stats(int64_t step) {
     for (const auto& [why, n] : guard_->refused()) refused.add(why, static_cast<int64_t>(n));
     e.add_raw("refused", refused.str());
     std::string q = "[";
-    for (const auto& name : quarantined()) q += (q.size() > 1 ? ",\"" : "\"") + json_escape(name) + "\"";
+    for (const auto& name : quarantined_now) q += (q.size() > 1 ? ",\"" : "\"") + json_escape(name) + "\"";
     e.add_raw("quarantined", q + "]");
   }
   for (const auto& ev : guard_->take_events()) {
@@ -1007,7 +1008,7 @@ void GossipEngine::log_stats(int64_t step) {
     board.coalesced = coalesced_total_;
     board.rejected = rejected_.load();
     board.refused = guard_->refused();
-    board.quarantined = quarantined().size();
+    board.quarantined = quarantined_now.size();
     board.buffered_bytes = buffered_bytes();
     board.staleness = mixer_.staleness();
     metrics_->offer_gossip(std::move(board));
