@@ -24,6 +24,7 @@
 #include "hearsay/log.h"
 #include "hearsay/metrics.h"
 #include "hearsay/peer.h"
+#include "hearsay/preflight.h"
 #include "hearsay/process.h"
 
 namespace {
@@ -31,11 +32,16 @@ namespace {
 constexpr const char* kUsage =
     "usage: hearsay-peer --config FILE [--peer NAME] [--set FRAGMENT]... [--log PATH] [--quiet]\n"
     "                    [--metrics HOST:PORT]\n"
+    "       hearsay-peer --config FILE --check [--peer NAME] [--check-bytes N]\n"
     "       hearsay-peer --config FILE --list-peers | --print-config | --plan | --measure-step N\n"
     "       hearsay-peer --config FILE --sample --checkpoint FILE --prompt TEXT [--tokens N]\n"
     "                    [--temperature T]\n"
     "  --peer NAME    which peer of the config's cluster this process is (default: from\n"
     "                 SLURM_PROCID or RANK); without a cluster the peer trains alone\n"
+    "  --check        preflight, before any training: dial every other peer of the cluster,\n"
+    "                 prove the secret, measure each link's round trip and bandwidth (N\n"
+    "                 bytes, default 4 MiB), and answer the others' checks; exit 0 when\n"
+    "                 every link is ok, 2 naming each that is not (docs/OPERATIONS.md)\n"
     "  --list-peers   print the cluster's peer names, one per line, and exit\n"
     "  --print-config print the config with every --set merged (text format), and exit\n"
     "  --plan         check every run of the experiment (sweep x repeats) and print them\n"
@@ -132,7 +138,8 @@ int main(int argc, char** argv) {
   hearsay::raise_descriptor_limit();
   std::string config_path, log_path, peer_name, metrics_address;
   std::vector<std::string> overrides;
-  bool quiet = false, list_peers = false, print_config = false, plan = false, sample = false;
+  bool quiet = false, list_peers = false, print_config = false, plan = false, sample = false, check = false;
+  int check_bytes = 4 << 20;
   int measure_steps = 0, sample_tokens = 200;
   std::string checkpoint_path, prompt;
   double temperature = 0.8;
@@ -146,6 +153,8 @@ int main(int argc, char** argv) {
       .flag("--list-peers", &list_peers)
       .flag("--print-config", &print_config)
       .flag("--plan", &plan)
+      .flag("--check", &check)
+      .integer("--check-bytes", &check_bytes, 0, 1 << 30, "a number of bytes")
       .flag("--quiet", &quiet)
       .text("--metrics", &metrics_address, "HOST:PORT")
       .integer("--measure-step", &measure_steps, 1, 100000, "a number of steps")
@@ -175,6 +184,20 @@ int main(int argc, char** argv) {
     if (plan) {
       std::fputs(plan_json(cfg, config_path, overrides).c_str(), stdout);
       return 0;
+    }
+    if (check) {
+      std::signal(SIGTERM, on_signal);
+      std::signal(SIGINT, on_signal);
+      if (cfg.cluster().peers_size() < 2) throw hearsay::InputError("--check: the config has no cluster of at least 2 peers to check");
+      hearsay::CheckOptions options;
+      options.probe_bytes = static_cast<uint64_t>(check_bytes);
+      hearsay::PeerCheck preflight(cfg, hearsay::resolve_peer_name(cfg, peer_name), options);
+      const hearsay::CheckReport report = preflight.run(&g_stop);
+      std::fputs(report.text().c_str(), stdout);
+      std::fflush(stdout);
+      // The others' checks may still be measuring their links to this peer.
+      preflight.linger(options.connect_s + options.probe_timeout_s, &g_stop);
+      return report.ok() ? 0 : 2;
     }
     if (sample) {
       const std::string text = sample_from_checkpoint(cfg, checkpoint_path, prompt, sample_tokens, temperature);

@@ -110,6 +110,17 @@ struct ClusterMembership {
 // with the peer's fault injection, every peer's name, its index, its slowdown (1 in the
 // ideal twin). The transport, clock and callbacks are the caller's.
 PeerNetwork cluster_peer_network(const config::Config& cfg, int me);
+// The index of the peer named `name` in cluster.peers; throws InputError if none is.
+int cluster_peer_index(const config::ClusterConfig& cluster, const std::string& name);
+// The transport peer `me` speaks in the config's cluster (its kind, the secret, TLS, the
+// cluster's names), under the config's link emulation when `emulate`; it neither listens
+// nor dials yet.
+std::unique_ptr<Transport> cluster_transport(const config::Config& cfg, int me, bool emulate);
+// Listens at peer `me`'s listen address (else its address); the error names the peer,
+// the field and what to look at.
+void listen_as_peer(Transport& transport, const config::ClusterConfig& cluster, int me);
+// "up", "down", "rejected", "unreachable": the link event's `state` in the log.
+const char* link_event_name(LinkEvent::Kind kind);
 // `log` (link events) must outlive the transport; `stop` (may be null) ends the wait.
 ClusterMembership join_cluster(const config::Config& cfg, const std::string& peer_name, EventLog& log,
                                const std::atomic<bool>* stop);

@@ -83,9 +83,14 @@ struct TransportCounters {
 };
 
 struct LinkEvent {
-  enum class Kind { kUp, kDown, kRejected };
+  // kUnreachable: a dial that reached no one (the reason says why: a name that does not
+  // resolve, a refused or timed-out connect); told once per distinct reason until the
+  // peer is admitted again.
+  enum class Kind { kUp, kDown, kRejected, kUnreachable };
   Kind kind;
-  std::string peer_id;         // empty when rejected before the peer named itself
+  // Empty when an accepted connection is rejected before the peer named itself; for a
+  // connection this side dialled, the peer it dialled.
+  std::string peer_id;
   std::string remote_address;
   std::string reason;
 };

@@ -57,24 +57,18 @@ static void check_transport_trust(const config::ClusterConfig& cl) {
                    "between the sites is trusted");
 }
 
-ClusterMembership join_cluster(const config::Config& base, const std::string& name, EventLog& log,
-                               const std::atomic<bool>* stop) {
+int cluster_peer_index(const config::ClusterConfig& cl, const std::string& name) {
+  for (int i = 0; i < cl.peers_size(); ++i) {
+    if (cl.peers(i).name() == name) return i;
+  }
+  throw InputError("peer '" + name + "' is not in cluster.peers");
+}
+
+std::unique_ptr<Transport> cluster_transport(const config::Config& base, int me, bool emulate) {
   const auto& cl = base.cluster();
   const int n = cl.peers_size();
-  int me = -1;
-  for (int i = 0; i < n; ++i) {
-    if (cl.peers(i).name() == name) me = i;
-  }
-  if (me < 0) throw InputError("peer '" + name + "' is not in cluster.peers");
-  // Gossip settings (algorithm, codec...) fail here, before anything listens or dials.
-  try {
-    check_gossip_spec(gossip_spec(cl), n);
-  } catch (const InputError& e) {
-    throw InputError(std::string("cluster.gossip: ") + e.what());
-  }
-
   TransportOptions o;
-  o.peer_id = name;
+  o.peer_id = cl.peers(me).name();
   o.site = cl.peers(me).site();
   o.cluster_id = cl.id();
   o.secret = load_cluster_secret(cl);
@@ -82,37 +76,64 @@ ClusterMembership join_cluster(const config::Config& base, const std::string& na
   o.tls = cl.tls();
   check_transport_trust(cl);
   std::unique_ptr<Transport> transport = create_transport(cl.transport(), o);
-  if (emulates_links(cl) && !cl.ideal()) {
-    std::map<std::string, LinkModel> per_peer;
-    for (int j = 0; j < n; ++j) {
-      if (j == me) continue;
-      LinkModel m = link_between(cl, me, j);
-      const std::string &from = cl.peers(me).site(), &to = cl.peers(j).site();
-      if (cl.shared_wan() && from != to) {
-        m.pipe = "wan " + from + " > " + to;
-        m.pipe_scope = cl.id() + "/" + pipe_scope_of_this_run();
-      }
-      per_peer[cl.peers(j).name()] = m;
+  if (!emulate || !emulates_links(cl) || cl.ideal()) return transport;
+  std::map<std::string, LinkModel> per_peer;
+  for (int j = 0; j < n; ++j) {
+    if (j == me) continue;
+    LinkModel m = link_between(cl, me, j);
+    const std::string &from = cl.peers(me).site(), &to = cl.peers(j).site();
+    if (cl.shared_wan() && from != to) {
+      m.pipe = "wan " + from + " > " + to;
+      m.pipe_scope = cl.id() + "/" + pipe_scope_of_this_run();
     }
-    transport = create_emulated_transport(std::move(transport), link_model(cl.default_link()), per_peer, base.seed() + me);
+    per_peer[cl.peers(j).name()] = m;
   }
-  transport->set_link_listener([&log](const LinkEvent& e) {
-    const char* kind = e.kind == LinkEvent::Kind::kUp ? "up" : e.kind == LinkEvent::Kind::kDown ? "down" : "rejected";
-    log.write(log.event("link").add("state", kind).add("neighbour", e.peer_id).add("address", e.remote_address).add("reason", e.reason));
-  });
+  return create_emulated_transport(std::move(transport), link_model(cl.default_link()), per_peer, base.seed() + me);
+}
+
+void listen_as_peer(Transport& transport, const config::ClusterConfig& cl, int me) {
   const bool own_listen = !cl.peers(me).listen().empty();
   const std::string listen_at = own_listen ? cl.peers(me).listen() : cl.peers(me).address();
   try {
-    transport->listen(listen_at);
+    transport.listen(listen_at);
   } catch (const InputError& e) {
     // Which peer, which field, and what an operator should look at: the config gives this
     // peer an address another host has, a name that does not resolve, or a port in use.
-    throw InputError("peer " + name + " (cluster.peers[" + std::to_string(me) + "]." + (own_listen ? "listen" : "address") +
-                     " '" + listen_at + "'): " + e.what() + "; this peer listens there, so it must be one of this host's " +
-                     "addresses with a free port" +
+    throw InputError("peer " + cl.peers(me).name() + " (cluster.peers[" + std::to_string(me) + "]." +
+                     (own_listen ? "listen" : "address") + " '" + listen_at + "'): " + e.what() +
+                     "; this peer listens there, so it must be one of this host's addresses with a free port" +
                      (own_listen ? std::string() : std::string(" (behind a port forward or NAT, set listen to this host's "
                                                                "own address and keep address for the others to dial)")));
   }
+}
+
+const char* link_event_name(LinkEvent::Kind kind) {
+  switch (kind) {
+    case LinkEvent::Kind::kUp: return "up";
+    case LinkEvent::Kind::kDown: return "down";
+    case LinkEvent::Kind::kRejected: return "rejected";
+    case LinkEvent::Kind::kUnreachable: return "unreachable";
+  }
+  return "?";
+}
+
+ClusterMembership join_cluster(const config::Config& base, const std::string& name, EventLog& log,
+                               const std::atomic<bool>* stop) {
+  const auto& cl = base.cluster();
+  const int n = cl.peers_size();
+  const int me = cluster_peer_index(cl, name);
+  // Gossip settings (algorithm, codec...) fail here, before anything listens or dials.
+  try {
+    check_gossip_spec(gossip_spec(cl), n);
+  } catch (const InputError& e) {
+    throw InputError(std::string("cluster.gossip: ") + e.what());
+  }
+
+  std::unique_ptr<Transport> transport = cluster_transport(base, me, true);
+  transport->set_link_listener([&log](const LinkEvent& e) {
+    log.write(log.event("link").add("state", link_event_name(e.kind)).add("neighbour", e.peer_id).add("address", e.remote_address).add("reason", e.reason));
+  });
+  listen_as_peer(*transport, cl, me);
   // Each pair connects once: the peer later in the list dials the earlier one.
   for (int j = 0; j < me; ++j) transport->connect(cl.peers(j).name(), cl.peers(j).address());
 

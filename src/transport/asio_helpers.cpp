@@ -59,14 +59,16 @@ std::unique_ptr<tcp::acceptor> open_acceptor(asio::io_context& io, const std::st
 }
 
 void async_dial(asio::io_context& io, const std::string& address,
-                std::function<void(std::shared_ptr<tcp::socket>, const std::string&)> done, const std::string& who) {
+                std::function<void(std::shared_ptr<tcp::socket>, const std::string&, const std::string&)> done,
+                const std::string& who) {
   const auto [host, port] = split_host_port(address);
   auto resolver = std::make_shared<tcp::resolver>(io);
   resolver->async_resolve(host, port, [&io, resolver, done, who, host = host, address](asio::error_code ec,
                                                                                     tcp::resolver::results_type results) {
     if (ec || results.empty()) {
-      report_once(host, who + ": cannot resolve " + host + ": " + (ec ? ec.message() : "no addresses"));
-      return done(nullptr, "");
+      const std::string why = "cannot resolve " + host + ": " + (ec ? ec.message() : "no addresses");
+      report_once(host, who + ": " + why);
+      return done(nullptr, "", why);
     }
     auto sock = std::make_shared<tcp::socket>(io);
     asio::async_connect(*sock, results, [sock, done, who, host, address](asio::error_code ec2, const tcp::endpoint& ep) {
@@ -74,10 +76,10 @@ void async_dial(asio::io_context& io, const std::string& address,
         // Refused or unreachable is what a peer that is not up yet looks like; running out
         // of descriptors is this process's trouble and worth saying.
         if (out_of_descriptors(ec2)) report_once(host, who + ": cannot dial " + address + ": " + ec2.message());
-        return done(nullptr, "");
+        return done(nullptr, "", "connect to " + address + ": " + ec2.message());
       }
       report_ok(host);
-      done(sock, join_host_port(ep.address().to_string(), ep.port()));
+      done(sock, join_host_port(ep.address().to_string(), ep.port()), "");
     });
   });
 }

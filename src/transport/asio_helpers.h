@@ -18,12 +18,13 @@ std::unique_ptr<asio::ip::tcp::acceptor> open_acceptor(asio::io_context& io, con
                                                        const std::string& who, std::string* reachable);
 
 // Resolves and connects asynchronously; `done` gets the socket and the remote address,
-// or a null socket when resolution or connection failed. A host that does not resolve,
+// or a null socket and what failed ("cannot resolve HOST: ...", "connect to ADDRESS:
+// Connection refused") when resolution or connection failed. A host that does not resolve,
 // and running out of descriptors, are said on stderr once per distinct error ("WHO:
 // cannot resolve HOST: ..."); a refused connection is not (the peer is not up yet).
 // Never throws on the I/O thread: every failure ends in `done`.
 void async_dial(asio::io_context& io, const std::string& address,
-                std::function<void(std::shared_ptr<asio::ip::tcp::socket>, const std::string& remote)> done,
+                std::function<void(std::shared_ptr<asio::ip::tcp::socket>, const std::string& remote, const std::string& error)> done,
                 const std::string& who = "tcp");
 
 }  // namespace hearsay

@@ -7,11 +7,11 @@
 
 namespace hearsay {
 
-Dialer::Dialer(asio::io_context& io, const TransportOptions& options, Connected connected)
-    : io_(io), options_(options), connected_(std::move(connected)), rng_(std::random_device{}()) {}
+Dialer::Dialer(asio::io_context& io, const TransportOptions& options, LinkTable& links, Connected connected)
+    : io_(io), options_(options), links_(links), connected_(std::move(connected)), rng_(std::random_device{}()) {}
 
 void Dialer::add(const std::string& peer_id, const std::string& address) {
-  auto target = std::make_shared<Target>(Target{peer_id, address, 0, asio::steady_timer(io_)});
+  auto target = std::make_shared<Target>(Target{peer_id, address, 0, {}, asio::steady_timer(io_)});
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopped_) return;
@@ -25,10 +25,23 @@ void Dialer::dial(const TargetPtr& target) {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopped_) return;
   }
-  async_dial(io_, target->address, [this, target](std::shared_ptr<asio::ip::tcp::socket> sock, const std::string& remote) {
-    if (!sock) return retry_later(target);
-    connected_(target, std::move(sock), remote);
-  });
+  async_dial(io_, target->address,
+             [this, target](std::shared_ptr<asio::ip::tcp::socket> sock, const std::string& remote, const std::string& error) {
+               if (!sock) return failed(target, error);
+               connected_(target, std::move(sock), remote);
+             });
+}
+
+void Dialer::failed(const TargetPtr& target, const std::string& reason) {
+  bool tell = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) return;
+    tell = target->last_failure != reason;
+    target->last_failure = reason;
+  }
+  if (tell) links_.unreachable(target->peer_id, target->address, reason);
+  retry_later(target);
 }
 
 void Dialer::retry_later(const TargetPtr& target) {
@@ -57,7 +70,9 @@ void Dialer::redial(const std::string& peer_id) {
 void Dialer::reset_backoff(const std::string& peer_id) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& t : targets_) {
-    if (t->peer_id == peer_id) t->attempt = 0;
+    if (t->peer_id != peer_id) continue;
+    t->attempt = 0;
+    t->last_failure.clear();
   }
 }
 

@@ -3,6 +3,10 @@
 // back-off of backoff.h between tries, until stop(). The tcp transport and the fabric
 // bootstrap share it; what happens on a connected socket is theirs.
 //
+// A failed attempt is told to the link table as `unreachable` (LinkEvent::kUnreachable),
+// once per distinct reason until the peer is admitted again: an operator (and
+// hearsay-peer --check) learns why a neighbour does not come up, without a line per retry.
+//
 // Threads: any thread may call it; dialling and the waits run on the io_context's threads.
 // The callback runs without the dialer's lock held, so it may call back into the dialer.
 #pragma once
@@ -16,6 +20,7 @@
 #include <vector>
 
 #include "hearsay/transport.h"
+#include "link_table.h"
 
 namespace hearsay {
 
@@ -24,6 +29,7 @@ class Dialer {
   struct Target {
     std::string peer_id, address;
     int attempt = 0;  // GUARDED_BY(Dialer::mu_): tries since the last admitted connection
+    std::string last_failure;  // GUARDED_BY(Dialer::mu_): the reason last told to the link table
     asio::steady_timer timer;
   };
   using TargetPtr = std::shared_ptr<Target>;
@@ -34,8 +40,8 @@ class Dialer {
                                        const std::string& remote)>;
 
   // `options` gives the back-off (reconnect_initial_s, reconnect_max_s); it must outlive
-  // the dialer, as must `io`.
-  Dialer(asio::io_context& io, const TransportOptions& options, Connected connected);
+  // the dialer, as must `io` and `links` (where failed attempts are told).
+  Dialer(asio::io_context& io, const TransportOptions& options, LinkTable& links, Connected connected);
 
   // Starts dialling `peer_id` at `address` (already validated). Ignored after stop().
   void add(const std::string& peer_id, const std::string& address);
@@ -50,9 +56,12 @@ class Dialer {
 
  private:
   void dial(const TargetPtr& target);
+  // A failed attempt: told to the link table when its reason is new, then dialled again.
+  void failed(const TargetPtr& target, const std::string& reason);
 
   asio::io_context& io_;
   const TransportOptions& options_;
+  LinkTable& links_;
   Connected connected_;
   std::mutex mu_;
   bool stopped_ = false;             // GUARDED_BY(mu_)

@@ -80,6 +80,10 @@ void LinkTable::rejected(const std::string& peer, const std::string& address, co
   if (listener_) listener_({LinkEvent::Kind::kRejected, peer, address, reason});
 }
 
+void LinkTable::unreachable(const std::string& peer, const std::string& address, const std::string& reason) {
+  if (listener_) listener_({LinkEvent::Kind::kUnreachable, peer, address, reason});
+}
+
 void LinkTable::dropped(const std::string& peer, const std::string& address, const std::string& reason) {
   {
     std::lock_guard<std::mutex> lock(mu_);

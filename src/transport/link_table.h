@@ -57,6 +57,9 @@ class LinkTable {
   void closed(const std::string& peer, const Connection* c, const std::string& address, const std::string& reason);
   // A connection refused (admission, a broken stream): counted, logged, reported.
   void rejected(const std::string& peer, const std::string& address, const std::string& reason);
+  // A dial to `peer` that reached no one (unresolvable, refused, unreachable): reported,
+  // not counted (no stranger's doing).
+  void unreachable(const std::string& peer, const std::string& address, const std::string& reason);
   // A single frame dropped while the link stays up.
   void dropped(const std::string& peer, const std::string& address, const std::string& reason);
   // To the receiver; held (at most 1024 frames and 64 MiB, oldest dropped) while none is set.

@@ -160,6 +160,17 @@ void Session::on_frame(InFrame&& frame) {
       }
       return;
     }
+    case wire::Envelope::kProbe: {
+      if (!admitted_) return reject("admission: frame before admission");
+      // A reply goes to the receiver (the check that sent the probe; training ignores it).
+      if (e.probe().is_reply()) return hooks_.deliver(std::move(frame));
+      wire::Envelope r;
+      r.mutable_probe()->set_seq(e.probe().seq());
+      r.mutable_probe()->set_is_reply(true);
+      r.mutable_probe()->set_bytes(frame.payload.size());
+      hooks_.send(make_frame(r));
+      return;
+    }
     case wire::Envelope::kUpdate:
     case wire::Envelope::kCredit:
       if (!admitted_) return reject("admission: frame before admission");

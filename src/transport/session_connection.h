@@ -51,7 +51,8 @@ class SessionConnection : public Connection {
   OutFrame bye(const std::string& reason) const { return session_.bye(reason, displacing_.load()); }
   // Tells the link table the connection ended, and first that it was refused when `rejected`.
   void report_end(LinkTable& links, const std::string& reason, bool rejected) {
-    if (rejected) links.rejected(session_.peer_id(), address_, reason);
+    // Refused before the remote named itself: the peer this side dialled, if it dialled.
+    if (rejected) links.rejected(session_.peer_id().empty() ? dial_peer_ : session_.peer_id(), address_, reason);
     links.closed(session_.peer_id(), this, address_, reason);
   }
 

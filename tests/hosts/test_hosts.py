@@ -15,12 +15,19 @@ this script makes is named with its process id and removed at the end, whatever 
     tests/hosts/test_hosts.py --emulated ...        # the same run on loopback, the WAN emulated
                                                     # by hearsay (its shared pipe at --mbps)
 
-Exit 0: the peers' mean test accuracy reached the target; 1: it did not, or a peer failed;
+Before training, every peer runs `hearsay-peer --check` at once (the preflight an operator
+runs): the first site's first peer measures its links with 4 MiB of probes, the others
+their round trips only, and every check must pass; across the tbf the first peer must
+measure the shaped rate (within 60-105% of --mbps), inside its site far more.
+
+Exit 0: the preflight passed and the peers' mean test accuracy reached the target; 1: it
+did not, or a peer failed;
 77: this machine cannot make network namespaces (not root, no CAP_NET_ADMIN): skipped.
 """
 import argparse
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -144,6 +151,51 @@ cluster {{
 """
 
 
+def preflight(args, sites, cfg, env, peer_bin, out_dir):
+    """Every peer's --check at once; returns the first peer's measured links and the failures."""
+    procs = []
+    for s, ns in enumerate(sites.sites):
+        for k in range(args.peers_per_site):
+            name = f"{SITE_NAMES[s]}-{k}"
+            measure = s == 0 and k == 0
+            cmd = [peer_bin, "--config", cfg, "--peer", name, "--check", "--check-bytes", str(4 << 20 if measure else 0)]
+            if ns is not None:
+                cmd = ["ip", "netns", "exec", ns] + cmd
+            out = open(os.path.join(out_dir, name + ".check"), "w")
+            procs.append((name, subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT), out))
+    start = time.monotonic()
+    failures = {}
+    for name, p, out in procs:
+        try:
+            p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+        out.close()
+        if p.returncode != 0:
+            with open(out.name) as f:
+                failures[name] = f.read()[-2000:]
+    took = time.monotonic() - start
+    first = f"{SITE_NAMES[0]}-0"
+    links = {}
+    with open(os.path.join(out_dir, first + ".check")) as f:
+        for line in f:
+            m = re.match(r"\s+ok\s+(\S+)\s.*rtt ([0-9.]+) ms, ([0-9.]+) Mbit/s", line)
+            if m:
+                links[m.group(1)] = {"rtt_ms": float(m.group(2)), "mbit_per_s": float(m.group(3))}
+    for name in (f"{SITE_NAMES[s]}-{k}" for s in range(args.sites) for k in range(args.peers_per_site)):
+        if name == first:
+            continue
+        got = links.get(name)
+        if got is None:
+            failures.setdefault(first, f"no measured link to {name}")
+            continue
+        across = not name.startswith(SITE_NAMES[0] + "-")
+        if not args.emulated and across and not 0.6 * args.mbps <= got["mbit_per_s"] <= 1.05 * args.mbps:
+            failures.setdefault(first, f"measured {got['mbit_per_s']} Mbit/s to {name} across a {args.mbps:g} Mbit/s tbf")
+    return {"check_s": round(took, 1), "links_of_" + first: links}, failures
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sites", type=int, default=3)
@@ -180,6 +232,11 @@ def main():
         env = dict(os.environ, HEARSAY_SECRET=secrets.token_hex(16), OPENBLAS_CORETYPE=os.environ.get("OPENBLAS_CORETYPE", "Haswell"),
                    OPENBLAS_NUM_THREADS="1", HEARSAY_RUN_ID=f"hosts:{os.getpid()}:{out_dir}")  # one scope of shared pipes
         peer_bin = os.path.abspath(os.path.join(args.bin, "hearsay-peer"))
+        checked, check_failures = preflight(args, sites, cfg, env, peer_bin, out_dir)
+        for name, text in check_failures.items():
+            print(f"test-hosts: the preflight (--check) of {name} failed:\n{text}", file=sys.stderr)
+        if check_failures:
+            return 1
         for s, ns in enumerate(sites.sites):
             for k in range(args.peers_per_site):
                 name = f"{SITE_NAMES[s]}-{k}"
@@ -220,6 +277,7 @@ def main():
             "wan_mbit_per_s_per_site": {k: round(8 * v / train_s / 1e6, 2) for k, v in wan.items()} if train_s else None,
             "s_per_step": round(train_s / (max(e.get("steps", 0) for e in ends) or 1), 4) if ends else None,
             "failed_peers": failed,
+            "preflight": checked,
         }
         if args.json:
             print(json.dumps(result))
@@ -228,7 +286,8 @@ def main():
                   f"{'emulated' if args.emulated else 'tbf'} {args.mbps:g} Mbit/s each way, {args.algorithm}: "
                   f"time to {100 * args.target:.0f}% "
                   f"{result['time_to_target_s']} s, final mean accuracy {result['final_test_acc']}, "
-                  f"{wall_s:.0f} s")
+                  f"{wall_s:.0f} s; preflight {checked['check_s']} s, links measured from {SITE_NAMES[0]}-0: "
+                  + ", ".join(f"{k} {v['mbit_per_s']:g} Mbit/s" for k, v in checked[f"links_of_{SITE_NAMES[0]}-0"].items()))
         for name, code in failed.items():
             with open(os.path.join(out_dir, name + ".err")) as f:
                 print(f"test-hosts: peer {name} failed ({code}):\n{f.read()[-2000:]}", file=sys.stderr)

@@ -9,6 +9,8 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <thread>
+#include <chrono>
 
 #include "hearsay/config.pb.h"
 #include "test_util.h"
@@ -284,6 +286,84 @@ TEST_CASE("cli: a peer whose own address is not this host's, does not resolve, o
   CHECK(taken.status == 2);
   CHECK(taken.output.find("peer b (cluster.peers[1].address '" + held + "'): ") != std::string::npos);
   CHECK(taken.output.find("final test accuracy") == std::string::npos);
+}
+
+namespace {
+
+// Four peers: a and b run the check; nothing listens for c; d has another secret.
+std::string check_cluster(const TempDir& dir) {
+  write_file(dir.file("check.textproto"), R"(
+    cluster {
+      id: "preflight"
+      secret_env: "HEARSAY_TEST_SECRET"
+      peers { name: "a" site: "eu" address: "127.0.0.1:17461" }
+      peers { name: "b" site: "us" address: "localhost:17462" }
+      peers { name: "c" site: "us" address: "127.0.0.1:17463" }
+      peers { name: "d" site: "asia" address: "127.0.0.1:17464" }
+    }
+  )");
+  return dir.file("check.textproto");
+}
+
+}  // namespace
+
+TEST_CASE("cli: --check names an unreachable neighbour and one with another secret, measures the one that answers, "
+          "and exits 2 in under 10 s") {
+  TempDir dir;
+  const std::string config = check_cluster(dir);
+  const std::string env = "HEARSAY_TEST_SECRET=the-secret-of-the-preflight-test ";
+  Run b, d;
+  std::thread tb([&] { b = run_peer("--config " + config + " --check --peer b --check-bytes 2000000", env); });
+  std::thread td([&] { d = run_peer("--config " + config + " --check --peer d", "HEARSAY_TEST_SECRET=another-secret-entirely-0123 "); });
+  const auto start = std::chrono::steady_clock::now();
+  const Run a = run_peer("--config " + config + " --check --peer a --check-bytes 2000000", env);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  tb.join();
+  td.join();
+  INFO(a.output);
+  CHECK(a.status == 2);
+  CHECK(took < 10.0);
+  // b answered: the secret proven both ways, a round trip and a bandwidth measured.
+  CHECK(a.output.find("ok      b                localhost:17462 (reached 127.0.0.1:17462): secret proven, rtt ") !=
+        std::string::npos);
+  CHECK(a.output.find("Mbit/s (1.9 MiB)") != std::string::npos);
+  CHECK(a.output.find("FAILED  c                127.0.0.1:17463: unreachable: connect to 127.0.0.1:17463: Connection "
+                      "refused") != std::string::npos);
+  CHECK(a.output.find("FAILED  d                127.0.0.1:17464: rejected: admission: TLS handshake refused by the "
+                      "peer: illegal parameter (another cluster secret?)") != std::string::npos);
+  CHECK(a.output.find("2 of 3 links failed") != std::string::npos);
+  // b's check measured a back; d saw a wrong secret everywhere.
+  INFO(b.output);
+  CHECK(b.status == 2);
+  CHECK(b.output.find("ok      a                127.0.0.1:17461") != std::string::npos);
+  CHECK(d.status == 2);
+  CHECK(d.output.find("3 of 3 links failed") != std::string::npos);
+}
+
+TEST_CASE("cli: --check passes (exit 0) when every neighbour answers, and is refused without a cluster") {
+  TempDir dir;
+  write_file(dir.file("two.textproto"), R"(
+    cluster {
+      secret_env: "HEARSAY_TEST_SECRET"
+      peers { name: "a" address: "127.0.0.1:17465" }
+      peers { name: "b" address: "127.0.0.1:17466" }
+    }
+  )");
+  const std::string env = "HEARSAY_TEST_SECRET=the-secret-of-the-preflight-test ";
+  const std::string args = "--config " + dir.file("two.textproto") + " --check --check-bytes 100000";
+  Run b;
+  std::thread tb([&] { b = run_peer(args + " --peer b", env); });
+  const Run a = run_peer(args + " --peer a", env);
+  tb.join();
+  INFO(a.output);
+  CHECK(a.status == 0);
+  CHECK(a.output.find("all 1 links ok") != std::string::npos);
+  INFO(b.output);
+  CHECK(b.status == 0);
+  write_file(dir.file("alone.textproto"), "model { kind: MLP hidden: [4] } data { format: SYNTHETIC }\n");
+  const Run alone = run_peer("--config " + dir.file("alone.textproto") + " --check");
+  CHECK(alone.status == 2);
+  CHECK(alone.output.find("--check: the config has no cluster of at least 2 peers to check") != std::string::npos);
 }
 
 TEST_CASE("cli: a metrics port in use exits 2 naming the peer and the address before the peer listens or trains") {

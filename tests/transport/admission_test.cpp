@@ -223,3 +223,21 @@ TEST_CASE("admission: what a stranger names itself, its cluster or its reason re
   CHECK(x.refused.find("(10000 bytes)") != std::string::npos);
   CHECK(x.refused.size() < 200);
 }
+
+TEST_CASE("admission: a probe before admission closes the connection; after it, it is answered with a reply") {
+  End listener(member("a"), "");
+  wire::Envelope probe;
+  probe.mutable_probe()->set_seq(1);
+  listener.receive(probe);
+  CHECK(listener.refused == "admission: frame before admission");
+
+  End a(member("a"), ""), b(member("b"), "a");
+  handshake(a, b);
+  REQUIRE(a.admitted_as == "b");
+  a.out.clear();
+  a.receive(probe);
+  REQUIRE(a.out.size() == 1);
+  CHECK(a.out[0].probe().is_reply());
+  CHECK(a.out[0].probe().seq() == 1);
+  CHECK(a.refused.empty());
+}

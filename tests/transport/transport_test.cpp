@@ -12,6 +12,7 @@
 #include <asio.hpp>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <thread>
 
@@ -189,6 +190,57 @@ TEST_CASE("transports: a sender lets go of a payload its receiver refused, and t
     CHECK(p.a.got[0].second.envelope->update().update_id() == 2);
     CHECK(p.a.got[0].second.payload.size() == big.size() * sizeof(float));
   }
+}
+
+TEST_CASE("transports: a probe is answered inside the transport with its byte count; only the reply is delivered") {
+  for (const auto& kind : available_transports()) {
+    CAPTURE(kind);
+    Pair p(kind, options_for("a"), options_for("b"));
+    REQUIRE(p.b.wait_connected("a"));
+    REQUIRE(p.a.wait_connected("b"));
+    const std::vector<uint8_t> payload(300000, 7);
+    wire::Envelope probe;
+    probe.mutable_probe()->set_seq(41);
+    p.b.t->send("a", make_frame(probe, payload.data(), payload.size()), nullptr);
+    REQUIRE(p.b.wait_frames(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    {
+      std::lock_guard<std::mutex> lock(p.b.mu);
+      REQUIRE(p.b.got.size() == 1);
+      const auto& reply = p.b.got[0].second.envelope->probe();
+      CHECK(reply.is_reply());
+      CHECK(reply.seq() == 41);
+      CHECK(reply.bytes() == payload.size());
+      CHECK(p.b.got[0].second.payload.size() == 0);
+    }
+    std::lock_guard<std::mutex> lock(p.a.mu);
+    CHECK(p.a.got.empty());  // the probe itself never reaches the receiver
+  }
+}
+
+TEST_CASE("tcp: a dial that reaches no one is told as unreachable, with why, once while the reason stays the same") {
+  Node b(create_transport("tcp", options_for("b")));
+  int port = 0;
+  {
+    // A port that was free a moment ago: nothing listens there now.
+    asio::io_context io;
+    asio::ip::tcp::acceptor probe(io, asio::ip::tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+    port = probe.local_endpoint().port();
+  }
+  b.t->connect("a", "127.0.0.1:" + std::to_string(port));
+  b.t->connect("c", "no-such-host.invalid:1");
+  REQUIRE(b.wait_event(LinkEvent::Kind::kUnreachable, 5.0, 2));
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));  // several retries (back-off 20-200 ms)
+  std::lock_guard<std::mutex> lock(b.mu);
+  std::map<std::string, std::vector<std::string>> by_peer;
+  for (const auto& e : b.events) {
+    if (e.kind == LinkEvent::Kind::kUnreachable) by_peer[e.peer_id].push_back(e.reason);
+  }
+  REQUIRE(by_peer["a"].size() == 1);
+  CHECK(by_peer["a"][0] == "connect to 127.0.0.1:" + std::to_string(port) + ": Connection refused");
+  REQUIRE(by_peer["c"].size() == 1);
+  CHECK(by_peer["c"][0].find("cannot resolve no-such-host.invalid") == 0);
+  CHECK(b.t->counters().rejected.empty());  // no stranger's doing: nothing counted
 }
 
 TEST_CASE("transports: send to an unknown peer fails at once, naming it") {

@@ -20,7 +20,7 @@ using asio::ip::tcp;
 FabricTransport::FabricTransport(const TransportOptions& o)
     : LinkTableTransport("fabric(" + o.fabric_provider + ")"), options_(o), work_(asio::make_work_guard(io_)),
       progress_(endpoint_, options_, links_),
-      dialer_(io_, options_, [this](const Dialer::TargetPtr& target, std::shared_ptr<tcp::socket> sock, const std::string& remote) {
+      dialer_(io_, options_, links_, [this](const Dialer::TargetPtr& target, std::shared_ptr<tcp::socket> sock, const std::string& remote) {
         greet(target, std::move(sock), remote);
       }) {
   if (options_.secret.empty()) throw InputError("fabric transport: the cluster secret is empty");

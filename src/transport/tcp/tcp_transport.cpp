@@ -106,7 +106,7 @@ class TcpTransport final : public LinkTableTransport {
  public:
   explicit TcpTransport(const TransportOptions& o)
       : LinkTableTransport("tcp"), options_(o), work_(asio::make_work_guard(io_)), heartbeat_(io_),
-        dialer_(io_, options_, [this](const Dialer::TargetPtr& target, std::shared_ptr<tcp::socket> sock, const std::string& remote) {
+        dialer_(io_, options_, links_, [this](const Dialer::TargetPtr& target, std::shared_ptr<tcp::socket> sock, const std::string& remote) {
           start_connection(std::move(*sock), remote, target->peer_id);
         }) {
     if (options_.secret.empty()) throw InputError("tcp transport: the cluster secret is empty");

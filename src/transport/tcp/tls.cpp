@@ -273,6 +273,9 @@ std::string TlsContext::failure(SSL* ssl, const asio::error_code& ec) {
         return "admission: wrong proof of the cluster secret (TLS: the pre-shared key does not verify)";
       case SSL_R_TLSV1_ALERT_DECRYPT_ERROR:
         return "admission: TLS handshake refused by the peer: decrypt error (another cluster secret?)";
+      // What OpenSSL's server answers when the pre-shared key's binder does not verify.
+      case SSL_R_SSLV3_ALERT_ILLEGAL_PARAMETER:
+        return "admission: TLS handshake refused by the peer: illegal parameter (another cluster secret?)";
       case SSL_R_WRONG_VERSION_NUMBER:
       case SSL_R_HTTP_REQUEST:
       case SSL_R_PACKET_LENGTH_TOO_LONG:
