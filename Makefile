@@ -6,7 +6,7 @@ HEARSAY_CUDA ?= AUTO
 JOBS        ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps bench-deps build test test-asan test-tsan test-hosts demo demo-single bench clean
+.PHONY: all deps bench-deps build test test-asan test-tsan test-hosts test-slurm demo demo-single bench clean
 
 all: build
 
@@ -70,6 +70,13 @@ test-tsan: deps
 # root (CAP_NET_ADMIN); elsewhere it says SKIPPED (exit status 77) and passes nothing.
 test-hosts: build
 	/usr/bin/python3 tests/hosts/test_hosts.py || [ $$? -eq 77 ]
+
+# A real Slurm: munged, slurmctld and slurmd started from files of the test's own (one node,
+# oversubscribed), the shipped peers/slurm/hearsay.sbatch submitted with only a config: a
+# job array of 4 peers trains to 85%, one of them cancelled and requeued resumes from its
+# checkpoint (docs/OPERATIONS.md, "Slurm"). Needs root; elsewhere SKIPPED (exit status 77).
+test-slurm: build
+	/usr/bin/python3 tests/slurm/test_slurm.py || [ $$? -eq 77 ]
 
 # configs/quickstart.textproto: four peer processes in two emulated sites (one a 4x slower
 # GPU) train the MLP on Fashion-MNIST, asynchronous gossip against all-reduce; then the

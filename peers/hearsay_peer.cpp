@@ -257,9 +257,15 @@ int main(int argc, char** argv) {
     if (cfg.data().format() == hearsay::config::DataConfig::TEXT) {
       std::snprintf(bits, sizeof bits, ", %.3f bits per byte", r.final_test_loss / std::log(2.0));
     }
-    std::printf("final test accuracy %.2f%% (loss %.4f%s) after %lld steps, %.2f epochs, %.1f s\n",
-                100.0 * r.final_test_acc, r.final_test_loss, bits, static_cast<long long>(r.steps), r.epochs,
-                r.wall_s);
+    if (g_stop && !r.evaluated) {
+      // Stopped (SIGTERM, SIGINT, scancel) before any evaluation: no accuracy to give.
+      std::printf("stopped by a signal after %lld steps, %.2f epochs, %.1f s, before any evaluation\n",
+                  static_cast<long long>(r.steps), r.epochs, r.wall_s);
+      return 0;
+    }
+    std::printf("%s test accuracy %.2f%% (loss %.4f%s) after %lld steps, %.2f epochs, %.1f s\n",
+                g_stop ? "stopped by a signal; last" : "final", 100.0 * r.final_test_acc, r.final_test_loss, bits,
+                static_cast<long long>(r.steps), r.epochs, r.wall_s);
     return 0;
   });
 }

@@ -64,6 +64,7 @@ struct TrainResult {
   double epochs = 0;
   double final_test_acc = 0;
   double final_test_loss = 0;
+  bool evaluated = false;  // final_test_acc and final_test_loss are of an evaluation
   double wall_s = 0;
   std::optional<double> time_to_target_s;  // set when train.target_test_acc was reached
   std::optional<int64_t> steps_to_target;  // the step of that evaluation

@@ -212,6 +212,7 @@ TrainResult Peer::run() {
     if (t.emulated_eval_s > 0) pad_to(*clock_, log_.elapsed() - t0, t.emulated_eval_s, eval_overruns);
     const double eval_s = log_.elapsed() - t0;
     result.final_test_acc = s.accuracy();
+    result.evaluated = true;
     result.final_test_loss = s.loss();
     state.test_acc = s.accuracy();
     if (metrics_ != nullptr) metrics_->on_eval(s.accuracy(), s.loss());

@@ -428,6 +428,27 @@ TEST_CASE("cli: a launcher whose task count differs from the cluster's peers exi
   CHECK(r.output.find("WORLD_SIZE=3 but the config's cluster lists 2 peers") != std::string::npos);
 }
 
+TEST_CASE("cli: a Slurm array task is the peer of its index, whatever its SLURM_PROCID, and a wrong array size is named") {
+  TempDir dir;
+  write_file(dir.file("array.textproto"), R"(
+    cluster {
+      secret_env: "HEARSAY_TEST_SECRET"
+      peers { name: "a" address: "127.0.0.1:17467" }
+      peers { name: "b" address: "127.0.0.1:17468" }
+    }
+  )");
+  const std::string config = "--quiet --config " + dir.file("array.textproto");
+  const std::string env = "HEARSAY_TEST_SECRET=the-secret-of-the-array-test SLURM_NTASKS=1 SLURM_PROCID=0 ";
+  // Its check (a is not up) reports as b: the array index named it.
+  const Run named = run_peer(config + " --check --check-bytes 0", env + "SLURM_ARRAY_TASK_COUNT=2 SLURM_ARRAY_TASK_ID=1 ");
+  CHECK(named.status == 2);
+  CHECK(named.output.find("peer b of cluster") != std::string::npos);
+  const Run wrong = run_peer(config, env + "SLURM_ARRAY_TASK_COUNT=3 SLURM_ARRAY_TASK_ID=1 ");
+  CHECK(wrong.status == 2);
+  CHECK(wrong.output.find("SLURM_ARRAY_TASK_COUNT=3 but the config's cluster lists 2 peers; launch one array task per peer "
+                          "(sbatch --array=0-1)") != std::string::npos);
+}
+
 TEST_CASE("cli: a GPT on text trains, checkpoints and samples, and bad text, a text/model mismatch or a wrong checkpoint exit 2") {
   TempDir dir;
   std::string text;
