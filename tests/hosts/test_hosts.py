@@ -301,5 +301,13 @@ def main():
             shutil.rmtree(out_dir, ignore_errors=True)
 
 
+def exit_on_signal(signum, _frame):
+    # SIGTERM or SIGHUP (a CI timeout, a closed terminal) unwinds through main's finally,
+    # so what this run made is removed as on any other end.
+    sys.exit(128 + signum)
+
+
 if __name__ == "__main__":
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, exit_on_signal)
     sys.exit(main())
