@@ -84,11 +84,19 @@ struct GossipSpec {
   // update it sends. none; scaled (x 5); sign_flip (negated); random (Gaussian of the
   // same norm). docs/ALGORITHMS.md, "Hostile and broken updates".
   std::string byzantine = "none";
+  // cluster.site_replicas (docs/ALGORITHMS.md, "Site replicas"): a site's peers train as
+  // one replica; `site_codec` carries the hops of its gradient sum (empty: codec.name).
+  bool site_replicas = false;
+  std::string site_codec;
 };
 
 // Throws InputError naming the problem (the algorithm's own options are checked where the
 // algorithm declares them).
 void check_gossip_spec(const GossipSpec& spec, int peers);
+// Throws InputError for what cluster.site_replicas cannot honour: allreduce (already
+// hierarchical), a site codec that cannot be summed, an algorithm the leaders run with
+// one site or a topology that picks peers inside sites (src/peer/site_replicas.cpp).
+void check_site_replicas(const GossipSpec& spec, int peers);
 // Throws InputError when the algorithm cannot run on the topology: dpsgd's and choco's
 // weights need an undirected graph (every neighbour relation both ways).
 void check_algorithm_topology(const GossipSpec& spec, int peers);

@@ -87,6 +87,8 @@ GossipSpec gossip_spec(const config::ClusterConfig& c) {
   s.mixer.robust = parse_robust(g.robust());
   s.mixer.clip_factor = g.clip_factor();
   s.mixer.trim = g.trim();
+  s.site_replicas = c.site_replicas();
+  s.site_codec = c.site_codec();
   return s;
 }
 

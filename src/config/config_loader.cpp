@@ -437,6 +437,18 @@ void validate(const config::Config& c, const Locator& at) {
       if (sites.count(sl.site_b()) == 0) fail(at_i + ".site_b", "site '" + sl.site_b() + "' has no peer in cluster.peers");
       check_link(sl.link(), at_i + ".link");
     }
+    if (cl.site_replicas() && cl.peers_size() >= 2) {
+      try {
+        check_site_replicas(gossip_spec(cl), cl.peers_size());
+      } catch (const InputError& e) {
+        const std::string why = e.what();
+        if (why.rfind("site_codec '", 0) == 0) {
+          fail("cluster.site_codec", why.substr(std::string("site_codec ").size()));
+        } else {
+          fail("cluster.site_replicas", why);
+        }
+      }
+    }
     if (cl.peers_size() >= 2) {
       try {
         check_algorithm_topology(gossip_spec(cl), cl.peers_size());

@@ -11,6 +11,7 @@
 
 #include "hearsay/codec.h"
 #include "hearsay/error.h"
+#include "hearsay/topology.h"
 
 #include "message.h"
 
@@ -86,15 +87,34 @@ class StateReader {
   size_t at_ = 0;
 };
 
-// The plain local step: gradient, then the optimizer.
-BatchStats local_step(GossipEngine& e, const Batch& batch, float lr);
-// The local step of a site that trains as one data-parallel replica (DiLoCo's "replica:
-// site"): the gradient averaged over this peer's site (a ring among its peers, each hop
-// under gossip.codec; never across the WAN), then the optimizer. Every peer of the site
-// ends with the same model bit for bit. Uses the synchronous phases from kSiteStepPhase
-// of round `step`; waits for the site's peers.
-BatchStats site_step(GossipEngine& e, const Batch& batch, float lr, uint64_t step);
+// The plain local step: the gradient (site_gradient), then the optimizer.
+BatchStats local_step(GossipEngine& e, const Batch& batch, float lr, uint64_t step);
+// The gradient of `batch` at the model into its gradient buffer; under
+// cluster.site_replicas averaged over this peer's site (a ring among its peers, each hop
+// under the site codec; never across the WAN), so every peer of the site holds the same
+// gradient bit for bit. Uses the synchronous phases from kSiteStepPhase of round `step`;
+// waits for the site's peers. Every algorithm takes its gradient here.
+BatchStats site_gradient(GossipEngine& e, const Batch& batch, uint64_t step);
 inline constexpr uint32_t kSiteStepPhase = 1u << 20;
+
+// Site replicas (site_replicas.cpp; docs/ALGORITHMS.md, "Site replicas").
+// Whether only the sites' leaders run the algorithm (site replicas, and an algorithm
+// that is not a collective over every peer).
+bool leaders_run(const GossipSpec& s);
+// The engine's topology: the gossip topology among sites, played by their leaders, when
+// the leaders run the algorithm; else the gossip topology among peers.
+std::unique_ptr<Topology> make_engine_topology(const GossipSpec& s, int peers);
+// The spec with the topology among sites (each site one node), and how many sites.
+GossipSpec among_sites(const GossipSpec& s, int peers, int* sites);
+enum class SiteRole { kNone, kLeader, kMember };
+// kLeader: runs the algorithm and sends its site the model each step; kMember: takes
+// part in the site's gradient sum and adopts the leader's model; kNone: runs the
+// algorithm as every peer does (no site replicas, a collective algorithm, a site of one).
+SiteRole site_role(const GossipEngine& e);
+// A member's step: its part of the site's gradient sum, then the leader's model.
+BatchStats site_member_step(GossipEngine& e, const Batch& batch, uint64_t step);
+// The leader's model to the rest of its site (fp32, exact), after its step.
+void send_site_model(GossipEngine& e, uint64_t step);
 // The peers of each site in cluster order, by site index (all in site 0 where the topology
 // names no sites); the one place site membership is derived, for site_step and AllReduce.
 std::map<int, std::vector<int>> peers_by_site(const GossipEngine& e);
@@ -103,10 +123,10 @@ std::vector<int> my_site(const GossipEngine& e);
 // Whether allreduce_sum can carry a codec's payloads: a dense codec whose hops are
 // decoded, summed in fp32 and encoded again (none, fp16, bf16, int8, int4).
 bool summable_codec(const std::string& codec);
-// diloco's and streaming_diloco's `replica` ("peer" or "site") and codecs: `outer_codec`
-// (empty: gossip.codec) carries the outer all-reduce, and gossip.codec the site's
-// gradients when `replica` is "site"; each must be summable (a sparse codec would drop most
-// of every sum, silently).
+// diloco's and streaming_diloco's `replica` (only "peer": a site as one replica is
+// cluster.site_replicas now) and codecs: `outer_codec` (empty: gossip.codec) carries the
+// outer all-reduce and must be summable (a sparse codec would drop most of every sum,
+// silently).
 void check_diloco_replica_and_codecs(const GossipSpec& s, const std::string& replica, const std::string& outer_codec);
 // Whom a collective sums over: every peer, or only this peer's site.
 enum class ReduceScope { kCluster, kSite };

@@ -45,6 +45,10 @@ struct OptionError : InputError {
 struct AlgorithmEntry {
   std::string name;
   bool synchronous = false;
+  // Its synchronous exchanges are collectives over every peer (all-reduces): under
+  // cluster.site_replicas every peer runs it on its site's averaged gradient. Otherwise
+  // only the sites' leaders run it, between them.
+  bool collective = false;
   // Its mixing weights need every neighbour relation both ways (Metropolis-Hastings).
   bool undirected_topology = false;
   // A peer that starts late or restarts first copies a neighbour's trained model
@@ -70,6 +74,7 @@ template <class Options>
 struct AlgorithmDefinition {
   std::string name;
   bool synchronous = false;
+  bool collective = false;
   bool undirected_topology = false;
   bool joins_from_neighbour = false;
   std::vector<SendRule> sends;
@@ -86,6 +91,7 @@ bool register_algorithm(AlgorithmDefinition<Options> d) {
   AlgorithmEntry e;
   e.name = std::move(d.name);
   e.synchronous = d.synchronous;
+  e.collective = d.collective;
   e.undirected_topology = d.undirected_topology;
   e.joins_from_neighbour = d.joins_from_neighbour;
   e.options = &Options::default_instance();

@@ -46,6 +46,7 @@ void check_gossip_spec(const GossipSpec& s, int peers) {
     throw InputError("guard: max_norm_ratio and quarantine_s must be >= 0 and strikes >= 0");
   }
   check_codec_spec(s.codec);
+  check_site_replicas(s, peers);
   if (s.model_codec != "none" && s.model_codec != "fp16" && s.model_codec != "bf16" && s.model_codec != "int8") {
     throw InputError("codec.model_codec '" + s.model_codec + "': use none, fp16, bf16 or int8 (whole models are not sparsified)");
   }
@@ -65,6 +66,13 @@ void check_gossip_spec(const GossipSpec& s, int peers) {
 }
 
 void check_algorithm_topology(const GossipSpec& s, int peers) {
+  if (leaders_run(s)) {
+    // The algorithm runs among the sites' leaders: its topology is the one among sites.
+    int sites = 0;
+    const GossipSpec among = among_sites(s, peers, &sites);
+    if (sites >= 2) check_algorithm_topology(among, sites);
+    return;
+  }
   const AlgorithmEntry* entry = find_algorithm(s.algorithm);
   if (entry == nullptr || !entry->undirected_topology || peers < 2) return;
   const auto t = make_topology(s.topology, peers);
@@ -84,7 +92,7 @@ void check_algorithm_topology(const GossipSpec& s, int peers) {
 GossipEngine::GossipEngine(const GossipSpec& spec, std::vector<std::string> peers, int me, Transport& transport,
                            Trainable& model, Optimizer& optimizer, Clock& clock, EventLog& log, uint64_t seed)
     : spec_(spec), peers_(std::move(peers)), me_(me), transport_(transport), model_(model), optimizer_(optimizer), clock_(clock),
-      log_(log), mixer_(spec.mixer), topology_(make_topology(spec.topology, static_cast<int>(peers_.size()))),
+      log_(log), mixer_(spec.mixer), topology_(make_engine_topology(spec, static_cast<int>(peers_.size()))),
       rng_(seed, 500 + me), inbox_(std::make_unique<Inbox>(mixer_, gossip_device(model) >= 0, &clock)),
       guard_(std::make_unique<UpdateGuard>(spec.guard, peers_.size())),
       robust_(std::make_unique<RobustMixing>(spec.mixer)) {
@@ -441,7 +449,11 @@ BatchStats GossipEngine::step(const Batch& batch, float lr) {
   work_s_ = 0;
   work_since_ = now;
   mixed_this_step_.clear();
-  const BatchStats s = algorithm_->step(*this, batch, lr, steps_);
+  // Site replicas: a member takes part in its site's gradient sum and adopts its
+  // leader's model; the leader runs the algorithm, then sends its site that model.
+  const SiteRole role = site_role(*this);
+  const BatchStats s = role == SiteRole::kMember ? site_member_step(*this, batch, steps_) : algorithm_->step(*this, batch, lr, steps_);
+  if (role == SiteRole::kLeader) send_site_model(*this, steps_);
   work_s_ += clock_.now() - work_since_;
   ++steps_;
   samples_seen_ += static_cast<uint64_t>(batch.rows);
@@ -763,7 +775,12 @@ bool GossipEngine::idle() const {
   return true;
 }
 
-void GossipEngine::settle() { algorithm_->settle(*this); }
+void GossipEngine::settle() {
+  // A site that trains as one replica holds the leader's model as of its last step; what
+  // the leader would take in now could not reach its site any more.
+  if (site_role(*this) != SiteRole::kNone) return;
+  algorithm_->settle(*this);
+}
 
 void GossipEngine::throw_refused_sync(int from, uint64_t round, const std::string& why) const {
   throw InputError("peer " + peers_[me_] + ": " + spec_.algorithm + " refused peer " + peers_[from] + "'s update for round " +

@@ -28,7 +28,7 @@ const char* kSmall = R"(
 )";
 
 ClusterResult run(const std::string& algorithm, const std::string& options, int steps, const std::string& codec = "none",
-                  std::vector<int> site_of = {}) {
+                  std::vector<int> site_of = {}, bool site_replicas = false) {
   ClusterSpec s;
   s.base = peer_spec(parse_config(kSmall, "diloco-test", {"train { max_steps: " + std::to_string(steps) + " }"}));
   s.peers = site_of.empty() ? 4 : static_cast<int>(site_of.size());
@@ -37,6 +37,7 @@ ClusterResult run(const std::string& algorithm, const std::string& options, int 
   s.gossip.topology.kind = "ring";
   s.gossip.topology.site_of = std::move(site_of);
   s.gossip.codec.name = codec;
+  s.gossip.site_replicas = site_replicas;
   return run_cluster(s);
 }
 
@@ -93,19 +94,19 @@ TEST_CASE("streaming_diloco: with one fragment, no overlap and alpha 0 it is dil
   }
 }
 
-TEST_CASE("diloco with replica site: between outer steps a site's peers hold the same model bit for bit and the sites "
+TEST_CASE("diloco with site replicas: between outer steps a site's peers hold the same model bit for bit and the sites "
           "differ, and after an outer step every peer does") {
   // H = 4: the outer step falls after steps 3 and 7. After 6 steps each site has taken
   // two inner steps of its own since; after 8 the outer step has just been applied.
   for (const char* codec : {"none", "int8"}) {
     CAPTURE(codec);
-    const ClusterResult mid = run("diloco", "local_steps: 4 replica: \"site\"", 6, codec, {0, 0, 1, 1});
+    const ClusterResult mid = run("diloco", "local_steps: 4", 6, codec, {0, 0, 1, 1}, true);
     REQUIRE(mid.final_params.size() == 4);
     const size_t n = mid.final_params[0].size();
     CHECK(same_bits(mid.final_params[0].data(), mid.final_params[1].data(), n));
     CHECK(same_bits(mid.final_params[2].data(), mid.final_params[3].data(), n));
     CHECK(!same_bits(mid.final_params[0].data(), mid.final_params[2].data(), n));
-    const ClusterResult end = run("diloco", "local_steps: 4 replica: \"site\"", 8, codec, {0, 0, 1, 1});
+    const ClusterResult end = run("diloco", "local_steps: 4", 8, codec, {0, 0, 1, 1}, true);
     REQUIRE(end.final_params.size() == 4);
     for (int i = 1; i < 4; ++i) CHECK(same_bits(end.final_params[0].data(), end.final_params[i].data(), n));
   }
@@ -115,14 +116,14 @@ TEST_CASE("diloco with replica site: between outer steps a site's peers hold the
   CHECK(!same_bits(alone.final_params[0].data(), alone.final_params[1].data(), alone.final_params[0].size()));
 }
 
-TEST_CASE("diloco with replica site: a site of four passes its all-gather around the ring and its peers still hold the same "
+TEST_CASE("diloco with site replicas: a site of four passes its all-gather around the ring and its peers still hold the same "
           "model bit for bit, under every summable codec") {
   // Sites of 4 and 2: in the site of four the ring all-gather forwards each chunk twice,
   // encoded again (int8 and int4 with a scale recomputed from the decoded values) or, where
   // the codec would not give them back unchanged, as fp32; either way the bits must hold.
   for (const char* codec : {"none", "fp16", "int8", "int4"}) {
     CAPTURE(codec);
-    const ClusterResult r = run("diloco", "local_steps: 100 replica: \"site\"", 6, codec, {0, 0, 0, 0, 1, 1});
+    const ClusterResult r = run("diloco", "local_steps: 100", 6, codec, {0, 0, 0, 0, 1, 1}, true);
     REQUIRE(r.final_params.size() == 6);
     const size_t n = r.final_params[0].size();
     for (int i = 1; i < 4; ++i) CHECK(same_bits(r.final_params[0].data(), r.final_params[i].data(), n));
@@ -133,9 +134,9 @@ TEST_CASE("diloco with replica site: a site of four passes its all-gather around
   }
 }
 
-TEST_CASE("streaming_diloco with replica site: a site's peers hold the same model bit for bit, the sites differ") {
-  const ClusterResult r = run("streaming_diloco", "local_steps: 4 fragments: 2 mix_alpha: 0 overlap_steps: 1 replica: \"site\"",
-                              9, "int8", {0, 0, 1, 1});
+TEST_CASE("streaming_diloco with site replicas: a site's peers hold the same model bit for bit, the sites differ") {
+  const ClusterResult r = run("streaming_diloco", "local_steps: 4 fragments: 2 mix_alpha: 0 overlap_steps: 1", 9, "int8",
+                              {0, 0, 1, 1}, true);
   REQUIRE(r.final_params.size() == 4);
   const size_t n = r.final_params[0].size();
   CHECK(same_bits(r.final_params[0].data(), r.final_params[1].data(), n));
@@ -182,25 +183,36 @@ TEST_CASE("streaming_diloco: options out of range are refused naming the field")
   CHECK_THROWS_WITH_AS(bad("mix_alpha: 1"), doctest::Contains("mix_alpha: must be in [0, 1)"), InputError);
   CHECK_THROWS_WITH_AS(bad("outer_codec: \"topk\""), doctest::Contains("streaming_diloco].outer_codec: 'topk': use none"),
                        InputError);
-  CHECK_THROWS_WITH_AS(bad("replica: \"continent\""), doctest::Contains("streaming_diloco].replica: 'continent': use peer or site"),
+  CHECK_THROWS_WITH_AS(bad("replica: \"continent\""), doctest::Contains("streaming_diloco].replica: 'continent': use peer"),
+                       InputError);
+  // An old config's replica "site" is told where it went.
+  CHECK_THROWS_WITH_AS(bad("replica: \"site\""), doctest::Contains("replica: 'site' moved: a site as one data-parallel replica is "
+                                                                   "cluster { site_replicas: true } now"),
                        InputError);
   CHECK_NOTHROW(bad("local_steps: 8 fragments: 2 overlap_steps: 3"));
 }
 
 TEST_CASE("diloco: a codec that cannot be summed on the way is refused where it would carry a sum") {
-  auto config = [](const std::string& codec, const std::string& options) {
-    return parse_config(std::string(kSmall) + "train { max_steps: 10 } cluster { secret_env: \"HOME\" peers { name: \"a\" address: \"127.0.0.1:1\" } "
-                                              "peers { name: \"b\" address: \"127.0.0.1:2\" } "
-                                              "gossip { algorithm: \"diloco\" codec { name: \"" + codec + "\" } "
-                                              "[hearsay.algorithms.diloco] { " + options + " } } }",
+  auto config = [](const std::string& codec, const std::string& options, const std::string& cluster = "") {
+    return parse_config(std::string(kSmall) + "train { max_steps: 10 } cluster { secret_env: \"HOME\" " + cluster +
+                            " peers { name: \"a\" address: \"127.0.0.1:1\" } "
+                            "peers { name: \"b\" address: \"127.0.0.1:2\" } "
+                            "gossip { algorithm: \"diloco\" codec { name: \"" + codec + "\" } "
+                            "[hearsay.algorithms.diloco] { " + options + " } } }",
                         "d.textproto");
   };
   CHECK_THROWS_WITH_AS(config("topk", ""), doctest::Contains("'topk' cannot be summed on the way, and it carries the outer all-reduce"),
                        InputError);
-  CHECK_THROWS_WITH_AS(config("sign", "outer_codec: \"int8\" replica: \"site\""),
-                       doctest::Contains("it carries the site's gradients"), InputError);
+  // Under site replicas the site's gradient sum travels under site_codec, else gossip.codec.
+  CHECK_THROWS_WITH_AS(config("sign", "outer_codec: \"int8\"", "site_replicas: true"),
+                       doctest::Contains("the site's gradient sum travels under gossip.codec unless cluster.site_codec is set, "
+                                         "and 'sign' cannot be summed on the way"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(config("int8", "", "site_replicas: true site_codec: \"topk\""),
+                       doctest::Contains("cluster.site_codec: 'topk': use none, fp16, bf16, int8 or int4"), InputError);
+  CHECK_NOTHROW(config("sign", "outer_codec: \"int8\"", "site_replicas: true site_codec: \"fp16\""));
   CHECK_NOTHROW(config("sign", "outer_codec: \"int4\""));  // the inner steps send nothing
-  CHECK_NOTHROW(config("int4", "replica: \"site\""));
+  CHECK_NOTHROW(config("int4", "", "site_replicas: true"));
 }
 
 TEST_CASE("diloco: with outer_lr 1 and no momentum the outer step lands on the mean of the models: it is local_sgd") {

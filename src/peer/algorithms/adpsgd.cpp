@@ -31,7 +31,7 @@ constexpr double kExchangeTimeoutS = 10.0;
 class Adpsgd final : public Algorithm {
  public:
   BatchStats step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) override {
-    const BatchStats s = e.model().forward_backward(batch);
+    const BatchStats s = site_gradient(e, batch, step);
     for (auto& m : e.take_async()) {
       if (m.kind != MessageKind::kModel) continue;
       if (m.reply_requested) {

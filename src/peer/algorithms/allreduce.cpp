@@ -19,7 +19,7 @@ class AllReduce final : public Algorithm {
     if (s.codec.name == "powersgd") powersgd_ = std::make_unique<PowerSgdAllReduce>(s.codec.rank);
   }
   BatchStats step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) override {
-    const BatchStats s = e.model().forward_backward(batch);
+    const BatchStats s = site_gradient(e, batch, step);
     Backend& b = e.model().backend();
     std::vector<float> g(e.model().num_params());
     b.download(g.data(), e.model().grads(), sizeof(float) * g.size());
@@ -60,6 +60,7 @@ class AllReduce final : public Algorithm {
 const bool registered = register_algorithm<algorithms::AllreduceOptions>({
     .name = "allreduce",
     .synchronous = true,
+    .collective = true,
     .check =
         [](const algorithms::AllreduceOptions& o, const GossipSpec& s, int) {
           if (o.sync_lr_scaling() != "linear" && o.sync_lr_scaling() != "none") {

@@ -41,7 +41,7 @@ class Choco final : public Algorithm {
   explicit Choco(double consensus_step) : consensus_step_(consensus_step) {}
   BatchStats step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) override {
     if (copies_.empty()) start(e);
-    const BatchStats s = local_step(e, batch, lr);
+    const BatchStats s = local_step(e, batch, lr, step);
     take(e);
     std::vector<float> xi;
     if (open_ && try_finish(e, xi)) open_ = false;

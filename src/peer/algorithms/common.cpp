@@ -3,8 +3,8 @@
 
 namespace hearsay {
 
-BatchStats local_step(GossipEngine& e, const Batch& batch, float lr) {
-  const BatchStats s = e.model().forward_backward(batch);
+BatchStats local_step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) {
+  const BatchStats s = site_gradient(e, batch, step);
   e.optimizer().step(e.model().params(), e.model().grads(), lr);
   return s;
 }
@@ -14,15 +14,17 @@ bool summable_codec(const std::string& codec) {
 }
 
 void check_diloco_replica_and_codecs(const GossipSpec& s, const std::string& replica, const std::string& outer_codec) {
-  if (replica != "peer" && replica != "site") throw OptionError("replica", "'" + replica + "': use peer or site");
+  if (replica == "site") {
+    throw OptionError("replica", "'site' moved: a site as one data-parallel replica is cluster { site_replicas: true } "
+                                 "now, for every algorithm (its gradient sums under cluster.site_codec, empty: gossip.codec)");
+  }
+  if (replica != "peer") throw OptionError("replica", "'" + replica + "': use peer (a site as one replica: cluster.site_replicas)");
   if (!outer_codec.empty() && !summable_codec(outer_codec)) {
     throw OptionError("outer_codec", "'" + outer_codec + "': use none, fp16, bf16, int8 or int4 (summed on the way), or leave it empty");
   }
-  const bool carries = outer_codec.empty() || replica == "site";
-  if (carries && !summable_codec(s.codec.name)) {
-    throw InputError("cluster.gossip.codec: '" + s.codec.name + "' cannot be summed on the way, and it carries " +
-                     (outer_codec.empty() ? std::string("the outer all-reduce") : std::string("the site's gradients")) +
-                     "; use none, fp16, bf16, int8 or int4" + (outer_codec.empty() ? ", or set outer_codec" : ""));
+  if (outer_codec.empty() && !summable_codec(s.codec.name)) {
+    throw InputError("cluster.gossip.codec: '" + s.codec.name + "' cannot be summed on the way, and it carries the outer "
+                     "all-reduce; use none, fp16, bf16, int8 or int4, or set outer_codec");
   }
 }
 
@@ -44,22 +46,6 @@ std::vector<int> my_site(const GossipEngine& e) {
     if (site_of.empty() || site_of[static_cast<size_t>(i)] == site_of[static_cast<size_t>(e.me())]) site.push_back(i);
   }
   return site;
-}
-
-BatchStats site_step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) {
-  const BatchStats s = e.model().forward_backward(batch);
-  const size_t site_peers = my_site(e).size();
-  if (site_peers > 1) {
-    Backend& b = e.model().backend();
-    std::vector<float> g(e.model().num_params());
-    b.download(g.data(), e.model().grads(), sizeof(float) * g.size());
-    g = allreduce_sum(e, MessageKind::kGradient, std::move(g), step, kSiteStepPhase, true, ReduceScope::kSite);
-    const float inv = 1.0f / static_cast<float>(site_peers);
-    for (auto& v : g) v *= inv;
-    b.upload(e.model().grads(), g.data(), sizeof(float) * g.size());
-  }
-  e.optimizer().step(e.model().params(), e.model().grads(), lr);
-  return s;
 }
 
 }  // namespace hearsay

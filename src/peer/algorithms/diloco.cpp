@@ -2,8 +2,8 @@
 // optimizer is optim: AdamW in the paper); then the outer gradient delta = mean over the
 // peers of (a - x), all-reduced through gossip.codec (hierarchically across sites);
 // v <- mu v + delta; a <- a - outer_lr (delta + mu v) (outer Nesterov); x <- a. Every peer
-// waits for the others at each outer step. With replica "site" a site's peers average their
-// gradients every inner step (site_step) and so train as one replica.
+// waits for the others at each outer step. Under cluster.site_replicas a site's peers
+// average their gradients every inner step (site_gradient) and so train as one replica.
 #include <cmath>
 
 #include "../algorithm.h"
@@ -17,10 +17,10 @@ class Diloco final : public Algorithm {
  public:
   explicit Diloco(const algorithms::DilocoOptions& o)
       : h_(static_cast<uint64_t>(o.local_steps())), outer_lr_(o.outer_lr()), mu_(o.outer_momentum()),
-        site_replica_(o.replica() == "site"), outer_codec_(o.outer_codec()) {}
+        outer_codec_(o.outer_codec()) {}
   BatchStats step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) override {
     if (anchor_.empty()) anchor_ = e.params_host();
-    const BatchStats s = site_replica_ ? site_step(e, batch, lr, step) : local_step(e, batch, lr);
+    const BatchStats s = local_step(e, batch, lr, step);
     if (step % h_ != h_ - 1) return s;
     std::vector<float> delta = e.params_host();
     for (size_t i = 0; i < delta.size(); ++i) delta[i] = anchor_[i] - delta[i];
@@ -53,7 +53,6 @@ class Diloco final : public Algorithm {
  private:
   uint64_t h_;
   double outer_lr_, mu_;
-  bool site_replica_;
   std::string outer_codec_;
   std::vector<float> anchor_, velocity_;
 };
@@ -61,6 +60,7 @@ class Diloco final : public Algorithm {
 const bool registered = register_algorithm<algorithms::DilocoOptions>({
     .name = "diloco",
     .synchronous = true,
+    .collective = true,
     .check =
         [](const algorithms::DilocoOptions& o, const GossipSpec& s, int) {
           if (o.local_steps() < 1) throw OptionError("local_steps", "must be >= 1, got " + std::to_string(o.local_steps()));

@@ -11,7 +11,7 @@ class LocalSgd final : public Algorithm {
  public:
   explicit LocalSgd(int local_steps) : h_(static_cast<uint64_t>(local_steps)) {}
   BatchStats step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) override {
-    const BatchStats s = local_step(e, batch, lr);
+    const BatchStats s = local_step(e, batch, lr, step);
     if (step % h_ == h_ - 1) e.set_params_host(average_models(e, step / h_));
     return s;
   }
@@ -23,6 +23,7 @@ class LocalSgd final : public Algorithm {
 const bool registered = register_algorithm<algorithms::LocalSgdOptions>({
     .name = "local_sgd",
     .synchronous = true,
+    .collective = true,
     .check =
         [](const algorithms::LocalSgdOptions& o, const GossipSpec&, int) {
           if (o.local_steps() < 1) throw OptionError("local_steps", "must be >= 1, got " + std::to_string(o.local_steps()));

@@ -38,7 +38,7 @@ class Sgp final : public Algorithm {
   BatchStats step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) override {
     const uint64_t tau = static_cast<uint64_t>(overlap_tau_);
     if (tau > 0 && step >= tau) e.wait_sent(step - tau);
-    const BatchStats s = e.model().forward_backward(batch);  // at z
+    const BatchStats s = site_gradient(e, batch, step);  // at z
     Backend& b = e.model().backend();
     const size_t n = e.model().num_params();
     b.scale(n, static_cast<float>(w_), e.model().params());  // z -> x

@@ -7,8 +7,8 @@
 //   sites hierarchically) while tau more inner steps run;
 //   then v_p <- mu v_p + mean(delta_p); a_p <- a_p - outer_lr (mean(delta_p) + mu v_p);
 //   x_p <- alpha x_p + (1 - alpha) a_p.
-// With one fragment, tau = 0 and alpha = 0 it is diloco. With replica "site" a site's peers
-// average their gradients every inner step (site_step), as diloco's. Fragments are the model's
+// With one fragment, tau = 0 and alpha = 0 it is diloco. Under cluster.site_replicas a site's peers
+// average their gradients every inner step (site_gradient), as diloco's. Fragments are the model's
 // units (a transformer block, an embedding, a layer: a ParamView's name without its last
 // two parts, or its first part when it has at most two) dealt out in turn.
 #include <algorithm>
@@ -57,7 +57,7 @@ class StreamingDiloco final : public Algorithm {
  public:
   explicit StreamingDiloco(const algorithms::StreamingDilocoOptions& o, const MixerSpec& mixer)
       : h_(static_cast<uint64_t>(o.local_steps())), p_(o.fragments()), tau_(static_cast<uint64_t>(o.overlap_steps())),
-        outer_lr_(o.outer_lr()), mu_(o.outer_momentum()), site_replica_(o.replica() == "site"),
+        outer_lr_(o.outer_lr()), mu_(o.outer_momentum()),
         outer_codec_(o.outer_codec()) {
     // The outer result's share; staleness-aware, scaled by f(tau) of the cluster's mixer.
     global_share_ = 1.0 - o.mix_alpha();
@@ -72,7 +72,7 @@ class StreamingDiloco final : public Algorithm {
       velocity_.assign(anchor_.size(), 0.0f);
       fragments_ = fragments_of(e.model(), p_);
     }
-    const BatchStats s = site_replica_ ? site_step(e, batch, lr, step) : local_step(e, batch, lr);
+    const BatchStats s = local_step(e, batch, lr, step);
     if (pending_) {
       pending_->reduce.progress();  // never waits: whatever has arrived moves the ring on
       if (step >= pending_->apply_after) apply(e);
@@ -146,7 +146,6 @@ class StreamingDiloco final : public Algorithm {
   int p_;
   uint64_t tau_;
   double outer_lr_, mu_, global_share_;
-  bool site_replica_;
   std::string outer_codec_;
   std::vector<float> anchor_, velocity_;
   std::vector<Fragment> fragments_;
@@ -157,6 +156,7 @@ class StreamingDiloco final : public Algorithm {
 const bool registered = register_algorithm<algorithms::StreamingDilocoOptions>({
     .name = "streaming_diloco",
     .synchronous = true,
+    .collective = true,
     .check =
         [](const algorithms::StreamingDilocoOptions& o, const GossipSpec& s, int) {
           if (o.local_steps() < 1) throw OptionError("local_steps", "must be >= 1, got " + std::to_string(o.local_steps()));

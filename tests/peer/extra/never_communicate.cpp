@@ -11,8 +11,8 @@ namespace {
 class NeverCommunicate final : public Algorithm {
  public:
   explicit NeverCommunicate(double lr_scale) : lr_scale_(lr_scale) {}
-  BatchStats step(GossipEngine& e, const Batch& batch, float lr, uint64_t) override {
-    return local_step(e, batch, static_cast<float>(lr * lr_scale_));
+  BatchStats step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) override {
+    return local_step(e, batch, static_cast<float>(lr * lr_scale_), step);
   }
 
  private:

@@ -1,0 +1,146 @@
+// cluster.site_replicas (src/peer/site_replicas.cpp): a site's peers train as one replica
+// under every algorithm. Its invariants on in-process clusters: the peers of a site hold
+// the same model bit for bit after every step; only the sites' leaders send anything
+// across sites; a site of one peer trains as it would without; what cannot be honoured is
+// refused at load, naming the line.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "hearsay/cluster.h"
+#include "hearsay/config.h"
+#include "hearsay/config.pb.h"
+#include "test_util.h"
+
+using namespace hearsay;
+
+namespace {
+
+const char* kSmall = R"(
+  name: "sr" seed: 5
+  model { kind: MLP hidden: [16] }
+  data { format: SYNTHETIC synthetic_train: 2048 synthetic_test: 256 synthetic_dim: 12 num_classes: 4 }
+  optim { lr: 0.05 momentum: 0.9 }
+  train { batch_size: 16 epochs: 0 eval_every_steps: 1000000 }
+  log { every_steps: 1 }
+)";
+
+// Every algorithm, with options that make it communicate within a few steps.
+const std::vector<std::pair<std::string, std::string>> kAlgorithms = {
+    {"adpsgd", ""},          {"gossip_grad", ""},         {"choco", ""},
+    {"sgp", ""},             {"dpsgd", ""},               {"local_sgd", "local_steps: 2"},
+    {"diloco", "local_steps: 2"}, {"streaming_diloco", "local_steps: 2 fragments: 1 overlap_steps: 0"}};
+
+ClusterResult run(const std::string& algorithm, const std::string& options, int steps, std::vector<int> site_of,
+                  bool site_replicas, const std::string& log_dir = "") {
+  ClusterSpec s;
+  s.base = peer_spec(parse_config(kSmall, "site-replicas-test", {"train { max_steps: " + std::to_string(steps) + " }"}));
+  s.peers = static_cast<int>(site_of.size());
+  s.gossip.algorithm = algorithm;
+  s.gossip.options = options;
+  s.gossip.topology.kind = "ring";
+  s.gossip.topology.site_of = std::move(site_of);
+  s.gossip.site_replicas = site_replicas;
+  s.log_dir = log_dir;
+  return run_cluster(s);
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), 4 * a.size()) == 0;
+}
+
+// Bytes each peer's last `gossip` event says it sent to each neighbour.
+std::map<std::string, std::map<std::string, int64_t>> bytes_sent(const std::string& dir) {
+  std::map<std::string, std::map<std::string, int64_t>> out;
+  for (const auto& f : std::filesystem::directory_iterator(dir)) {
+    std::ifstream in(f.path());
+    std::string line;
+    while (std::getline(in, line)) {
+      const auto e = nlohmann::json::parse(line);
+      if (e.value("event", "") != "gossip") continue;
+      for (const auto& [to, link] : e["links"].items()) out[f.path().stem().string()][to] = link.value("bytes_sent", int64_t{0});
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("site replicas: under every algorithm a site's peers hold the same model bit for bit after each step") {
+  for (const auto& [algorithm, options] : kAlgorithms) {
+    CAPTURE(algorithm);
+    for (int steps : {5, 6}) {
+      CAPTURE(steps);
+      const ClusterResult r = run(algorithm, options, steps, {0, 0, 1, 1, 1}, true);
+      REQUIRE(r.final_params.size() == 5);
+      CHECK(same_bits(r.final_params[0], r.final_params[1]));
+      CHECK(same_bits(r.final_params[2], r.final_params[3]));
+      CHECK(same_bits(r.final_params[2], r.final_params[4]));
+      CHECK_FALSE(same_bits(r.final_params[0], r.initial_params[0]));  // it trained
+    }
+  }
+  // Without site replicas the peers of a site part (the test can tell).
+  const ClusterResult apart = run("adpsgd", "", 6, {0, 0, 1, 1, 1}, false);
+  CHECK_FALSE(same_bits(apart.final_params[0], apart.final_params[1]));
+}
+
+TEST_CASE("site replicas: only the sites' leaders send across sites; a member sends only inside its site") {
+  for (const char* algorithm : {"adpsgd", "gossip_grad", "sgp"}) {
+    CAPTURE(algorithm);
+    test::TempDir dir;
+    run(algorithm, "", 8, {0, 0, 1, 1}, true, dir.path());
+    const auto sent = bytes_sent(dir.path());
+    // Peers are named by their index in the in-process cluster: peer0, peer1 (site 0), peer2, peer3 (site 1).
+    const auto at = [&](const std::string& from, const std::string& to) {
+      const auto f = sent.find(from);
+      if (f == sent.end()) return int64_t{0};
+      const auto t = f->second.find(to);
+      return t == f->second.end() ? int64_t{0} : t->second;
+    };
+    INFO("peer0 to peer2: " << at("peer0", "peer2") << ", peer2 to peer0: " << at("peer2", "peer0"));
+    // A model of this MLP is 276 floats, 1,104 bytes; admission's Hellos are 150 bytes a link.
+    constexpr int64_t kModelBytes = 276 * 4, kAdmissionBytes = 400;
+    CHECK(at("peer0", "peer2") > 4 * kModelBytes);  // the leaders gossip
+    CHECK(at("peer2", "peer0") > 4 * kModelBytes);
+    for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
+             {"peer0", "peer3"}, {"peer1", "peer2"}, {"peer1", "peer3"}, {"peer2", "peer1"}, {"peer3", "peer0"}, {"peer3", "peer1"}}) {
+      CAPTURE(from);
+      CAPTURE(to);
+      CHECK(at(from, to) < kAdmissionBytes);  // the handshake of the connection, and nothing else
+    }
+    CHECK(at("peer1", "peer0") > 4 * kModelBytes);  // inside a site: the gradient sum, and the leader's model down
+    CHECK(at("peer0", "peer1") > 4 * kModelBytes);
+  }
+}
+
+TEST_CASE("site replicas: a site of one peer trains as a site of its own, beside a site of two") {
+  const ClusterResult r = run("adpsgd", "", 6, {0, 0, 1}, true);
+  REQUIRE(r.final_params.size() == 3);
+  CHECK(same_bits(r.final_params[0], r.final_params[1]));
+  CHECK_FALSE(same_bits(r.final_params[2], r.initial_params[2]));
+}
+
+TEST_CASE("site replicas: what cannot be honoured is refused at load, naming the line") {
+  auto config = [](const std::string& gossip, const std::string& site_c = "us", const std::string& extra = "") {
+    return parse_config(std::string(kSmall) + "train { max_steps: 10 }\ncluster { secret_env: \"HOME\"\n  site_replicas: true\n" +
+                            "  peers { name: \"a\" site: \"eu\" address: \"127.0.0.1:1\" }\n"
+                            "  peers { name: \"b\" site: \"eu\" address: \"127.0.0.1:2\" }\n"
+                            "  peers { name: \"c\" site: \"" + site_c + "\" address: \"127.0.0.1:3\" }\n" +
+                            "  gossip { " + gossip + " }\n" + extra + "}\n",
+                        "s.textproto");
+  };
+  CHECK_THROWS_WITH_AS(config("algorithm: \"allreduce\""),
+                       doctest::Contains("s.textproto:10:3: cluster.site_replicas: allreduce already sums each site's gradients"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(config("algorithm: \"adpsgd\" topology: \"hierarchical\""),
+                       doctest::Contains("topology 'hierarchical' picks peers inside a site"), InputError);
+  CHECK_THROWS_WITH_AS(config("algorithm: \"adpsgd\"", "eu"), doctest::Contains("the cluster has one site"), InputError);
+  CHECK_THROWS_WITH_AS(config("algorithm: \"gossip_grad\" codec { name: \"topk\" }"),
+                       doctest::Contains("'topk' cannot be summed on the way: set cluster.site_codec"), InputError);
+  CHECK_NOTHROW(config("algorithm: \"gossip_grad\" codec { name: \"topk\" }", "us", "  site_codec: \"fp16\"\n"));
+  CHECK_NOTHROW(config("algorithm: \"adpsgd\""));
+  CHECK_NOTHROW(config("algorithm: \"diloco\"", "eu"));  // a collective: every peer runs it
+}
