@@ -87,7 +87,7 @@ TEST_CASE("site replicas: under every algorithm a site's peers hold the same mod
   CHECK_FALSE(same_bits(apart.final_params[0], apart.final_params[1]));
 }
 
-TEST_CASE("site replicas: only the sites' leaders send across sites; a member sends only inside its site") {
+TEST_CASE("site replicas: only the sites' leaders send across sites, a member sends only inside its site") {
   for (const char* algorithm : {"adpsgd", "gossip_grad", "sgp"}) {
     CAPTURE(algorithm);
     test::TempDir dir;

@@ -224,7 +224,7 @@ TEST_CASE("admission: what a stranger names itself, its cluster or its reason re
   CHECK(x.refused.size() < 200);
 }
 
-TEST_CASE("admission: a probe before admission closes the connection; after it, it is answered with a reply") {
+TEST_CASE("admission: a probe before admission closes the connection, after it, it is answered with a reply") {
   End listener(member("a"), "");
   wire::Envelope probe;
   probe.mutable_probe()->set_seq(1);

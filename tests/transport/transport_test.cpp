@@ -192,7 +192,7 @@ TEST_CASE("transports: a sender lets go of a payload its receiver refused, and t
   }
 }
 
-TEST_CASE("transports: a probe is answered inside the transport with its byte count; only the reply is delivered") {
+TEST_CASE("transports: a probe is answered inside the transport with its byte count, and only the reply is delivered") {
   for (const auto& kind : available_transports()) {
     CAPTURE(kind);
     Pair p(kind, options_for("a"), options_for("b"));
