@@ -288,6 +288,18 @@ def wan_bytes_per_site(directory, site_of):
     return dict(sorted(out.items()))
 
 
+def steps_per_s_per_site(peers, site_of):
+    """Each site's step rate: the mean over its peers of steps / wall seconds, from
+    run_summary's peers. With site replicas every peer of a site steps together, so it is
+    the site's rate; without, the mean GPU's. site_of: {peer: site}."""
+    rates = {}
+    for name, p in peers.items():
+        site = site_of.get(name)
+        if site is not None and p.get("steps") and p.get("wall_s"):
+            rates.setdefault(site, []).append(p["steps"] / p["wall_s"])
+    return {site: round(statistics.fmean(r), 2) for site, r in sorted(rates.items())}
+
+
 def mean_sd(values, scale=1.0, fmt="{:.1f}"):
     """'mean ± sd' of the values that are not None (scaled), with how many never were; '-'
     when none is. The tables' one way of writing a point over its seeds."""

@@ -33,6 +33,11 @@ import hearsay_metrics  # noqa: E402
 HERE = os.path.dirname(os.path.realpath(__file__))
 
 
+def site_of(plan):
+    """{peer: site} of a plan's cluster."""
+    return {peer["name"]: peer["site"] for peer in plan["peers"]}
+
+
 def default_peer_bin():
     # Installed beside hearsay-peer in build/bin, or run from experiments/ in the source tree.
     for candidate in (os.path.join(HERE, "hearsay-peer"), os.path.join(HERE, "..", "build", "bin", "hearsay-peer")):
@@ -315,7 +320,8 @@ def simulate_point(args, p, point, run_dir, emulated=None):
         "virtual_s": cluster.get("virtual_s"),
         "faults": cluster.get("faults", []),
         "mean_model_final_test_acc": cluster.get("mean_model_final_test_acc"),
-        "wan_bytes_per_site": hearsay_logs.wan_bytes_per_site(run_dir, {peer["name"]: peer["site"] for peer in p["peers"]}),
+        "wan_bytes_per_site": hearsay_logs.wan_bytes_per_site(run_dir, site_of(p)),
+        "steps_per_s_per_site": hearsay_logs.steps_per_s_per_site(summary["peers"], site_of(p)),
     })
     if emulated is not None:
         summary.update({k: v for k, v in emulated.items() if k.startswith("emulated_")})
@@ -411,6 +417,8 @@ def run_point(args, p, point, run_dir, display, env, emulated=None, cluster_metr
         "failed_peers": failed,
         "exit_codes": exit_codes,
         "wall_s": round(time.monotonic() - start, 3),
+        "wan_bytes_per_site": hearsay_logs.wan_bytes_per_site(run_dir, site_of(p)),
+        "steps_per_s_per_site": hearsay_logs.steps_per_s_per_site(summary["peers"], site_of(p)),
     })
     if emulated is not None:
         summary.update(emulated)

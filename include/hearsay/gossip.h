@@ -180,6 +180,7 @@ class GossipEngine {
   Optimizer& optimizer() { return optimizer_; }
   Mixer& mixer() { return mixer_; }
   Topology& topology() { return *topology_; }
+  EventLog& log() { return log_; }
   Rng& rng() { return rng_; }
   const GossipSpec& spec() const { return spec_; }
   uint64_t samples_seen() const { return samples_seen_; }

@@ -111,6 +111,8 @@ enum class SiteRole { kNone, kLeader, kMember };
 // part in the site's gradient sum and adopts the leader's model; kNone: runs the
 // algorithm as every peer does (no site replicas, a collective algorithm, a site of one).
 SiteRole site_role(const GossipEngine& e);
+// The `site` event (docs/LOGS.md): this peer's site, role, leader and the site's size.
+void log_site(GossipEngine& e, SiteRole role);
 // A member's step: its part of the site's gradient sum, then the leader's model.
 BatchStats site_member_step(GossipEngine& e, const Batch& batch, uint64_t step);
 // The leader's model to the rest of its site (fp32, exact), after its step.

@@ -452,6 +452,7 @@ BatchStats GossipEngine::step(const Batch& batch, float lr) {
   // Site replicas: a member takes part in its site's gradient sum and adopts its
   // leader's model; the leader runs the algorithm, then sends its site that model.
   const SiteRole role = site_role(*this);
+  if (steps_ == 0 && spec_.site_replicas) log_site(*this, role);
   const BatchStats s = role == SiteRole::kMember ? site_member_step(*this, batch, steps_) : algorithm_->step(*this, batch, lr, steps_);
   if (role == SiteRole::kLeader) send_site_model(*this, steps_);
   work_s_ += clock_.now() - work_since_;

@@ -12,6 +12,7 @@
 
 #include "algorithm.h"
 #include "algorithm_registry.h"
+#include "hearsay/log.h"
 #include "hearsay/topology.h"
 
 namespace hearsay {
@@ -128,6 +129,15 @@ SiteRole site_role(const GossipEngine& e) {
   const auto site = my_site(e);
   if (site.front() == e.me()) return site.size() > 1 ? SiteRole::kLeader : SiteRole::kNone;
   return SiteRole::kMember;
+}
+
+void log_site(GossipEngine& e, SiteRole role) {
+  const auto site = my_site(e);
+  const auto& site_of = e.spec().topology.site_of;
+  const char* name = role == SiteRole::kMember ? "member" : leaders_run(e.spec()) ? "leader" : "replica";
+  auto ev = e.log().event("site");
+  ev.add("site", site_of.empty() ? 0 : site_of[static_cast<size_t>(e.me())]).add("role", name);
+  e.log().write(ev.add("leader", e.peers()[static_cast<size_t>(site.front())]).add("peers", static_cast<int64_t>(site.size())));
 }
 
 BatchStats site_gradient(GossipEngine& e, const Batch& batch, uint64_t step) {

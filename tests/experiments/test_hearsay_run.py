@@ -94,6 +94,11 @@ class HearsayRun(unittest.TestCase):
         self.assertGreater(s["bytes_sent_total"], 0)
         self.assertEqual(s["steps_total"], 2 * 192)  # 3 epochs of 1024 samples, batch 16, each
         self.assertEqual(s["stopped_by"], "finished")
+        # Per site: what crossed to other sites (a and b are in two), and the step rate.
+        self.assertEqual(sorted(s["wan_bytes_per_site"]), ["x", "y"])
+        self.assertGreater(min(s["wan_bytes_per_site"].values()), 0)
+        self.assertEqual(sorted(s["steps_per_s_per_site"]), ["x", "y"])
+        self.assertGreater(min(s["steps_per_s_per_site"].values()), 0)
         # A second run never overwrites the first.
         r = self.run_tool(cfg, "--plain", "--set", "train { epochs: 1 }")
         self.assertEqual(r.returncode, 0, r.stderr)

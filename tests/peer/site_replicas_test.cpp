@@ -52,6 +52,20 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), 4 * a.size()) == 0;
 }
 
+// Each peer's `site` event: its role.
+std::map<std::string, std::string> roles(const std::string& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& f : std::filesystem::directory_iterator(dir)) {
+    std::ifstream in(f.path());
+    std::string line;
+    while (std::getline(in, line)) {
+      const auto e = nlohmann::json::parse(line);
+      if (e.value("event", "") == "site") out[f.path().stem().string()] = e.value("role", "") + " of " + e.value("leader", "");
+    }
+  }
+  return out;
+}
+
 // Bytes each peer's last `gossip` event says it sent to each neighbour.
 std::map<std::string, std::map<std::string, int64_t>> bytes_sent(const std::string& dir) {
   std::map<std::string, std::map<std::string, int64_t>> out;
@@ -113,6 +127,11 @@ TEST_CASE("site replicas: only the sites' leaders send across sites, a member se
     }
     CHECK(at("peer1", "peer0") > 4 * kModelBytes);  // inside a site: the gradient sum, and the leader's model down
     CHECK(at("peer0", "peer1") > 4 * kModelBytes);
+    const auto role = roles(dir.path());
+    CHECK(role.at("peer0") == "leader of peer0");
+    CHECK(role.at("peer1") == "member of peer0");
+    CHECK(role.at("peer2") == "leader of peer2");
+    CHECK(role.at("peer3") == "member of peer2");
   }
 }
 
