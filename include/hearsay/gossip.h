@@ -88,6 +88,7 @@ struct GossipSpec {
   // one replica; `site_codec` carries the hops of its gradient sum (empty: codec.name).
   bool site_replicas = false;
   std::string site_codec;
+  std::string site_split = "speed";  // "speed" or "equal": each peer's share of its site's batch
 };
 
 // Throws InputError naming the problem (the algorithm's own options are checked where the
@@ -129,6 +130,12 @@ class GossipEngine {
   // or slowed device stretches. Summed span by span, so on the simulator's virtual clock,
   // where work takes no time, it is exactly 0.
   double last_work_s() const { return work_s_; }
+  // Site replicas with site_split "speed": the rows this peer takes in its next step, its
+  // share of its site's batch (the site's peers x `batch_size`); else `batch_size`.
+  int batch_rows(int batch_size) const;
+  // The seconds this peer's last step computed for (its slowdown and emulation included,
+  // waits excluded), for the site's split.
+  void note_compute(double seconds, int rows);
   // Asynchronous algorithms: asks a connected neighbour for its model and starts from it
   // if that neighbour has already trained (a peer that joins late or restarts). Waits at
   // most `timeout_s`, answering others' requests meanwhile.
@@ -317,6 +324,18 @@ class GossipEngine {
   DeviceBuffer scratch_;
   std::atomic<uint64_t> logical_clock_{0};
   uint64_t steps_ = 0, samples_seen_ = 0;
+ public:
+  // Site replicas (src/peer/site_replicas.cpp): the rows every peer of this site takes
+  // (in its order, all equal until the first split), and this peer's seconds per sample.
+  struct SiteSplit {
+    std::vector<int> rows;
+    double seconds_per_sample = 0;
+  };
+  SiteSplit& site_split() { return site_split_; }
+  const SiteSplit& site_split() const { return site_split_; }
+
+ private:
+  SiteSplit site_split_;
   std::atomic<uint64_t> next_update_id_{1};  // outboxes send from the step loop and transport threads
   std::atomic<bool> stopped_{false};
   double work_s_ = 0, work_since_ = 0;  // step-loop thread only: last_work_s, and when its current span began

@@ -89,6 +89,7 @@ GossipSpec gossip_spec(const config::ClusterConfig& c) {
   s.mixer.trim = g.trim();
   s.site_replicas = c.site_replicas();
   s.site_codec = c.site_codec();
+  s.site_split = c.site_split();
   return s;
 }
 

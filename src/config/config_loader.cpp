@@ -442,8 +442,9 @@ void validate(const config::Config& c, const Locator& at) {
         check_site_replicas(gossip_spec(cl), cl.peers_size());
       } catch (const InputError& e) {
         const std::string why = e.what();
-        if (why.rfind("site_codec '", 0) == 0) {
-          fail("cluster.site_codec", why.substr(std::string("site_codec ").size()));
+        if (why.rfind("site_codec '", 0) == 0 || why.rfind("site_split '", 0) == 0) {
+          const std::string field = why.substr(0, why.find(' '));
+          fail("cluster." + field, why.substr(field.size() + 1));
         } else {
           fail("cluster.site_replicas", why);
         }

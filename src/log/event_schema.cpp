@@ -29,6 +29,8 @@ constexpr std::pair<Type, const char*> kTypeNames[] = {
     {Type::kString, "string"},
     {Type::kBoolean, "boolean"},
     {Type::kStringArray, "array of strings"},
+    {Type::kIntegerArray, "array of integers"},
+    {Type::kNumberArray, "array of numbers"},
     {Type::kMap, "object"},
 };
 
@@ -139,6 +141,13 @@ bool scalar_fits(Type type, const Json& v) {
       if (!v.is_array()) return false;
       for (const auto& item : v) {
         if (!item.is_string()) return false;
+      }
+      return true;
+    case Type::kIntegerArray:
+    case Type::kNumberArray:
+      if (!v.is_array()) return false;
+      for (const auto& item : v) {
+        if (!(type == Type::kIntegerArray ? item.is_number_integer() : item.is_number())) return false;
       }
       return true;
     case Type::kMap:

@@ -21,6 +21,8 @@ enum class Type {
   kString,
   kBoolean,
   kStringArray,  // an array of strings
+  kIntegerArray,
+  kNumberArray,
   kMap,          // an object keyed by names known only at run time (neighbours, reasons)
 };
 

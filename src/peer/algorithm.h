@@ -113,6 +113,11 @@ enum class SiteRole { kNone, kLeader, kMember };
 SiteRole site_role(const GossipEngine& e);
 // The `site` event (docs/LOGS.md): this peer's site, role, leader and the site's size.
 void log_site(GossipEngine& e, SiteRole role);
+// The rows of `total` each peer takes, in proportion to its speed (1 / its seconds per
+// sample), whole rows by largest remainder, at least 1 each; they sum to `total`.
+std::vector<int> split_rows(const std::vector<double>& seconds_per_sample, int total);
+// GossipEngine::batch_rows: this peer's rows of its site's split, else batch_size.
+int site_batch_rows(const GossipEngine& e, int batch_size);
 // A member's step: its part of the site's gradient sum, then the leader's model.
 BatchStats site_member_step(GossipEngine& e, const Batch& batch, uint64_t step);
 // The leader's model to the rest of its site (fp32, exact), after its step.

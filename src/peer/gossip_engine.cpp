@@ -461,6 +461,12 @@ BatchStats GossipEngine::step(const Batch& batch, float lr) {
   return s;
 }
 
+int GossipEngine::batch_rows(int batch_size) const { return site_batch_rows(*this, batch_size); }
+
+void GossipEngine::note_compute(double seconds, int rows) {
+  if (rows > 0 && seconds > 0) site_split_.seconds_per_sample = seconds / rows;
+}
+
 std::shared_ptr<const GossipEngine::Encoded> GossipEngine::encode_once(const std::vector<float>& data, uint64_t offset,
                                                                     const std::string& codec) {
   std::unique_ptr<Codec>& once_codec = once_codecs_[codec];

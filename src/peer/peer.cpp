@@ -11,6 +11,19 @@
 #include "run_plan.h"
 
 namespace hearsay {
+namespace {
+
+// How many of the config's batches one step of this peer may take: its site's peers under
+// site replicas with a speed split (a share can grow to nearly the whole site's batch), else 1.
+int max_site_share(const PeerNetwork* network) {
+  if (network == nullptr || !network->gossip.site_replicas || network->gossip.site_split != "speed") return 1;
+  const auto& site_of = network->gossip.topology.site_of;
+  if (site_of.empty()) return static_cast<int>(network->peers.size());
+  return static_cast<int>(std::count(site_of.begin(), site_of.end(), site_of[static_cast<size_t>(network->me)]));
+}
+
+}  // namespace
+
 
 Peer::Peer(PeerSpec spec, EventLog& log, Progress* progress, const PeerNetwork* network)
     : spec_(std::move(spec)), log_(log), progress_(progress) {
@@ -22,7 +35,8 @@ Peer::Peer(PeerSpec spec, EventLog& log, Progress* progress, const PeerNetwork* 
   }
   backend_ = create_backend(spec_.device, spec_.threads);
   const int batch = spec_.train.batch_size;
-  const int max_batch = std::max(batch, spec_.train.eval_batch_size);
+  // Under site replicas with a speed split a peer may take up to its whole site's batch.
+  const int max_batch = std::max(batch * max_site_share(network), spec_.train.eval_batch_size);
   const uint64_t init_seed = network != nullptr && network->init_seed ? *network->init_seed : spec_.seed;
   model_ = create_model(spec_.model, *backend_, max_batch, init_seed);
   optimizer_ = create_optimizer(*backend_, model_->num_params(), spec_.optimizer);
@@ -194,7 +208,7 @@ TrainResult Peer::run() {
   if (engine_ && first_step == 0 && network_.join) engine_->join();
   TrainResult result;
   result.steps = first_step;
-  std::vector<int64_t> idx(batch);
+  std::vector<int64_t> idx(static_cast<size_t>(batch) * max_site_share(engine_ ? &network_ : nullptr));
   double window_loss = 0, window_train_s = 0;
   int64_t window_steps = 0;
   double train_s = 0;
@@ -231,12 +245,14 @@ TrainResult Peer::run() {
   const int64_t checkpoint_every = spec_.checkpoint_every_steps;
   for (int64_t step = first_step; step < total_steps; ++step) {
     const double t0 = clock_->now();
-    next_batch(batch, idx.data());
+    // This step's rows: the config's batch, or this peer's share of its site's.
+    const int rows = engine_ ? engine_->batch_rows(batch) : batch;
+    next_batch(rows, idx.data());
     const float lr = schedule.at(step);
     BatchStats s;
     if (engine_) {
       try {
-        s = engine_->step(Batch{batch_x_.f32(), batch_y_.i32(), batch}, lr);
+        s = engine_->step(Batch{batch_x_.f32(), batch_y_.i32(), rows}, lr);
       } catch (const StopRequested&) {
         break;  // stopped mid-round: end the run normally, with its end event
       }
@@ -248,7 +264,10 @@ TrainResult Peer::run() {
     // on the network is not what a slower GPU slows.
     const double work_s = engine_ ? engine_->last_work_s() : clock_->now() - t0;
     const double factor = network_.step_time_factor ? network_.step_time_factor(step) : 1.0;
-    stretch_step(*clock_, work_s, network_.slowdown * factor, t.emulated_step_s, compute_overruns);
+    const double padded_from = clock_->now();
+    // An emulated step computes its rows: a share of a site's batch takes its share of the time.
+    stretch_step(*clock_, work_s, network_.slowdown * factor, t.emulated_step_s * rows / batch, compute_overruns);
+    if (engine_) engine_->note_compute(work_s + (clock_->now() - padded_from), rows);
     const double step_s = clock_->now() - t0;
 
     const double loss = s.loss();
@@ -269,7 +288,7 @@ TrainResult Peer::run() {
     }
     result.losses.push_back(loss);
     result.steps = step + 1;
-    if (metrics_ != nullptr) metrics_->on_step(result.steps, loss, batch);
+    if (metrics_ != nullptr) metrics_->on_step(result.steps, loss, rows);
     window_loss += loss;
     window_train_s += step_s;
     train_s += step_s;

@@ -7,6 +7,9 @@
 // (SiteLeaderTopology): the algorithm sees one peer per site and is not rewritten for it;
 // after its step the leader sends its model to the rest of its site, which took the same
 // averaged gradient and adopts the model as it is, so the site holds it bit for bit.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <map>
 #include <set>
 
@@ -75,8 +78,73 @@ class SiteLeaderTopology final : public Topology {
 
 // The leader's model to its site, after its step: as fp32, exact, so the site holds its bits.
 constexpr uint32_t kSiteModelPhase = kSiteStepPhase + (1u << 19);
+// The site's speeds, summed every kSplitEvery steps (fp32, one float a peer).
+constexpr uint32_t kSiteSplitPhase = kSiteStepPhase + (1u << 18);
+constexpr uint64_t kSplitEvery = 10;
+// A new split is taken when some peer's share would move by more than this (relative).
+constexpr double kSplitHysteresis = 0.1;
+
+// Every kSplitEvery steps: the site's seconds per sample, one slot a peer, summed (fp32,
+// exact: each slot has one writer); when every peer has measured, the split that the
+// speeds give, taken if it moves a share by more than kSplitHysteresis. Every peer of
+// the site computes the same split from the same sums.
+void update_split(GossipEngine& e, const std::vector<int>& site, uint64_t step) {
+  auto& split = e.site_split();
+  const int k = static_cast<int>(std::find(site.begin(), site.end(), e.me()) - site.begin());
+  std::vector<float> slots(site.size(), 0.0f);
+  slots[static_cast<size_t>(k)] = static_cast<float>(split.seconds_per_sample);
+  slots = allreduce_sum(e, MessageKind::kGradient, std::move(slots), step, kSiteSplitPhase, false, ReduceScope::kSite);
+  std::vector<double> seconds(slots.begin(), slots.end());
+  if (std::any_of(seconds.begin(), seconds.end(), [](double v) { return !(v > 0); })) return;
+  int total = 0;
+  for (int r : split.rows) total += r;
+  const std::vector<int> next = split_rows(seconds, total);
+  bool moves = false;
+  for (size_t j = 0; j < next.size(); ++j) {
+    moves = moves || std::abs(next[j] - split.rows[j]) > kSplitHysteresis * split.rows[j];
+  }
+  if (!moves) return;
+  split.rows = next;
+  std::vector<std::string> names;
+  std::string rows = "[", sps = "[";
+  char number[32];
+  for (size_t j = 0; j < site.size(); ++j) {
+    names.push_back(e.peers()[static_cast<size_t>(site[j])]);
+    std::snprintf(number, sizeof number, "%.6g", seconds[j]);
+    rows += (j ? "," : "") + std::to_string(next[j]);
+    sps += (j ? "," : "") + std::string(number);
+  }
+  auto ev = e.log().event("split");
+  ev.add("step", static_cast<int64_t>(step)).add("peers", names).add_raw("rows", rows + "]").add_raw("seconds_per_sample", sps + "]");
+  e.log().write(ev);
+}
 
 }  // namespace
+
+std::vector<int> split_rows(const std::vector<double>& seconds_per_sample, int total) {
+  const size_t n = seconds_per_sample.size();
+  double speed_sum = 0;
+  for (double t : seconds_per_sample) speed_sum += 1.0 / t;
+  // Largest remainder: each peer its whole rows of total x its speed share (at least 1),
+  // then the rows left over to the largest fractions, ties to the earlier peer.
+  std::vector<int> rows(n);
+  std::vector<std::pair<double, size_t>> fraction(n);
+  int given = 0;
+  for (size_t j = 0; j < n; ++j) {
+    const double want = total * (1.0 / seconds_per_sample[j]) / speed_sum;
+    rows[j] = std::max(1, static_cast<int>(std::floor(want)));
+    fraction[j] = {want - std::floor(want), j};
+    given += rows[j];
+  }
+  std::stable_sort(fraction.begin(), fraction.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (size_t i = 0; given < total; i = (i + 1) % n, ++given) ++rows[fraction[i].second];
+  // More than total only where the minimum of 1 row a peer gave some away: take back from the largest.
+  while (given > total) {
+    --*std::max_element(rows.begin(), rows.end());
+    --given;
+  }
+  return rows;
+}
 
 bool leaders_run(const GossipSpec& s) { return s.site_replicas && !algorithm_entry(s.algorithm).collective; }
 
@@ -86,6 +154,7 @@ void check_site_replicas(const GossipSpec& s, int peers) {
     throw InputError("allreduce already sums each site's gradients first and crosses the WAN only between the sites' "
                      "leaders (hierarchical); site_replicas adds nothing to it: leave it off");
   }
+  if (s.site_split != "speed" && s.site_split != "equal") throw InputError("site_split '" + s.site_split + "': use speed or equal");
   const std::string codec = s.site_codec.empty() ? s.codec.name : s.site_codec;
   if (!summable_codec(codec)) {
     throw InputError(s.site_codec.empty()
@@ -143,16 +212,40 @@ void log_site(GossipEngine& e, SiteRole role) {
 BatchStats site_gradient(GossipEngine& e, const Batch& batch, uint64_t step) {
   const BatchStats s = e.model().forward_backward(batch);
   if (!e.spec().site_replicas) return s;
-  const size_t site_peers = my_site(e).size();
+  const std::vector<int> site = my_site(e);
+  const size_t site_peers = site.size();
   if (site_peers < 2) return s;
+  auto& split = e.site_split();
+  if (split.rows.size() != site_peers) split.rows.assign(site_peers, batch.rows);  // equal, until measured
+  const bool equal = std::all_of(split.rows.begin(), split.rows.end(), [&](int r) { return r == split.rows.front(); });
   Backend& b = e.model().backend();
   std::vector<float> g(e.model().num_params());
   b.download(g.data(), e.model().grads(), sizeof(float) * g.size());
+  // The mean over the site's samples: each peer's mean gradient weighted by its rows.
+  // Equal rows: summed, then divided by the peers (the same bits as before splits were).
+  if (!equal) {
+    int total = 0;
+    for (int r : split.rows) total += r;
+    const float w = static_cast<float>(batch.rows) / static_cast<float>(total);
+    for (auto& v : g) v *= w;
+  }
   g = allreduce_sum(e, MessageKind::kGradient, std::move(g), step, kSiteStepPhase, true, ReduceScope::kSite, e.spec().site_codec);
-  const float inv = 1.0f / static_cast<float>(site_peers);
-  for (auto& v : g) v *= inv;
+  if (equal) {
+    const float inv = 1.0f / static_cast<float>(site_peers);
+    for (auto& v : g) v *= inv;
+  }
   b.upload(e.model().grads(), g.data(), sizeof(float) * g.size());
+  if (e.spec().site_split == "speed" && step % kSplitEvery == kSplitEvery - 1) update_split(e, site, step);
   return s;
+}
+
+int site_batch_rows(const GossipEngine& e, int batch_size) {
+  if (!e.spec().site_replicas || e.spec().site_split != "speed") return batch_size;
+  const auto& rows = e.site_split().rows;
+  if (rows.empty()) return batch_size;
+  const auto site = my_site(e);
+  const size_t k = static_cast<size_t>(std::find(site.begin(), site.end(), e.me()) - site.begin());
+  return k < rows.size() ? rows[k] : batch_size;
 }
 
 BatchStats site_member_step(GossipEngine& e, const Batch& batch, uint64_t step) {

@@ -13,6 +13,7 @@
 #include "hearsay/cluster.h"
 #include "hearsay/config.h"
 #include "hearsay/config.pb.h"
+#include "../../src/peer/algorithm.h"
 #include "test_util.h"
 
 using namespace hearsay;
@@ -163,3 +164,55 @@ TEST_CASE("site replicas: what cannot be honoured is refused at load, naming the
   CHECK_NOTHROW(config("algorithm: \"adpsgd\""));
   CHECK_NOTHROW(config("algorithm: \"diloco\"", "eu"));  // a collective: every peer runs it
 }
+
+TEST_CASE("site replicas: the split gives each peer whole rows in proportion to its speed, at least one, summing to the site's") {
+  // Slowdowns 1, 2 and 4: speeds 4 : 2 : 1 of 48 rows.
+  CHECK(split_rows({1.0, 2.0, 4.0}, 48) == std::vector<int>{27, 14, 7});
+  CHECK(split_rows({1.0, 1.0}, 64) == std::vector<int>{32, 32});
+  CHECK(split_rows({1.0, 1.0, 1.0}, 64) == std::vector<int>{22, 21, 21});  // the remainder to the first
+  CHECK(split_rows({1.0, 1000.0}, 16) == std::vector<int>{15, 1});        // never below one row
+  CHECK(split_rows({1e-3, 1e-3, 1e-3, 1.0}, 4) == std::vector<int>{1, 1, 1, 1});
+}
+
+TEST_CASE("site replicas: a site's batch is split by its peers' measured speeds, its peers still hold the same bits, "
+          "and with equal shares it is not") {
+  // Site 0: GPUs 1, 2 and 4 times slower (emulated 4 ms a step); site 1: two equal ones.
+  auto run_split = [](const std::string& split, const std::string& log_dir) {
+    ClusterSpec s;
+    s.base = peer_spec(parse_config(kSmall, "site-split-test", {"train { max_steps: 40 emulated_step_s: 0.004 }"}));
+    s.peers = 5;
+    s.gossip.algorithm = "adpsgd";
+    s.gossip.topology.kind = "ring";
+    s.gossip.topology.site_of = {0, 0, 0, 1, 1};
+    s.gossip.site_replicas = true;
+    s.gossip.site_split = split;
+    s.slowdown = {1, 2, 4, 1, 1};
+    s.log_dir = log_dir;
+    return run_cluster(s);
+  };
+  test::TempDir dir;
+  const ClusterResult r = run_split("speed", dir.path());
+  CHECK(same_bits(r.final_params[0], r.final_params[1]));
+  CHECK(same_bits(r.final_params[0], r.final_params[2]));
+  CHECK(same_bits(r.final_params[3], r.final_params[4]));
+  // peer0's last split of site 0 (48 rows): each share within 10% of its speed share 4/7, 2/7, 1/7.
+  std::vector<int> rows;
+  std::ifstream in(dir.path() + "/peer0.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const auto e = nlohmann::json::parse(line);
+    if (e.value("event", "") == "split") rows = e["rows"].get<std::vector<int>>();
+  }
+  REQUIRE(rows.size() == 3);
+  const double want[] = {4.0 / 7, 2.0 / 7, 1.0 / 7};
+  for (size_t j = 0; j < 3; ++j) {
+    CAPTURE(j);
+    CHECK(std::abs(rows[j] / 48.0 - want[j]) <= 0.1 * want[j]);
+  }
+  // Equal shares: no split is ever logged, each takes the config's batch.
+  test::TempDir equal_dir;
+  run_split("equal", equal_dir.path());
+  std::ifstream equal_log(equal_dir.path() + "/peer0.jsonl");
+  std::string all((std::istreambuf_iterator<char>(equal_log)), std::istreambuf_iterator<char>());
+  CHECK(all.find("\"event\":\"split\"") == std::string::npos);
+}
+
