@@ -114,8 +114,12 @@ SiteRole site_role(const GossipEngine& e);
 // The `site` event (docs/LOGS.md): this peer's site, role, leader and the site's size.
 void log_site(GossipEngine& e, SiteRole role);
 // The rows of `total` each peer takes, in proportion to its speed (1 / its seconds per
-// sample), whole rows by largest remainder, at least 1 each; they sum to `total`.
-std::vector<int> split_rows(const std::vector<double>& seconds_per_sample, int total);
+// sample), none more than `cap` (the rest shared by speed among the others), whole rows
+// by largest remainder, at least 1 each; they sum to `total` (when n x cap >= total).
+std::vector<int> split_rows(const std::vector<double>& seconds_per_sample, int total, int cap);
+// At most this many times the config's batch a peer takes of its site's: a peer's model
+// holds that many rows' activations, so a site of 64 does not make each peer hold 64.
+inline constexpr int kMaxSiteShare = 4;
 // GossipEngine::batch_rows: this peer's rows of its site's split, else batch_size.
 int site_batch_rows(const GossipEngine& e, int batch_size);
 // A member's step: its part of the site's gradient sum, then the leader's model.

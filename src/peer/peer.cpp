@@ -7,19 +7,18 @@
 
 #include "hearsay/checkpoint.h"
 #include "hearsay/error.h"
+#include "algorithm.h"
 #include "emulated_time.h"
 #include "run_plan.h"
 
 namespace hearsay {
 namespace {
 
-// How many of the config's batches one step of this peer may take: its site's peers under
-// site replicas with a speed split (a share can grow to nearly the whole site's batch), else 1.
+// How many of the config's batches one step of this peer may take: under site replicas
+// with a speed split its share of its site's, at most kMaxSiteShare (4) batches; else 1.
 int max_site_share(const PeerNetwork* network) {
   if (network == nullptr || !network->gossip.site_replicas || network->gossip.site_split != "speed") return 1;
-  const auto& site_of = network->gossip.topology.site_of;
-  if (site_of.empty()) return static_cast<int>(network->peers.size());
-  return static_cast<int>(std::count(site_of.begin(), site_of.end(), site_of[static_cast<size_t>(network->me)]));
+  return kMaxSiteShare;
 }
 
 }  // namespace

@@ -98,7 +98,7 @@ void update_split(GossipEngine& e, const std::vector<int>& site, uint64_t step) 
   if (std::any_of(seconds.begin(), seconds.end(), [](double v) { return !(v > 0); })) return;
   int total = 0;
   for (int r : split.rows) total += r;
-  const std::vector<int> next = split_rows(seconds, total);
+  const std::vector<int> next = split_rows(seconds, total, kMaxSiteShare * total / static_cast<int>(site.size()));
   bool moves = false;
   for (size_t j = 0; j < next.size(); ++j) {
     moves = moves || std::abs(next[j] - split.rows[j]) > kSplitHysteresis * split.rows[j];
@@ -121,19 +121,36 @@ void update_split(GossipEngine& e, const std::vector<int>& site, uint64_t step) 
 
 }  // namespace
 
-std::vector<int> split_rows(const std::vector<double>& seconds_per_sample, int total) {
+std::vector<int> split_rows(const std::vector<double>& seconds_per_sample, int total, int cap) {
   const size_t n = seconds_per_sample.size();
-  double speed_sum = 0;
-  for (double t : seconds_per_sample) speed_sum += 1.0 / t;
-  // Largest remainder: each peer its whole rows of total x its speed share (at least 1),
-  // then the rows left over to the largest fractions, ties to the earlier peer.
+  // Water-filling: peers whose share would pass the cap take the cap, and the rest of the
+  // rows go to the others by their speeds, until no share passes it.
+  std::vector<bool> capped(n, false);
+  std::vector<double> want(n, 0.0);
+  for (bool again = true; again;) {
+    again = false;
+    double speed_sum = 0;
+    int left = total;
+    for (size_t j = 0; j < n; ++j) {
+      if (capped[j]) {
+        left -= cap;
+      } else {
+        speed_sum += 1.0 / seconds_per_sample[j];
+      }
+    }
+    for (size_t j = 0; j < n; ++j) {
+      want[j] = capped[j] ? cap : left * (1.0 / seconds_per_sample[j]) / speed_sum;
+      if (!capped[j] && want[j] > cap) capped[j] = again = true;
+    }
+  }
+  // Largest remainder: each peer its whole rows (at least 1), then the rows left over to
+  // the largest fractions, ties to the earlier peer.
   std::vector<int> rows(n);
   std::vector<std::pair<double, size_t>> fraction(n);
   int given = 0;
   for (size_t j = 0; j < n; ++j) {
-    const double want = total * (1.0 / seconds_per_sample[j]) / speed_sum;
-    rows[j] = std::max(1, static_cast<int>(std::floor(want)));
-    fraction[j] = {want - std::floor(want), j};
+    rows[j] = std::max(1, static_cast<int>(std::floor(want[j])));
+    fraction[j] = {capped[j] ? -1.0 : want[j] - std::floor(want[j]), j};
     given += rows[j];
   }
   std::stable_sort(fraction.begin(), fraction.end(), [](const auto& a, const auto& b) { return a.first > b.first; });

@@ -167,11 +167,14 @@ TEST_CASE("site replicas: what cannot be honoured is refused at load, naming the
 
 TEST_CASE("site replicas: the split gives each peer whole rows in proportion to its speed, at least one, summing to the site's") {
   // Slowdowns 1, 2 and 4: speeds 4 : 2 : 1 of 48 rows.
-  CHECK(split_rows({1.0, 2.0, 4.0}, 48) == std::vector<int>{27, 14, 7});
-  CHECK(split_rows({1.0, 1.0}, 64) == std::vector<int>{32, 32});
-  CHECK(split_rows({1.0, 1.0, 1.0}, 64) == std::vector<int>{22, 21, 21});  // the remainder to the first
-  CHECK(split_rows({1.0, 1000.0}, 16) == std::vector<int>{15, 1});        // never below one row
-  CHECK(split_rows({1e-3, 1e-3, 1e-3, 1.0}, 4) == std::vector<int>{1, 1, 1, 1});
+  CHECK(split_rows({1.0, 2.0, 4.0}, 48, 64) == std::vector<int>{27, 14, 7});
+  CHECK(split_rows({1.0, 1.0}, 64, 128) == std::vector<int>{32, 32});
+  CHECK(split_rows({1.0, 1.0, 1.0}, 64, 128) == std::vector<int>{22, 21, 21});  // the remainder to the first
+  CHECK(split_rows({1.0, 1000.0}, 16, 32) == std::vector<int>{15, 1});        // never below one row
+  CHECK(split_rows({1e-3, 1e-3, 1e-3, 1.0}, 4, 16) == std::vector<int>{1, 1, 1, 1});
+  // A peer 100x faster than 7 others would take 93 of 8 x 16 rows; the cap of 4 x 16 holds
+  // it to 64, and the other 64 go to the others by their (equal) speeds.
+  CHECK(split_rows({0.01, 1, 1, 1, 1, 1, 1, 1}, 128, 64) == std::vector<int>{64, 10, 9, 9, 9, 9, 9, 9});
 }
 
 TEST_CASE("site replicas: a site's batch is split by its peers' measured speeds, its peers still hold the same bits, "
