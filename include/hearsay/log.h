@@ -41,6 +41,8 @@ class JsonObject {
   // A nested object, and arrays of strings or of objects.
   JsonObject& add(const std::string& key, const JsonObject& value);
   JsonObject& add(const std::string& key, const std::vector<std::string>& values);
+  JsonObject& add(const std::string& key, const std::vector<int64_t>& values);
+  JsonObject& add(const std::string& key, const std::vector<double>& values);  // a value not finite: null
   JsonObject& add(const std::string& key, const std::vector<JsonObject>& values);
   JsonObject& add_null(const std::string& key);
   // Adds JSON text (an object or array rendered elsewhere). It is parsed, so the line stays

@@ -440,14 +440,10 @@ void validate(const config::Config& c, const Locator& at) {
     if (cl.site_replicas() && cl.peers_size() >= 2) {
       try {
         check_site_replicas(gossip_spec(cl), cl.peers_size());
+      } catch (const OptionError& e) {
+        fail("cluster." + e.field, e.why);
       } catch (const InputError& e) {
-        const std::string why = e.what();
-        if (why.rfind("site_codec '", 0) == 0 || why.rfind("site_split '", 0) == 0) {
-          const std::string field = why.substr(0, why.find(' '));
-          fail("cluster." + field, why.substr(field.size() + 1));
-        } else {
-          fail("cluster.site_replicas", why);
-        }
+        fail("cluster.site_replicas", e.what());
       }
     }
     if (cl.peers_size() >= 2) {

@@ -68,6 +68,18 @@ JsonObject& JsonObject::add(const std::string& key, const std::vector<std::strin
   return *this;
 }
 
+JsonObject& JsonObject::add(const std::string& key, const std::vector<int64_t>& values) {
+  (*value_)[key] = Json(values);
+  return *this;
+}
+
+JsonObject& JsonObject::add(const std::string& key, const std::vector<double>& values) {
+  Json array = Json::array();
+  for (double v : values) array.push_back(std::isfinite(v) ? Json(v) : Json(nullptr));
+  (*value_)[key] = std::move(array);
+  return *this;
+}
+
 JsonObject& JsonObject::add(const std::string& key, const std::vector<JsonObject>& values) {
   Json array = Json::array();
   for (const auto& v : values) array.push_back(*v.value_);

@@ -9,7 +9,6 @@
 // averaged gradient and adopts the model as it is, so the site holds it bit for bit.
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <map>
 #include <set>
 
@@ -106,16 +105,10 @@ void update_split(GossipEngine& e, const std::vector<int>& site, uint64_t step) 
   if (!moves) return;
   split.rows = next;
   std::vector<std::string> names;
-  std::string rows = "[", sps = "[";
-  char number[32];
-  for (size_t j = 0; j < site.size(); ++j) {
-    names.push_back(e.peers()[static_cast<size_t>(site[j])]);
-    std::snprintf(number, sizeof number, "%.6g", seconds[j]);
-    rows += (j ? "," : "") + std::to_string(next[j]);
-    sps += (j ? "," : "") + std::string(number);
-  }
+  for (int i : site) names.push_back(e.peers()[static_cast<size_t>(i)]);
   auto ev = e.log().event("split");
-  ev.add("step", static_cast<int64_t>(step)).add("peers", names).add_raw("rows", rows + "]").add_raw("seconds_per_sample", sps + "]");
+  ev.add("step", static_cast<int64_t>(step)).add("peers", names).add("rows", std::vector<int64_t>(next.begin(), next.end()));
+  ev.add("seconds_per_sample", seconds);
   e.log().write(ev);
 }
 
@@ -171,13 +164,14 @@ void check_site_replicas(const GossipSpec& s, int peers) {
     throw InputError("allreduce already sums each site's gradients first and crosses the WAN only between the sites' "
                      "leaders (hierarchical); site_replicas adds nothing to it: leave it off");
   }
-  if (s.site_split != "speed" && s.site_split != "equal") throw InputError("site_split '" + s.site_split + "': use speed or equal");
+  if (s.site_split != "speed" && s.site_split != "equal") throw OptionError("site_split", "'" + s.site_split + "': use speed or equal");
   const std::string codec = s.site_codec.empty() ? s.codec.name : s.site_codec;
+  if (!s.site_codec.empty() && !summable_codec(codec)) {
+    throw OptionError("site_codec", "'" + codec + "': use none, fp16, bf16, int8 or int4 (summed on the way)");
+  }
   if (!summable_codec(codec)) {
-    throw InputError(s.site_codec.empty()
-                         ? "the site's gradient sum travels under gossip.codec unless cluster.site_codec is set, and '" + codec +
-                               "' cannot be summed on the way: set cluster.site_codec to none, fp16, bf16, int8 or int4"
-                         : "site_codec '" + codec + "': use none, fp16, bf16, int8 or int4 (summed on the way)");
+    throw InputError("the site's gradient sum travels under gossip.codec unless cluster.site_codec is set, and '" + codec +
+                     "' cannot be summed on the way: set cluster.site_codec to none, fp16, bf16, int8 or int4");
   }
   if (!leaders_run(s)) return;
   const int sites = count_sites(s.topology, peers);

@@ -32,7 +32,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "experiments"))
+sys.path.insert(0, os.path.dirname(HERE))  # tests/: signal_cleanup
 import hearsay_logs  # noqa: E402
+import signal_cleanup  # noqa: E402
 from hearsay_metrics import free_ports  # noqa: E402
 
 SKIP = 77
@@ -270,13 +272,5 @@ def main():
             shutil.rmtree(root, ignore_errors=True)
 
 
-def exit_on_signal(signum, _frame):
-    # SIGTERM or SIGHUP (a CI timeout, a closed terminal) unwinds through main's finally,
-    # so what this run made is removed as on any other end.
-    sys.exit(128 + signum)
-
-
 if __name__ == "__main__":
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, exit_on_signal)
-    sys.exit(main())
+    signal_cleanup.run(main)
