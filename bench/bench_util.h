@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "hearsay/backend.h"
 #include "hearsay/log.h"
 
 namespace hearsay::bench {
@@ -89,5 +90,34 @@ inline std::function<double(int)> timed(std::function<void()> body) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   };
 }
+
+// Like timed(), for work on a backend whose operations may still be running when body()
+// returns (a GPU's stream): the clock stops only once the device has finished them.
+inline std::function<double(int)> timed_on(Backend& backend, std::function<void()> body) {
+  return [&backend, body = std::move(body)](int iters) {
+    backend.synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) body();
+    backend.synchronize();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+}
+
+// A buffer of floats 0.01 * (i % 97), written through the backend (any device): the
+// roofline GEMMs' operands.
+inline void fill_pattern(Backend& backend, const DeviceBuffer& buffer) {
+  std::vector<float> host(buffer.bytes() / sizeof(float));
+  for (size_t i = 0; i < host.size(); ++i) host[i] = 0.01f * static_cast<float>(i % 97);
+  backend.upload(buffer.data(), host.data(), sizeof(float) * host.size());
+}
+
+// The device a step bench runs on ("cpu" or "cuda:N"); non-CPU cases carry it in their
+// case names so that both can sit in one results file.
+struct StepDevice {
+  std::string name = "cpu";
+  std::string case_suffix() const { return name == "cpu" ? "" : "@" + name; }
+  // PyTorch's spelling of the same device.
+  std::string torch_name() const { return name; }
+};
 
 }  // namespace hearsay::bench

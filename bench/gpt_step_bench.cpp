@@ -61,9 +61,10 @@ std::vector<Gemm> gpt_gemms(const GptSpec& s, int rows) {
 
 }  // namespace
 
-void run_gpt_step_case(const std::string& case_name, const GptSpec& spec, int batch, int repeats, double round_s,
-                       bool with_torch) {
-  auto backend = create_backend("cpu", 1);
+void run_gpt_step_case(const std::string& name, const GptSpec& spec, int batch, int repeats, double round_s,
+                       bool with_torch, const StepDevice& device) {
+  const std::string case_name = name + device.case_suffix();
+  auto backend = create_backend(device.name, 1);
   ModelSpec ms;
   ms.kind = ModelSpec::Kind::kGpt;
   ms.gpt = spec;
@@ -92,11 +93,14 @@ void run_gpt_step_case(const std::string& case_name, const GptSpec& spec, int ba
   std::vector<DeviceBuffer> xs, ys;
   Rng rng(42);
   std::vector<int64_t> idx(batch);
+  std::vector<int32_t> host_x(tokens), host_y(tokens);
   for (int b = 0; b < kBatches; ++b) {
     for (auto& i : idx) i = static_cast<int64_t>(rng.below(static_cast<uint64_t>(text.size)));
     xs.emplace_back(*backend, sizeof(int32_t) * tokens);
     ys.emplace_back(*backend, sizeof(int32_t) * tokens);
-    gather_tokens(text, idx.data(), batch, xs.back().i32(), ys.back().i32());
+    gather_tokens(text, idx.data(), batch, host_x.data(), host_y.data());
+    backend->upload(xs.back().data(), host_x.data(), sizeof(int32_t) * tokens);
+    backend->upload(ys.back().data(), host_y.data(), sizeof(int32_t) * tokens);
   }
   int which = 0;
   auto step = [&] {
@@ -114,7 +118,8 @@ void run_gpt_step_case(const std::string& case_name, const GptSpec& spec, int ba
   }
   DeviceBuffer a(*backend, sizeof(float) * biggest), bb(*backend, sizeof(float) * biggest),
       cc(*backend, sizeof(float) * biggest);
-  for (size_t i = 0; i < biggest; ++i) a.f32()[i] = bb.f32()[i] = 0.01f * static_cast<float>(i % 97);
+  fill_pattern(*backend, a);
+  fill_pattern(*backend, bb);
   auto gemm_pass = [&] {
     for (const auto& g : gemms) {
       const int lda = g.ta ? g.m : g.k, ldb = g.tb ? g.k : g.n;
@@ -124,11 +129,12 @@ void run_gpt_step_case(const std::string& case_name, const GptSpec& spec, int ba
     }
   };
 
-  std::vector<std::function<double(int)>> bodies{timed(step), timed(gemm_pass)};
+  std::vector<std::function<double(int)>> bodies{timed_on(*backend, step), timed_on(*backend, gemm_pass)};
   std::string blas, why;
   const std::vector<std::string> torch_args{
       "--layers", std::to_string(spec.layers), "--heads", std::to_string(spec.heads), "--width", std::to_string(spec.width),
-      "--context", std::to_string(spec.context), "--batch", std::to_string(batch), "--text", data_name == "kjv" ? text_path : ""};
+      "--context", std::to_string(spec.context), "--batch", std::to_string(batch), "--text", data_name == "kjv" ? text_path : "",
+      "--device", device.torch_name()};
   std::unique_ptr<LineProcess> torch = with_torch ? start_torch_server("torch_gpt.py", torch_args, &blas, &why) : nullptr;
   bool torch_failed = false;
   if (torch) bodies.push_back(torch_steps(*torch, &torch_failed));
@@ -143,7 +149,7 @@ void run_gpt_step_case(const std::string& case_name, const GptSpec& spec, int ba
     }
   }
   JsonObject extra;
-  extra.add("data", data_name).add("threads", 1).add("repeats", repeats).add("params", static_cast<int64_t>(model->num_params()));
+  extra.add("data", data_name).add("device", backend->name()).add("threads", 1).add("repeats", repeats).add("params", static_cast<int64_t>(model->num_params()));
   emit("step", case_name, "tokens_per_s", tokens / step_s, "tokens/s", &extra);
   emit("step", case_name, "step_gflops", flops / step_s / 1e9, "GFLOP/s");
   emit("step", case_name, "sgemm_gflops", flops / median(rounds[1]) / 1e9, "GFLOP/s");

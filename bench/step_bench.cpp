@@ -1,7 +1,7 @@
-// The step suite: training-step throughput of the MLP 784-256-256-10 on one CPU thread,
-// the sgemm roofline of the same GEMM shapes, and PyTorch on the same model, batch and
-// data, measured in the same run (bench/torch_step.py); then the GPT at two sizes
-// (gpt_step_bench.cpp).
+// The step suite: training-step throughput of the MLP 784-256-256-10 on one CPU thread
+// (or a GPU with --device cuda:N), the sgemm roofline of the same GEMM shapes, and PyTorch
+// on the same model, batch, data and device, measured in the same run
+// (bench/torch_step.py); then the GPT at two sizes (gpt_step_bench.cpp).
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -28,6 +28,7 @@ struct Options {
   int repeats = 7;
   double round_s = 0.5;
   bool torch = true;
+  std::string device = "cpu";
 };
 
 Options parse(int argc, char** argv) {
@@ -37,6 +38,7 @@ Options parse(int argc, char** argv) {
       .integer_list("--batches", &o.batches, 1, 1 << 16, "a list of batch sizes (the MLP's)")
       .integer("--repeats", &o.repeats, 1, 1000, "a number of rounds")
       .number("--round-s", &o.round_s, 1e-3, 3600, "a number of seconds")
+      .text("--device", &o.device, "cpu or cuda:N")
       .flag({"--no-torch"}, [&o] { o.torch = false; })
       .parse(argc, argv, 0);
   return o;
@@ -56,20 +58,22 @@ int run_step_bench(int argc, char** argv) {
   for (const std::string& m : o.models) {
     if (m == "mlp") run_mlp_cases(o);
     // The two sizes, 2048 tokens a step each.
+    const StepDevice device{o.device};
     if (m == "gpt-0.8m") {
       run_gpt_step_case("gpt-l4-w128-h4-t128/b16", GptSpec{.vocab = 256, .context = 128, .layers = 4, .heads = 4, .width = 128},
-                        16, o.repeats, o.round_s, o.torch);
+                        16, o.repeats, o.round_s, o.torch, device);
     }
     if (m == "gpt-10m") {
       run_gpt_step_case("gpt-l6-w384-h6-t256/b8", GptSpec{.vocab = 256, .context = 256, .layers = 6, .heads = 6, .width = 384},
-                        8, o.repeats, o.round_s, o.torch);
+                        8, o.repeats, o.round_s, o.torch, device);
     }
   }
   return 0;
 }
 
 void run_mlp_cases(const Options& o) {
-  auto backend = create_backend("cpu", 1);
+  const StepDevice device{o.device};
+  auto backend = create_backend(device.name, 1);
 
   Dataset data;
   std::string data_name = "fashion-mnist";
@@ -88,7 +92,7 @@ void run_mlp_cases(const Options& o) {
   const std::string model_name = "mlp784-256-256-10";
 
   for (const int batch : o.batches) {
-    const std::string case_name = model_name + "/b" + std::to_string(batch);
+    const std::string case_name = model_name + "/b" + std::to_string(batch) + device.case_suffix();
     Model model(spec, *backend, batch, 1);
     OptimizerSpec sgd_spec;
     sgd_spec.momentum = 0.9f;
@@ -100,11 +104,15 @@ void run_mlp_cases(const Options& o) {
     std::vector<DeviceBuffer> xs, ys;
     Rng rng(42);
     std::vector<int64_t> idx(batch);
+    std::vector<float> host_x(static_cast<size_t>(batch) * data.dim());
+    std::vector<int32_t> host_y(batch);
     for (int b = 0; b < kBatches; ++b) {
       for (auto& i : idx) i = static_cast<int64_t>(rng.below(data.size));
-      xs.emplace_back(*backend, sizeof(float) * batch * data.dim());
+      xs.emplace_back(*backend, sizeof(float) * host_x.size());
       ys.emplace_back(*backend, sizeof(int32_t) * batch);
-      gather_batch(data, idx.data(), batch, xs.back().f32(), ys.back().i32());
+      gather_batch(data, idx.data(), batch, host_x.data(), host_y.data());
+      backend->upload(xs.back().data(), host_x.data(), sizeof(float) * host_x.size());
+      backend->upload(ys.back().data(), host_y.data(), sizeof(int32_t) * batch);
     }
     int which = 0;
     auto step = [&] {
@@ -130,7 +138,8 @@ void run_mlp_cases(const Options& o) {
       flops += 2.0 * g.m * g.n * g.k;
     }
     DeviceBuffer a(*backend, sizeof(float) * biggest), b(*backend, sizeof(float) * biggest), c(*backend, sizeof(float) * biggest);
-    for (size_t i = 0; i < biggest; ++i) a.f32()[i] = b.f32()[i] = 0.01f * static_cast<float>(i % 97);
+    fill_pattern(*backend, a);
+    fill_pattern(*backend, b);
     auto gemm_pass = [&] {
       for (const auto& g : gemms) {
         const int lda = g.ta ? g.m : g.k, ldb = g.tb ? g.k : g.n;
@@ -138,11 +147,12 @@ void run_mlp_cases(const Options& o) {
       }
     };
 
-    std::vector<std::function<double(int)>> bodies{timed(step), timed(gemm_pass)};
+    std::vector<std::function<double(int)>> bodies{timed_on(*backend, step), timed_on(*backend, gemm_pass)};
     std::string blas, why;
-    // PyTorch's step on the same model, batch and data.
+    // PyTorch's step on the same model, batch, data and device.
     std::unique_ptr<LineProcess> torch =
-        o.torch ? start_torch_server("torch_step.py", {"--batch", std::to_string(batch)}, &blas, &why) : nullptr;
+        o.torch ? start_torch_server("torch_step.py", {"--batch", std::to_string(batch), "--device", device.torch_name()}, &blas, &why)
+                : nullptr;
     bool torch_failed = false;
     if (torch) bodies.push_back(torch_steps(*torch, &torch_failed));
     const auto rounds = time_interleaved(bodies, o.repeats, o.round_s);
@@ -158,7 +168,7 @@ void run_mlp_cases(const Options& o) {
     }
 
     JsonObject extra;
-    extra.add("data", data_name).add("threads", 1).add("repeats", o.repeats);
+    extra.add("data", data_name).add("device", backend->name()).add("threads", 1).add("repeats", o.repeats);
     emit("step", case_name, "samples_per_s", samples_per_s, "samples/s", &extra);
     emit("step", case_name, "step_gflops", flops / step_s / 1e9, "GFLOP/s");
     emit("step", case_name, "sgemm_gflops", flops / gemm_s / 1e9, "GFLOP/s");

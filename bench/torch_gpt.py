@@ -104,10 +104,12 @@ def main():
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--eval-windows", type=int, default=128)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda:N (fp32 matmuls, no TF32, as hearsay's)")
     args = ap.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
-    model = Gpt(args.layers, args.heads, args.width, args.context)
+    model = Gpt(args.layers, args.heads, args.width, args.context).to(args.device)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), eps=1e-8,
                             weight_decay=args.weight_decay)
     train, val = load_text(args.text, 0.02)
@@ -118,7 +120,7 @@ def main():
         return windows(train, torch.randint(0, len(train) - t, (args.batch,), generator=gen), t)
 
     if args.serve:
-        batches = [batch() for _ in range(8)]
+        batches = [tuple(t.to(args.device) for t in batch()) for _ in range(8)]
         state = {"i": 0}
 
         def step():
@@ -128,7 +130,7 @@ def main():
             model(x, y).backward()
             opt.step()
 
-        serve(step, params=sum(p.numel() for p in model.parameters()))
+        serve(step, device=args.device, params=sum(p.numel() for p in model.parameters()))
         return
 
     if args.train:

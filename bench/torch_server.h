@@ -13,12 +13,15 @@
 
 namespace hearsay::bench {
 
-// Starts `script args...` under /usr/bin/python3 on one thread (OMP_NUM_THREADS=1). The
+// Starts `script args...` under /usr/bin/python3 (or $HEARSAY_TORCH_PYTHON: a machine whose
+// CUDA build of torch lives elsewhere) on one thread (OMP_NUM_THREADS=1). The
 // script announces {"ready":true,"blas":...}, then answers each line "N" with the
 // seconds N steps took. Null, with *why, when python3 or torch could not start.
 inline std::unique_ptr<LineProcess> start_torch_server(const std::string& script, const std::vector<std::string>& args,
                                                        std::string* blas, std::string* why) {
-  std::vector<std::string> argv{"/usr/bin/python3", std::string(HEARSAY_SOURCE_DIR) + "/bench/" + script, "--serve"};
+  const char* python = std::getenv("HEARSAY_TORCH_PYTHON");
+  std::vector<std::string> argv{python != nullptr && *python != '\0' ? python : "/usr/bin/python3",
+                                std::string(HEARSAY_SOURCE_DIR) + "/bench/" + script, "--serve"};
   argv.insert(argv.end(), args.begin(), args.end());
   auto p = std::make_unique<LineProcess>(argv, std::vector<std::string>{"OMP_NUM_THREADS=1"});
   std::string line;

@@ -41,7 +41,9 @@ def main():
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--round-s", type=float, default=0.5)
     ap.add_argument("--serve", action="store_true", help="answer step counts on stdin with seconds")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda:N (fp32 matmuls, no TF32, as hearsay's)")
     args = ap.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
     torch.set_num_threads(1)
     torch.manual_seed(1)
     x, y = load_images()
@@ -49,11 +51,11 @@ def main():
     batches = []
     for _ in range(32):
         idx = rng.integers(0, len(x), args.batch)
-        batches.append((torch.from_numpy(x[idx].copy()), torch.from_numpy(y[idx].copy())))
+        batches.append((torch.from_numpy(x[idx].copy()).to(args.device), torch.from_numpy(y[idx].copy()).to(args.device)))
     model = torch.nn.Sequential(
         torch.nn.Linear(784, 256), torch.nn.ReLU(),
         torch.nn.Linear(256, 256), torch.nn.ReLU(),
-        torch.nn.Linear(256, 10))
+        torch.nn.Linear(256, 10)).to(args.device)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, nesterov=True)
     loss_fn = torch.nn.CrossEntropyLoss()
     state = {"i": 0}
@@ -67,7 +69,7 @@ def main():
         opt.step()
 
     if args.serve:
-        serve(step)  # driven by hearsay-bench
+        serve(step, device=args.device)  # driven by hearsay-bench
         return
 
     iters = 1
