@@ -6,7 +6,7 @@ HEARSAY_CUDA ?= AUTO
 JOBS        ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps bench-deps build test test-asan test-tsan test-hosts test-slurm demo demo-single bench clean
+.PHONY: all deps bench-deps build test test-asan test-tsan test-hosts test-slurm demo demo-single bench wheel clean
 
 all: build
 
@@ -94,9 +94,18 @@ demo-single: build
 	$(BUILD_DIR)/bin/hearsay-peer --config configs/single-mlp.textproto --log runs/demo-single/peer0.jsonl
 	$(BUILD_DIR)/bin/hearsay-plot runs/demo-single
 
+# The Python package with its extension and programs as a wheel, dist/hearsay-VERSION-*.whl,
+# for machines with the same Debian packages (pip install --no-index it into a venv made
+# with --system-site-packages): built apart in build-wheel for any x86-64 CPU and every
+# GPU architecture from sm_75, without the tests. `pip install .` builds into build/.
+wheel: deps
+	/usr/bin/python3 python/build_backend/hearsay_wheel.py --build-dir build-wheel --wheel-dir dist \
+	  --cmake-flag=-DHEARSAY_NATIVE=OFF --cmake-flag=-DHEARSAY_TESTS=OFF --cmake-flag=-DHEARSAY_CUDA=$(HEARSAY_CUDA) \
+	  --cmake-flag=-DHEARSAY_CUDA_ARCHS=all $(addprefix --cmake-flag=,$(CMAKE_FLAGS))
+
 bench: build bench-deps
 	$(BUILD_DIR)/bin/hearsay-bench step
 	$(BUILD_DIR)/bin/hearsay-bench transport
 
 clean:
-	rm -rf $(BUILD_DIR) build-asan build-tsan
+	rm -rf $(BUILD_DIR) build-asan build-tsan build-wheel dist

@@ -24,6 +24,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import sysconfig
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
@@ -58,8 +59,13 @@ def on_signal(signum, _frame):
 
 
 def python_bin(args):
-    """hearsay-python, beside hearsay-peer: runs a config's `program` (a torch peer)."""
-    return os.path.join(os.path.dirname(os.path.realpath(args.peer_bin)), "hearsay-python")
+    """What runs a config's `program` (a torch peer): hearsay-python beside hearsay-peer in
+    a build folder; in an installed hearsay (pip, no hearsay-python), this interpreter,
+    which imports the installed package."""
+    beside = os.path.join(os.path.dirname(os.path.realpath(args.peer_bin)), "hearsay-python")
+    if os.path.exists(beside) or not os.path.exists(os.path.join(HERE, "..", "_engine" + sysconfig.get_config_var("EXT_SUFFIX"))):
+        return beside
+    return sys.executable
 
 
 def program_cmd(args, program):
