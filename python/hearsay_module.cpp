@@ -3,6 +3,12 @@
 // and gradients out in flat tensors and hands their addresses here, with a callable that
 // runs the torch optimizer. Engine work runs with the GIL released; the optimizer callback
 // takes it back on the same thread.
+//
+// Threads: one Python thread drives a peer. Every call that reaches the engine's state
+// claims the peer for its thread first (PyPeer::Claim): a second thread's call while one
+// runs (a step waiting for a round with the GIL released) raises InputError instead of
+// racing it. The same thread may call again from inside (the optimizer callback); stop()
+// and close() stay callable from anywhere (signals, exit).
 #include <malloc.h>
 #include <poll.h>
 #include <csignal>
@@ -19,6 +25,8 @@
 #include <pybind11/stl.h>
 
 #include "hearsay/build_config.h"
+#include "hearsay/config.h"
+#include "hearsay/config.pb.h"
 #include "hearsay/error.h"
 #include "hearsay/external_peer.h"
 #include "hearsay/gossip.h"
@@ -43,6 +51,34 @@ constexpr int kMaxBatch = 1 << 20;
 
 class PyPeer {
  public:
+  // Holds the peer for the calling thread while one call runs; throws InputError naming
+  // both calls and threads when another thread holds it.
+  class Claim {
+   public:
+    Claim(PyPeer& p, const char* what) : p_(p) {
+      const unsigned long me = PyThread_get_thread_ident();
+      unsigned long holder = 0;
+      if (p_.holder_.compare_exchange_strong(holder, me)) {
+        p_.held_for_ = what;
+        owned_ = true;
+        return;
+      }
+      if (holder == me) return;  // the same thread, from inside its own call (the optimizer callback)
+      throw hearsay::InputError("hearsay peer '" + p_.name_ + "': " + what + " called on thread " + std::to_string(me) + " while " +
+                                p_.held_for_.load() + " runs on thread " + std::to_string(holder) +
+                                "; one thread drives a peer (steps, batches, state)");
+    }
+    ~Claim() {
+      if (owned_) p_.holder_ = 0;
+    }
+    Claim(const Claim&) = delete;
+    Claim& operator=(const Claim&) = delete;
+
+   private:
+    PyPeer& p_;
+    bool owned_ = false;
+  };
+
   PyPeer(const std::string& config, const std::string& name, const std::string& log, const std::vector<std::string>& sets,
          bool quiet, bool alone) {
     hearsay::ExternalPeerOptions o;
@@ -54,6 +90,7 @@ class PyPeer {
     o.alone = alone;
     py::gil_scoped_release release;  // joining a cluster waits for the neighbours
     peer_ = std::make_unique<hearsay::ExternalPeer>(o);
+    name_ = peer_->name();
   }
   ~PyPeer() {
     stop_watch();
@@ -62,8 +99,19 @@ class PyPeer {
   }
 
   void attach(uintptr_t params, uintptr_t grads, size_t n, const std::vector<py::tuple>& views, const std::string& device,
-              const std::string& description, py::function optimizer_step, bool join) {
+              const std::string& description, py::function optimizer_step, bool join, uintptr_t buffers, size_t num_buffers,
+              const std::string& buffer_sharing) {
+    const Claim claim(*this, "attach()");
     hearsay::ExternalModel m;
+    if (num_buffers > 0) {
+      if (buffer_sharing != "average" && buffer_sharing != "broadcast") {
+        throw hearsay::InputError("attach: buffer sharing '" + buffer_sharing + "' (average or broadcast)");
+      }
+      m.buffers = reinterpret_cast<float*>(buffers);
+      m.num_buffers = num_buffers;
+      m.buffer_sharing = buffer_sharing == "average" ? hearsay::ExternalModel::BufferSharing::kAverage
+                                                     : hearsay::ExternalModel::BufferSharing::kBroadcast;
+    }
     m.params = reinterpret_cast<float*>(params);
     m.grads = reinterpret_cast<float*>(grads);
     m.num_params = n;
@@ -92,6 +140,7 @@ class PyPeer {
   }
 
   void step(double loss_sum, int64_t correct, int64_t count, float lr) {
+    const Claim claim(*this, "step()");
     try {
       py::gil_scoped_release release;
       peer_->step({loss_sum, correct, count}, lr);
@@ -104,6 +153,7 @@ class PyPeer {
 
   // The next minibatch of the shard: (x float32 [b, dim] or int32 [b, context], y int32).
   py::tuple next_batch(int batch) {
+    const Claim claim(*this, "next_batch()");
     const auto& train = peer_->data().train;
     // Checked before anything is allocated for it.
     if (batch < 1 || batch > kMaxBatch) {
@@ -123,6 +173,7 @@ class PyPeer {
 
   // Test samples [start, start + n) (fewer at the end), as next_batch shapes them.
   py::tuple test_batch(int64_t start, int n) {
+    const Claim claim(*this, "test_batch()");
     const auto& test = peer_->data().test;
     if (start < 0 || start >= test.size || n < 1 || n > kMaxBatch) {
       throw hearsay::InputError("test_batch: start " + std::to_string(start) + " is outside the " + std::to_string(test.size) +
@@ -142,12 +193,36 @@ class PyPeer {
     return py::make_tuple(x, y);
   }
 
-  py::bytes save_state() const { return py::bytes(peer_->save_state()); }
-  void load_state(const py::bytes& b) { peer_->load_state(std::string(b)); }
+  py::bytes save_state() {
+    const Claim claim(*this, "state_dict()");
+    return py::bytes(peer_->save_state());
+  }
+  void load_state(const py::bytes& b) {
+    const Claim claim(*this, "load_state_dict()");
+    peer_->load_state(std::string(b));
+  }
+  void follow_data(int64_t batches_per_epoch, int64_t batches_per_step) {
+    const Claim claim(*this, "batches()");
+    peer_->follow_data(batches_per_epoch, batches_per_step);
+  }
+  void fed_batch() {
+    const Claim claim(*this, "batches()");
+    peer_->fed_batch();
+  }
+  void record_eval(double acc, double loss) {
+    const Claim claim(*this, "log_eval()");
+    peer_->record_eval(acc, loss);
+  }
+  void finish() {
+    const Claim claim(*this, "finish()");
+    py::gil_scoped_release release;
+    peer_->finish();
+  }
 
   // An event from Python: `fields` (str -> bool, int, float, str or list of str) after
   // the common ones. Checked against the log's schema.
   void log_event(const std::string& name, const py::dict& fields) {
+    const Claim claim(*this, "log()");
     hearsay::JsonObject e = peer_->log().event(name);
     for (const auto& [key, value] : fields) {
       const std::string k = py::str(key);
@@ -219,9 +294,16 @@ class PyPeer {
   // What the engine reads at the parameter and gradient addresses it was given (host
   // copies through the backend), and a write of the parameters through it: tests of the
   // shared buffers.
-  py::array_t<float> engine_params() const { return to_array(peer_->engine_params()); }
-  py::array_t<float> engine_grads() const { return to_array(peer_->engine_grads()); }
+  py::array_t<float> engine_params() {
+    const Claim claim(*this, "engine_params()");
+    return to_array(peer_->engine_params());
+  }
+  py::array_t<float> engine_grads() {
+    const Claim claim(*this, "engine_grads()");
+    return to_array(peer_->engine_grads());
+  }
   void engine_write_params(const py::array_t<float, py::array::c_style | py::array::forcecast>& a) {
+    const Claim claim(*this, "engine_write_params()");
     peer_->engine_write_params(std::vector<float>(a.data(), a.data() + a.size()));
   }
 
@@ -229,6 +311,9 @@ class PyPeer {
 
  private:
   std::unique_ptr<hearsay::ExternalPeer> peer_;
+  std::string name_;
+  std::atomic<unsigned long> holder_{0};       // the thread holding the peer (Claim), 0: none
+  std::atomic<const char*> held_for_{"a call"};  // what it runs
   py::function optimizer_step_;
   std::optional<py::error_already_set> raised_;
   std::atomic<bool> watching_{false};
@@ -297,13 +382,28 @@ PYBIND11_MODULE(_engine, m) {
     }
   });
   m.def("algorithms", &hearsay::gossip_algorithms, "the registered gossip algorithms");
+  // The config's cluster (after the --set fragments): its peers' names in order (empty
+  // without a cluster) and its algorithm, for hearsay.torch.init to name this process's
+  // peer from a launcher's rank before the peer joins.
+  m.def(
+      "cluster_of",
+      [](const std::string& config, const std::vector<std::string>& sets) {
+        const hearsay::config::Config cfg = hearsay::load_config_file(config, sets);
+        std::vector<std::string> names;
+        for (const auto& p : cfg.cluster().peers()) names.push_back(p.name());
+        return py::make_tuple(names, cfg.cluster().gossip().algorithm());
+      },
+      py::arg("config"), py::arg("sets") = std::vector<std::string>{});
 
   py::class_<PyPeer>(m, "Peer")
       .def(py::init<const std::string&, const std::string&, const std::string&, const std::vector<std::string>&, bool, bool>(),
            py::arg("config"), py::arg("name") = "", py::arg("log") = "", py::arg("sets") = std::vector<std::string>{},
            py::arg("quiet") = false, py::arg("alone") = false)
       .def("attach", &PyPeer::attach, py::arg("params"), py::arg("grads"), py::arg("n"), py::arg("views"), py::arg("device"),
-           py::arg("description"), py::arg("optimizer_step"), py::arg("join") = true)
+           py::arg("description"), py::arg("optimizer_step"), py::arg("join") = true, py::arg("buffers") = 0,
+           py::arg("num_buffers") = 0, py::arg("buffer_sharing") = "broadcast")
+      .def("follow_data", &PyPeer::follow_data, py::arg("batches_per_epoch"), py::arg("batches_per_step"))
+      .def("fed_batch", &PyPeer::fed_batch)
       .def("step", &PyPeer::step, py::arg("loss_sum"), py::arg("correct"), py::arg("count"), py::arg("lr"))
       .def("next_batch", &PyPeer::next_batch, py::arg("batch"))
       .def("test_batch", &PyPeer::test_batch, py::arg("start"), py::arg("n"))
@@ -317,8 +417,8 @@ PYBIND11_MODULE(_engine, m) {
       .def("engine_write_params", &PyPeer::engine_write_params)
       .def_property_readonly("engine_params_address",
                              [](PyPeer& p) { return reinterpret_cast<uintptr_t>(p.peer().engine_params_address()); })
-      .def("record_eval", [](PyPeer& p, double acc, double loss) { p.peer().record_eval(acc, loss); })
-      .def("finish", [](PyPeer& p) { p.peer().finish(); }, py::call_guard<py::gil_scoped_release>())
+      .def("record_eval", &PyPeer::record_eval)
+      .def("finish", &PyPeer::finish)
       // Every thread this module started ends here: close() also runs at interpreter exit
       // (atexit), when the PyPeer itself may never be destroyed, and a watcher still
       // polling while the exit handlers tear the process down is a crash at exit.

@@ -42,6 +42,15 @@ struct ExternalModel {
   std::vector<ParamView> views;
   std::string device = "cpu";
   std::string description;  // the start event's "model"
+  // The model's running state that is not trained (BatchNorm's running statistics): a
+  // flat buffer of `num_buffers` floats beside the parameters, which a synchronous
+  // algorithm's peers share after every step (BufferSharing). An asynchronous algorithm
+  // has none here: its framework lays the buffers out after the parameters, where they
+  // are mixed with the model (docs/PYTORCH.md, "Buffers").
+  float* buffers = nullptr;
+  size_t num_buffers = 0;
+  enum class BufferSharing { kAverage, kBroadcast };
+  BufferSharing buffer_sharing = BufferSharing::kBroadcast;
   // Updates the parameters from the gradient buffer with learning rate `lr` (the step's
   // rate as the algorithm scales it). Must not throw through the engine; report failures
   // by throwing std::exception.
@@ -82,9 +91,18 @@ class ExternalPeer {
   bool attached() const { return model_ != nullptr; }
 
   // One step: the gradient of the batch is in the gradient buffer. Runs the algorithm
-  // (sends, waits for a synchronous round, mixes arrivals, calls the optimizer), then the
-  // bookkeeping of hearsay-peer's loop. Throws InputError when the loss diverged.
+  // (sends, waits for a synchronous round, mixes arrivals, calls the optimizer), shares
+  // the buffers (a synchronous algorithm's: the mean over every peer, or peer 0's), then
+  // the bookkeeping of hearsay-peer's loop. Throws InputError when the loss diverged.
   void step(const ExternalStepStats& stats, float lr);
+  // The framework feeds its own data (a DataLoader) instead of next_batch(): the run's
+  // steps are train.epochs passes over `batches_per_epoch` batches, `batches_per_step`
+  // of them per step (gradient accumulation), or train.max_steps if that comes first;
+  // epochs count the batches fed (fed_batch). Before the first step only; a `plan` event
+  // when the start event has gone out already. Throws InputError on a bad count.
+  void follow_data(int64_t batches_per_epoch, int64_t batches_per_step);
+  // One batch of the framework's data was fed: epochs_done() moves by 1 / batches_per_epoch.
+  void fed_batch();
   // Whether the run goes on: steps left, not stopped, target not reached (alone).
   bool running() const;
   // Whether the step just taken is one the config evaluates after (train.eval_every_*,
@@ -143,6 +161,9 @@ class ExternalPeer {
  private:
   // step() after its checks; a failure part-way marks the peer broken.
   void run_step(const ExternalStepStats& stats, float lr);
+  // A synchronous peer's buffers after round `round`: summed over every peer (peer 0's
+  // alone when broadcast), averaged, written back.
+  void share_buffers(uint64_t round);
   // Seconds since the last step returned (or attach): the framework's compute.
   double framework_compute_s() const;
   void check_attached(const char* what) const;
@@ -177,6 +198,11 @@ class ExternalPeer {
   uint64_t bytes_to_target_ = 0;
   EvalCadence eval_cadence_{0, 0};  // train.eval_every_s
   int64_t last_epoch_ = 0;
+  // The framework's own data (follow_data): batches per epoch and fed so far.
+  int64_t data_batches_per_epoch_ = 0, data_batches_fed_ = 0;
+  float* buffers_ = nullptr;
+  size_t num_buffers_ = 0;
+  ExternalModel::BufferSharing buffer_sharing_ = ExternalModel::BufferSharing::kBroadcast;
   double final_acc_ = 0, final_loss_ = 0;
   double window_loss_ = 0, window_s_ = 0, train_s_ = 0;
   int64_t window_steps_ = 0, compute_overruns_ = 0, eval_overruns_ = 0;

@@ -125,6 +125,7 @@ class Progress {
   double plain_every_s_;
   std::chrono::steady_clock::time_point last_;
   bool printed_ = false;
+  std::string last_line_;  // the line printed last (plain output skips a repeat of it)
 };
 
 }  // namespace hearsay

@@ -27,13 +27,17 @@ std::string Progress::render(const ProgressState& s) const {
 void Progress::update(const ProgressState& s, bool force) {
   const auto now = std::chrono::steady_clock::now();
   const double since = std::chrono::duration<double>(now - last_).count();
+  const std::string line = render(s);
   if (tty_) {
     if (!force && since < 0.1) return;
-    std::fprintf(out_, "\r\033[K%s", render(s).c_str());
+    std::fprintf(out_, "\r\033[K%s", line.c_str());
   } else {
     if (!force && since < plain_every_s_) return;
-    std::fprintf(out_, "%s\n", render(s).c_str());
+    // A line says what changed: the same one again (an evaluation's, then the end's) is noise.
+    if (line == last_line_) return;
+    std::fprintf(out_, "%s\n", line.c_str());
   }
+  last_line_ = line;
   std::fflush(out_);
   last_ = now;
   printed_ = true;

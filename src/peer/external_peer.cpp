@@ -12,10 +12,19 @@
 #include "../log/event_schema.h"
 #include "../model/external.h"
 #include "../optim/callback_optimizer.h"
+#include "algorithm.h"
 #include "emulated_time.h"
 #include "run_plan.h"
 
 namespace hearsay {
+
+namespace {
+
+// The synchronous phases of a step's round that share the buffers (share_buffers): far
+// above any algorithm's own (theirs stay below kSiteStepPhase, 1 << 20).
+constexpr uint32_t kBufferPhase = 1u << 21;
+
+}  // namespace
 
 ExternalPeer::ExternalPeer(const ExternalPeerOptions& o) {
   const config::Config cfg = load_config_file(o.config_path, o.sets);
@@ -65,6 +74,16 @@ void ExternalPeer::attach(ExternalModel m, bool join) {
   const std::string description = m.description.empty() ? std::string("external") : m.description;
   model_ = std::make_unique<ExternalTrainable>(*backend_, m.params, m.grads, m.num_params, std::move(m.views), description);
   optimizer_step_ = std::move(m.optimizer_step);
+  if (m.num_buffers > 0) {
+    if (m.buffers == nullptr) throw InputError("peer " + spec_.name + ": " + std::to_string(m.num_buffers) + " buffers at a null address");
+    if (in_cluster_ && !is_synchronous(network_.gossip.algorithm)) {
+      throw InputError("peer " + spec_.name + ": " + network_.gossip.algorithm + " is asynchronous: its buffers travel with the "
+                       "model (after the parameters), not beside it");
+    }
+    buffers_ = m.buffers;
+    num_buffers_ = m.num_buffers;
+    buffer_sharing_ = m.buffer_sharing;
+  }
   // The framework's optimizer, wrapped for optim.grad_clip_norm as a native one would be.
   optimizer_ = make_callback_optimizer(*backend_, m.params, m.grads, m.num_params,
                                        [this](float lr) { optimizer_step_(lr); });
@@ -124,6 +143,7 @@ void ExternalPeer::step(const ExternalStepStats& stats, float lr) {
 
 void ExternalPeer::run_step(const ExternalStepStats& stats, float lr) {
   const double framework_s = framework_compute_s();
+  const int64_t round = steps_;  // the step's round, as every peer of a synchronous algorithm counts it
   const auto t0 = std::chrono::steady_clock::now();
   auto* model = static_cast<ExternalTrainable*>(model_.get());
   model->arm({stats.loss_sum, stats.correct, stats.count});
@@ -158,6 +178,13 @@ void ExternalPeer::run_step(const ExternalStepStats& stats, float lr) {
                      (mixed.empty() ? std::string("with no neighbour's update mixed in this step; lower the learning rate")
                                     : "after mixing updates from " + mixed + " in this step; check those peers"));
   }
+  if (engine_ && num_buffers_ > 0) {
+    try {
+      share_buffers(static_cast<uint64_t>(round));
+    } catch (const StopRequested&) {
+      stop_ = true;  // the step itself was taken: it is counted below
+    }
+  }
   ++steps_;
   evaluated_last_ = false;
   window_loss_ += loss;
@@ -166,7 +193,7 @@ void ExternalPeer::run_step(const ExternalStepStats& stats, float lr) {
   ++window_steps_;
   const int batch = static_cast<int>(stats.count);
   progress_state_.step = steps_;
-  progress_state_.epoch = sampler_->epochs_done();
+  progress_state_.epoch = epochs_done();
   progress_state_.loss = loss;
   progress_state_.samples_per_s = train_s_ > 0 ? static_cast<double>(steps_) * batch / train_s_ : 0;
   progress_state_.eta_s = progress_state_.samples_per_s > 0
@@ -210,7 +237,7 @@ void ExternalPeer::record_eval(double test_acc, double test_loss) {
   final_loss_ = test_loss;
   evaluated_last_ = true;
   JsonObject e = log_->event("eval");
-  e.add("step", steps_).add("epoch", sampler_->epochs_done()).add("test_acc", test_acc).add("test_loss", test_loss);
+  e.add("step", steps_).add("epoch", epochs_done()).add("test_acc", test_acc).add("test_loss", test_loss);
   if (spec_.data.test.is_text()) e.add("test_bits_per_byte", test_loss / std::log(2.0));
   double eval_s = framework_compute_s();
   if (spec_.train.emulated_eval_s > 0) {
@@ -234,7 +261,7 @@ void ExternalPeer::finish() {
   finished_ = true;
   auto end = log_->event("end");
   end.add("steps", steps_)
-      .add("epoch", sampler_->epochs_done())
+      .add("epoch", epochs_done())
       .add("final_test_acc", final_acc_)
       .add("final_test_loss", final_loss_)
       .add("train_s", train_s_)
@@ -282,7 +309,64 @@ void ExternalPeer::next_batch(int batch, float* x_features, int32_t* x_tokens, i
 
 float ExternalPeer::scheduled_lr() const { return schedule_.at(steps_); }
 
-double ExternalPeer::epochs_done() const { return sampler_->epochs_done(); }
+double ExternalPeer::epochs_done() const {
+  if (data_batches_per_epoch_ > 0) return static_cast<double>(data_batches_fed_) / static_cast<double>(data_batches_per_epoch_);
+  return sampler_->epochs_done();
+}
+
+void ExternalPeer::follow_data(int64_t batches_per_epoch, int64_t batches_per_step) {
+  const std::string where = "peer " + spec_.name + ": the script's data";
+  if (steps_ > 0) {
+    throw InputError(where + " was given after step " + std::to_string(steps_) + "; give it before the first step (the "
+                     "learning-rate schedule and the stop follow it)");
+  }
+  if (batches_per_epoch < 1 || batches_per_step < 1) {
+    throw InputError(where + ": " + std::to_string(batches_per_epoch) + " batches per epoch, " + std::to_string(batches_per_step) +
+                     " per step (both must be >= 1)");
+  }
+  const TrainSpec& t = spec_.train;
+  const double epoch_steps = std::ceil(t.epochs * static_cast<double>(batches_per_epoch) / static_cast<double>(batches_per_step));
+  if (!(epoch_steps >= 0 && epoch_steps < 1e15)) {
+    throw InputError(where + ": train.epochs " + std::to_string(t.epochs) + " of " + std::to_string(batches_per_epoch) +
+                     " batches is too many steps");
+  }
+  // Whichever of train.epochs (over the script's data now) and train.max_steps ends first.
+  const auto steps = static_cast<int64_t>(epoch_steps);
+  total_steps_ = t.max_steps > 0 ? (t.epochs > 0 ? std::min(steps, t.max_steps) : t.max_steps) : steps;
+  schedule_.total_steps = total_steps_;
+  data_batches_per_epoch_ = batches_per_epoch;
+  data_batches_fed_ = 0;
+  last_epoch_ = 0;
+  if (model_) {
+    // The start event went out with the config's plan: this one replaces it.
+    log_->write(log_->event("plan")
+                    .add("total_steps", total_steps_)
+                    .add("batches_per_epoch", batches_per_epoch)
+                    .add("batches_per_step", batches_per_step));
+  }
+}
+
+void ExternalPeer::fed_batch() {
+  if (data_batches_per_epoch_ == 0) {
+    throw InputError("peer " + spec_.name + ": a batch of the script's data was counted before follow_data() said how many "
+                     "make an epoch");
+  }
+  ++data_batches_fed_;
+}
+
+void ExternalPeer::share_buffers(uint64_t round) {
+  std::vector<float> v(num_buffers_);
+  backend_->download(v.data(), buffers_, sizeof(float) * v.size());
+  const bool broadcast = buffer_sharing_ == ExternalModel::BufferSharing::kBroadcast;
+  // A broadcast is the sum of peer 0's buffers and everyone else's zeros: exact in fp32.
+  if (broadcast && me_ != 0) std::fill(v.begin(), v.end(), 0.0f);
+  v = allreduce_sum(*engine_, MessageKind::kModel, std::move(v), round, kBufferPhase, false);
+  if (!broadcast) {
+    const float inv = 1.0f / static_cast<float>(peers_.size());
+    for (float& x : v) x *= inv;
+  }
+  backend_->upload(buffers_, v.data(), sizeof(float) * v.size());
+}
 
 std::string ExternalPeer::algorithm() const { return in_cluster_ ? network_.gossip.algorithm : std::string("alone"); }
 

@@ -144,6 +144,7 @@ void Session::on_frame(InFrame&& frame) {
     case wire::Envelope::kBye:
       if (!admitted_) return reject("admission: Bye before admission");
       displaced_ = e.bye().displaced();
+      said_bye_ = true;
       return reject("bye: " + wire_text(e.bye().reason()) +
                     (displaced_ ? "; another process holds this peer's name there, so it is not redialled" : ""));
     case wire::Envelope::kHeartbeat: {

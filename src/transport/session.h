@@ -54,6 +54,9 @@ class Session {
   bool rejected() const { return rejected_; }
   // The remote closed this connection because it admitted another one under our name.
   bool displaced() const { return displaced_; }
+  // The admitted remote said Bye: an orderly close on its side (the connection still ends
+  // through the reject hook, with the Bye's reason), not a refusal.
+  bool said_bye() const { return said_bye_; }
   const std::string& peer_id() const { return remote_id_; }
   const std::string& remote_address() const { return remote_address_; }
   double rtt_s() const { return rtt_s_; }
@@ -77,6 +80,7 @@ class Session {
   bool admitted_ = false;
   bool rejected_ = false;
   bool displaced_ = false;
+  bool said_bye_ = false;
   double rtt_s_ = -1;
   uint64_t heartbeat_seq_ = 0;
   std::chrono::steady_clock::time_point started_, last_heartbeat_, last_heard_;

@@ -50,7 +50,11 @@ class SessionConnection : public Connection {
   // The Bye to send before closing (displace() may be called from any thread).
   OutFrame bye(const std::string& reason) const { return session_.bye(reason, displacing_.load()); }
   // Tells the link table the connection ended, and first that it was refused when `rejected`.
+  // A remote's Bye is its orderly close, not a refusal: only the link's down event tells it
+  // (every clean shutdown would otherwise print one), unless it says another process
+  // took this peer's name there.
   void report_end(LinkTable& links, const std::string& reason, bool rejected) {
+    if (rejected && session_.said_bye() && !session_.displaced()) rejected = false;
     // Refused before the remote named itself: the peer this side dialled, if it dialled.
     if (rejected) links.rejected(session_.peer_id().empty() ? dial_peer_ : session_.peer_id(), address_, reason);
     links.closed(session_.peer_id(), this, address_, reason);
