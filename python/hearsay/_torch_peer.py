@@ -1,0 +1,356 @@
+"""hearsay.torch's peer: one peer of a cluster config, for a loop that torch runs
+(docs/PYTORCH.md). The public names are re-exported by hearsay.torch."""
+import argparse
+import atexit
+import os
+import signal
+import threading
+
+import torch
+
+from . import _engine
+from ._engine import InputError
+
+# The peer init() made, which DecentralizedOptimizer takes when it is given none.
+_initialized = None
+
+
+def _command_line(argv):
+    """hearsay-peer's options, where the script was given them; the script's own stay its own."""
+    ap = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    ap.add_argument("--config")
+    ap.add_argument("--peer")
+    ap.add_argument("--log")
+    ap.add_argument("--set", action="append", default=[])
+    ap.add_argument("--quiet", action="store_true")
+    ap.add_argument("--measure-step", type=int, default=0)
+    args, _ = ap.parse_known_args(argv)
+    return args
+
+
+def _tensors(x, y, device):
+    """A batch from the engine as torch takes it: features float32, token ids and labels int64."""
+    x = torch.from_numpy(x)
+    if x.dtype == torch.int32:
+        x = x.long()
+    return x.to(device), torch.from_numpy(y).long().to(device)
+
+
+def _index(var, text, bound, what):
+    try:
+        i = int(text)
+    except ValueError:
+        i = -1
+    if not 0 <= i < bound:
+        raise InputError(f"{var}={text}: not an index into the {bound} {what}")
+    return i
+
+
+def _launcher(env, peers, config):
+    """Which peer of `peers` this process is, from its launcher's environment: torchrun's
+    (RANK, WORLD_SIZE, LOCAL_RANK; first, because torchrun under Slurm sets both), a Slurm
+    job array's (SLURM_ARRAY_TASK_ID, SLURM_ARRAY_TASK_COUNT) or a Slurm step's
+    (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID). Returns (name, launcher, local_rank), or
+    (None, None, 0) when no launcher said. The launcher's count must be the config's."""
+    if "RANK" in env and "WORLD_SIZE" in env:
+        rank_var, world_var, local_var, launcher = "RANK", "WORLD_SIZE", "LOCAL_RANK", "torchrun"
+    elif "SLURM_ARRAY_TASK_ID" in env:
+        rank_var, world_var, local_var, launcher = "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", None, "slurm array"
+    elif "SLURM_PROCID" in env:
+        rank_var, world_var, local_var, launcher = "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "slurm"
+    elif "RANK" in env:
+        rank_var, world_var, local_var, launcher = "RANK", None, "LOCAL_RANK", "RANK"
+    else:
+        return None, None, 0
+    if world_var and world_var in env and env[world_var] != str(len(peers)):
+        raise InputError(f"{world_var}={env[world_var]} ({launcher}) but {config} lists {len(peers)} peers in "
+                         f"cluster.peers; launch one process per peer")
+    rank = _index(rank_var, env[rank_var], len(peers), f"peers of {config}")
+    local = env.get(local_var, "0") if local_var else "0"
+    try:
+        local_rank = int(local)
+    except ValueError:
+        raise InputError(f"{local_var}={local}: not a number") from None
+    return peers[rank], launcher, local_rank
+
+
+class Peer:
+    """One peer of a hearsay cluster config, for a training loop that torch runs.
+
+    config (str): the config file; default --config on the command line, else
+    $HEARSAY_CONFIG. name (str): which peer of cluster.peers; default --peer, else the
+    launcher's rank (torchrun's RANK, a Slurm job array's SLURM_ARRAY_TASK_ID, Slurm's
+    SLURM_PROCID), checked against its count (WORLD_SIZE, SLURM_ARRAY_TASK_COUNT,
+    SLURM_NTASKS); without a cluster the peer trains alone. log (str): the JSON Lines event
+    log; default --log, else the config's log.path. sets (list of str): text-format
+    fragments merged over the config, after --set. quiet (bool): no progress line on
+    stderr; default --quiet. min_neighbours (int), connect_timeout_s (float): the quorum
+    (cluster.min_neighbours, cluster.connect_timeout_s) in place of the config's. argv
+    (list of str): the command line to read (default sys.argv[1:]; [] reads none).
+    handle_signals (bool): SIGTERM and SIGINT end the run after the current step.
+
+    Joining waits up to connect_timeout_s for the neighbours; fewer than min_neighbours of
+    them up by then (default 1; 0 lets a peer start alone), or a synchronous algorithm
+    without all of them, raises hearsay.InputError naming the ones missing. A bad config,
+    a missing secret or data raises hearsay.InputError (a ValueError) naming the file, field
+    or variable.
+    """
+
+    def __init__(self, config=None, name=None, log=None, sets=(), quiet=None, argv=None, handle_signals=True,
+                 min_neighbours=None, connect_timeout_s=None):
+        import sys
+        args = _command_line(sys.argv[1:] if argv is None else argv)
+        config = config or args.config or os.environ.get("HEARSAY_CONFIG")
+        if not config:
+            raise InputError("hearsay.torch.Peer: no config: pass config=, --config FILE, or set HEARSAY_CONFIG")
+        sets = list(args.set) + list(sets)
+        if min_neighbours is not None:
+            sets.append(f"cluster {{ min_neighbours: {int(min_neighbours)} }}")
+        if connect_timeout_s is not None:
+            sets.append(f"cluster {{ connect_timeout_s: {float(connect_timeout_s)} }}")
+        name = name or args.peer
+        self.launcher, self.local_rank = None, 0
+        if not name:
+            peers, _ = _engine.cluster_of(config, sets)
+            if len(peers) >= 2:
+                name, self.launcher, self.local_rank = _launcher(os.environ, peers, config)
+        self.measure_steps = args.measure_step
+        self._engine = _engine.Peer(config, name or "", log or args.log or "", sets, args.quiet if quiet is None else quiet,
+                                    self.measure_steps > 0)
+        self._finish_hooks = []
+        self._closed = False
+        self._rows = 0  # samples fed since the last step (every micro-batch of an accumulation)
+        # The transport's threads end before the interpreter tears down (and before torch
+        # frees the buffers they share), also when the script ends without finish().
+        atexit.register(self._engine.close)
+        if handle_signals:
+            self._handle_signals()
+
+    # --- the run -----------------------------------------------------------------
+    @property
+    def running(self):
+        """Whether the loop goes on: steps left, not stopped (SIGTERM), target not reached alone."""
+        return self._engine.running
+
+    @property
+    def eval_due(self):
+        """Whether the config evaluates after the step just taken (train.eval_every_*, epoch ends, the last step)."""
+        return self._engine.eval_due
+
+    @property
+    def lr(self):
+        """The learning rate of the config's schedule (optim) for the next step."""
+        return self._engine.scheduled_lr()
+
+    def finish(self):
+        """Writes the end event (final accuracy, bytes sent, time to target) and a last checkpoint."""
+        for hook in self._finish_hooks:
+            hook()
+        self._engine.finish()
+        self._closed = True
+
+    def stop(self):
+        """Ends the run after the current step (a signal handler or another thread may call it)."""
+        self._engine.stop()
+
+    def close(self):
+        """Closes the peer's links (finish() does it too)."""
+        self._engine.close()
+        self._closed = True
+
+    # --- data: this peer's shard of the config's data, in the native peer's order --
+    def next_batch(self, batch=None, device="cpu"):
+        """The next minibatch of this peer's shard: x float32 [b, features] (images flat,
+        channels last) or int64 token ids [b, context]; y int64 labels [b] or next tokens."""
+        x, y = _tensors(*self._engine.next_batch(batch or self.batch_size), device)
+        self._rows += int(x.shape[0])
+        return x, y
+
+    def batches(self, loader, per_step=1):
+        """The batches of `loader` (a DataLoader, or any iterable with a len()), epoch after
+        epoch, while the run goes on. The run follows this data: train.epochs passes over it
+        (len(loader) batches each, `per_step` of them per step when the gradient of several
+        is accumulated) or train.max_steps, whichever ends first; epochs_done, the epoch-end
+        evaluations and the learning-rate schedule count its batches. A sampler with
+        set_epoch (DistributedSampler) is told each epoch. Call it before the first step."""
+        return _Batches(self, loader, per_step)
+
+    def test_batches(self, batch=None, device="cpu"):
+        """The config's test set (text: validation windows) in batches of eval_batch_size."""
+        batch = batch or self._engine.eval_batch_size
+        for start in range(0, self._engine.test_size, batch):
+            yield _tensors(*self._engine.test_batch(start, batch), device)
+
+    @torch.no_grad()
+    def evaluate(self, model, device=None, log=True):
+        """Accuracy and mean cross-entropy of `model`'s logits on the test set (per token
+        for text), written as an eval event unless log=False. Returns (acc, loss). The
+        batches go to `device`, by default the model's."""
+        device = device or next(model.parameters()).device
+        was_training = model.training
+        model.eval()
+        loss_sum, correct, count = 0.0, 0, 0
+        for x, y in self.test_batches(device=device):
+            logits = model(x)
+            logits = logits.reshape(-1, logits.shape[-1])
+            y = y.reshape(-1)
+            loss_sum += float(torch.nn.functional.cross_entropy(logits.float(), y, reduction="sum"))
+            correct += int((logits.argmax(1) == y).sum())
+            count += int(y.numel())
+        model.train(was_training)
+        acc, loss = correct / max(count, 1), loss_sum / max(count, 1)
+        if log:
+            self.log_eval(acc, loss)
+        return acc, loss
+
+    def log_eval(self, test_acc, test_loss):
+        """An eval event for the model as it is after the last step."""
+        self._engine.record_eval(float(test_acc), float(test_loss))
+
+    # Events the engine writes itself, from what it tracks (an eval also decides the time to
+    # target and the end event's accuracy): a script writes them through the engine.
+    _ENGINE_EVENTS = {"start": "the engine writes it at attach", "step": "opt.step() writes it",
+                      "end": "peer.finish() writes it", "gossip": "the engine writes it", "resume": "load_state_dict() writes it",
+                      "plan": "peer.batches() writes it",
+                      "eval": "use peer.log_eval(acc, loss) or peer.evaluate(model)"}
+
+    def log(self, event, **fields):
+        """Writes an event of the log's schema (docs/LOGS.md), e.g. peer.log("checkpoint",
+        step=..., path=..., write_s=...); a field the schema does not have, or of another
+        type, raises InputError, as do the events the engine writes itself."""
+        if event in self._ENGINE_EVENTS:
+            raise InputError(f"log(): '{event}' events are the engine's: {self._ENGINE_EVENTS[event]}")
+        self._engine.log_event(event, fields)
+
+    def native_initial_params(self):
+        """The config's native model's initial weights (model, seed), [(name, numpy array)]
+        in its order: a torch copy of the same network can start from them."""
+        return self._engine.native_initial_params()
+
+    # --- state -------------------------------------------------------------------------
+    def state_dict(self):
+        """The engine's state: step count, sampler, the algorithm's own (push-sum weight,
+        public copies, outer momentum...) and every link's error-feedback residual."""
+        return {"hearsay_peer": self._engine.save_state()}
+
+    def load_state_dict(self, state):
+        if not isinstance(state, dict) or "hearsay_peer" not in state:
+            raise InputError("load_state_dict: not a hearsay.torch.Peer state_dict (no 'hearsay_peer' key)")
+        self._engine.load_state(state["hearsay_peer"])
+
+    # --- what the config says ------------------------------------------------------
+    name = property(lambda self: self._engine.name, doc="this peer's name")
+    rank = property(lambda self: self._engine.rank, doc="this peer's index in cluster.peers (0 alone)")
+    peers = property(lambda self: self._engine.peers, doc="the cluster's peer names, in order")
+    world_size = property(lambda self: len(self._engine.peers), doc="how many peers the cluster lists (1 alone)")
+    algorithm = property(lambda self: self._engine.algorithm, doc="the gossip algorithm ('alone' without a cluster)")
+    synchronous = property(lambda self: self._engine.synchronous, doc="whether the algorithm steps in rounds")
+    steps = property(lambda self: self._engine.steps, doc="steps taken")
+    total_steps = property(lambda self: self._engine.total_steps, doc="steps the run will take")
+    epochs_done = property(lambda self: self._engine.epochs_done, doc="passes over the data so far (fractional)")
+    bytes_sent = property(lambda self: self._engine.bytes_sent, doc="bytes sent to neighbours")
+    seed = property(lambda self: self._engine.seed, doc="the config's seed")
+    device = property(lambda self: self._engine.device, doc="the config's device")
+    threads = property(lambda self: self._engine.threads, doc="the config's threads")
+    batch_size = property(lambda self: self._engine.batch_size, doc="train.batch_size")
+    model_config = property(lambda self: self._engine.model_config, doc="the config's model, as a dict")
+    optim_config = property(lambda self: self._engine.optim_config, doc="the config's optimizer and schedule, as a dict")
+    checkpoint_dir = property(lambda self: self._engine.checkpoint_dir, doc="checkpoint.dir")
+    checkpoint_every_steps = property(lambda self: self._engine.checkpoint_every_steps, doc="checkpoint.every_steps")
+    resume = property(lambda self: self._engine.resume, doc="checkpoint.resume")
+
+    def _take_rows(self):
+        # The samples of this step: every batch fed since the last one, else the config's batch.
+        rows, self._rows = self._rows, 0
+        return rows or self.batch_size
+
+    def _handle_signals(self):
+        # SIGTERM (hearsay-run, Slurm) and SIGINT end the run after the current step, with
+        # its end event. Python runs handlers only between bytecodes; the wakeup fd reaches
+        # the engine while a step waits for a synchronous round.
+        if threading.current_thread() is threading.main_thread():  # signal handlers live there
+            r, w = os.pipe()
+            os.set_blocking(w, False)
+            signal.set_wakeup_fd(w)
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: self._engine.stop())
+            self._engine.watch_signals(r)
+
+
+def _rows_of(batch):
+    """The samples in a batch as a DataLoader gives it: the first tensor's first dimension."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() > 0 else 1
+    if isinstance(batch, dict):
+        batch = list(batch.values())
+    if isinstance(batch, (list, tuple)):
+        for item in batch:
+            rows = _rows_of(item)
+            if rows:
+                return rows
+    return 0
+
+
+class _Batches:
+    """peer.batches(loader): the loader's batches, epoch after epoch, while the run goes on."""
+
+    def __init__(self, peer, loader, per_step):
+        try:
+            n = len(loader)
+        except TypeError:
+            raise InputError(f"batches(): the {type(loader).__name__} has no len() (an IterableDataset?); the run's steps "
+                             "follow the data's epochs, so give a loader whose dataset has a length") from None
+        if int(per_step) < 1:
+            raise InputError(f"batches(): per_step={per_step}; give the batches per step (1, or more to accumulate)")
+        peer._engine.follow_data(n, int(per_step))
+        self._peer, self._loader = peer, loader
+
+    def __len__(self):
+        return len(self._loader)
+
+    def __iter__(self):
+        peer, loader = self._peer, self._loader
+        epoch = 0
+        while peer.running:
+            sampler = getattr(loader, "sampler", None)
+            if hasattr(sampler, "set_epoch"):
+                sampler.set_epoch(epoch)  # DistributedSampler: a new order each epoch
+            got = 0
+            for batch in loader:
+                if not peer.running:
+                    return
+                peer._engine.fed_batch()
+                peer._rows += _rows_of(batch)
+                got += 1
+                yield batch
+            if got == 0:
+                raise InputError(f"batches(): the {type(loader).__name__} gave no batch in epoch {epoch}")
+            epoch += 1
+
+
+def init(config=None, **kwargs):
+    """Starts this process's peer, as torch.distributed.init_process_group starts a rank:
+    the config from config= or $HEARSAY_CONFIG (or --config), the peer from the launcher's
+    environment (torchrun: RANK, WORLD_SIZE, LOCAL_RANK; Slurm: SLURM_PROCID, SLURM_NTASKS,
+    SLURM_LOCALID, or a job array's SLURM_ARRAY_TASK_ID and SLURM_ARRAY_TASK_COUNT), checked
+    against cluster.peers. Keyword arguments are Peer's. Returns the Peer, which
+    DecentralizedOptimizer then takes when given none. Once per process (until the peer
+    is closed)."""
+    global _initialized
+    if _initialized is not None and not _initialized._closed:
+        raise InputError(f"init(): this process is peer '{_initialized.name}' already; one peer per process "
+                         "(finish() or close() it first)")
+    _initialized = Peer(config, **kwargs)
+    return _initialized
+
+
+def is_initialized():
+    """Whether init() has started a peer that is not closed yet."""
+    return _initialized is not None and not _initialized._closed
+
+
+def _default_peer():
+    if not is_initialized():
+        raise InputError("DecentralizedOptimizer: no peer: pass one, or call hearsay.torch.init() first")
+    return _initialized
+
