@@ -11,8 +11,10 @@ and stderr, and summary.json; a sweep or repeats add one directory per run and a
 `points` list in the top-level summary.json.
 
 --print-commands prints the command line of each peer for a real multi-site launch.
-Ctrl-C or SIGTERM stops every peer, lets them flush their logs, and still writes the
-summary. Exit status: 0 done, 1 a peer failed, 2 bad input, 130 interrupted.
+At the end (of a sweep: of all its runs) it writes the report, index.html with the figures
+beside it (hearsay-plot draws it again). Ctrl-C or SIGTERM stops every peer, lets them
+flush their logs, and still writes the summary and the report. Exit status: 0 done, 1 a
+peer failed, 2 bad input, 130 interrupted.
 """
 import argparse
 import datetime
@@ -26,6 +28,7 @@ import subprocess
 import sys
 import sysconfig
 import time
+import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 import hearsay_logs  # noqa: E402
@@ -434,6 +437,24 @@ def run_point(args, p, point, run_dir, display, env, emulated=None, cluster_metr
     return summary
 
 
+def write_report(root):
+    """The figures and index.html of every run under root (hearsay_plot.report, as
+    hearsay-plot ROOT draws them again). A report that fails says so and changes no exit
+    status: the runs and their summaries are complete without it."""
+    try:
+        import hearsay_plot  # matplotlib takes a second to import: only once the runs are done
+        hearsay_plot.report([root], root)
+    except SystemExit as e:  # no peer wrote a log (stopped before any started)
+        print(f"hearsay-run: no report: {e}", file=sys.stderr)
+        return
+    except Exception:  # noqa: BLE001 - a bug in the report must not lose the run's exit status
+        traceback.print_exc()
+        print(f"hearsay-run: the report failed; the runs and summary.json are complete (hearsay-plot {root} "
+              "draws it again)", file=sys.stderr)
+        return
+    print(f"hearsay-run: report in {os.path.join(root, 'index.html')}")
+
+
 def describe(s):
     ttt = "-" if s["time_to_target_s"] is None else f"{s['time_to_target_s']:.1f} s"
     acc = "-" if s["final_test_acc"] is None else f"{100 * s['final_test_acc']:.2f}%"
@@ -530,6 +551,7 @@ def main():
     print(f"hearsay-run: summary in {os.path.join(root, 'summary.json')}")
     if cluster_metrics is not None:
         cluster_metrics.close()
+    write_report(root)
     if STOP["signal"] is not None:
         return 130
     return 1 if any(s["failed_peers"] for s in summaries) else 0

@@ -10,6 +10,7 @@ import sys
 import tempfile
 import time
 import re
+import shutil
 import unittest
 import urllib.request
 
@@ -99,6 +100,9 @@ class HearsayRun(unittest.TestCase):
         self.assertGreater(min(s["wan_bytes_per_site"].values()), 0)
         self.assertEqual(sorted(s["steps_per_s_per_site"]), ["x", "y"])
         self.assertGreater(min(s["steps_per_s_per_site"].values()), 0)
+        # The report, drawn from the logs at the end of the run.
+        self.assertTrue(os.path.exists(os.path.join(run, "index.html")))
+        self.assertIn(f"report in {os.path.join(run, 'index.html')}", r.stdout)
         # A second run never overwrites the first.
         r = self.run_tool(cfg, "--plain", "--set", "train { epochs: 1 }")
         self.assertEqual(r.returncode, 0, r.stderr)
@@ -127,6 +131,11 @@ checkpoint { every_steps: 50 }
                 self.assertTrue(os.path.exists(os.path.join(p["run_dir"], "checkpoints", name + ".ckpt")))
                 with open(os.path.join(p["run_dir"], name + ".jsonl")) as f:
                     self.assertNotIn('"event":"resume"', f.read())
+        # One report for the whole sweep, its lines named by the swept field.
+        with open(os.path.join(self.only_run_dir(), "index.html")) as f:
+            page = f.read()
+        self.assertIn("adpsgd (x2)", page)
+        self.assertIn("gossip_grad (x2)", page)
         # The repeats differ by seed.
         with open(os.path.join(s["points"][1]["run_dir"], "config.textproto")) as f:
             self.assertIn("seed: 4", f.read())
@@ -236,7 +245,7 @@ class HearsayPlot(unittest.TestCase):
         with tempfile.TemporaryDirectory(prefix="hearsay-plot-test-") as out:
             r = subprocess.run([PLOT, RECORDED, "--out", out], capture_output=True, text=True, timeout=120)
             self.assertEqual(r.returncode, 0, r.stderr)
-            for stem in ("accuracy", "test-loss", "loss", "staleness", "step_rate"):
+            for stem in ("accuracy", "test-loss", "train-loss", "staleness", "step_rate"):
                 for ext in ("png", "svg"):
                     path = os.path.join(out, f"{stem}.{ext}")
                     self.assertGreater(os.path.getsize(path), 1000, path)
@@ -244,6 +253,15 @@ class HearsayPlot(unittest.TestCase):
                 page = f.read()
             self.assertIn('<img src="accuracy.png"', page)
             self.assertIn("82.32%", page)  # the recorded run's final accuracy, from its summary
+            self.assertIn('<a href="%s/summary.json">recorded-run</a>' % os.path.relpath(RECORDED, out), page)
+            self.assertTrue(os.path.exists(os.path.join(out, "plotly.js")))
+            self.assertNotIn("overlaps", r.stderr)
+            # Drawn again into the run's own directory, its table names the directory, not ".".
+            shutil.copytree(RECORDED, os.path.join(out, "run"))
+            r = subprocess.run([PLOT, os.path.join(out, "run")], capture_output=True, text=True, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(os.path.join(out, "run", "index.html")) as f:
+                self.assertIn('<a href="summary.json">run (this directory)</a>', f.read())
 
     def test_lines_with_mistyped_fields_are_skipped_with_a_warning_naming_file_and_line(self):
         with tempfile.TemporaryDirectory(prefix="hearsay-plot-test-") as run:
