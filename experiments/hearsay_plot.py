@@ -375,6 +375,11 @@ def log_axis_ticks(axis, lo, hi):
     axis.set_minor_formatter(ticker.NullFormatter())
 
 
+def few_points(s):
+    """A marker for a series too short to show as a line (one point draws none)."""
+    return "o" if len(s["x"]) < 3 else None
+
+
 def draw_panel(ax, panel, lines):
     if panel["kind"] == "bars":
         n = max(1, len(panel["series"]))
@@ -385,13 +390,13 @@ def draw_panel(ax, panel, lines):
                    label=line.legend)
     elif panel["kind"] == "peers":
         for s in panel["series"]:
-            ax.plot(s["x"], s["y"], label=s["name"])
+            ax.plot(s["x"], s["y"], label=s["name"], marker=few_points(s))
         if panel["series"]:
             ax.legend(fontsize=7, ncol=max(1, min(4, len(panel["series"]) // 4)), title="peer", title_fontsize=7)
     else:
         for s in panel["series"]:
             line = lines[s["line"]]
-            ax.plot(s["x"], s["y"], color=line.color, label=line.legend)
+            ax.plot(s["x"], s["y"], color=line.color, label=line.legend, marker=few_points(s))
             if "lo" in s:
                 ax.fill_between(s["x"], s["lo"], s["hi"], color=line.color, alpha=0.2, linewidth=0)
     if not panel["series"]:
@@ -570,10 +575,13 @@ PAGE_SCRIPT = r"""
     var n = parseInt(hex.slice(1), 16);
     return "rgba(" + (n >> 16) + "," + ((n >> 8) & 255) + "," + (n & 255) + "," + alpha + ")";
   }
+  function mode(s) {  // a series too short to show as a line (one point draws none)
+    return s.x.length < 3 ? "lines+markers" : "lines";
+  }
   function traces(p) {
     if (p.kind === "peers") {
       return p.series.map(function (s) {
-        return {type: "scatter", mode: "lines", x: s.x, y: s.y, name: s.name,
+        return {type: "scatter", mode: mode(s), x: s.x, y: s.y, name: s.name,
                 hovertemplate: s.name + "<br>%{x:.3~f} s: %{y:.4~g} samples/s<extra></extra>"};
       });
     }
@@ -592,7 +600,7 @@ PAGE_SCRIPT = r"""
         out.push({type: "scatter", mode: "lines", x: s.x, y: s.hi, meta: s.line, showlegend: false, hoverinfo: "skip",
                   fill: "tonexty", fillcolor: rgba(line.color, 0.2), line: {width: 0, color: line.color}});
       }
-      out.push({type: "scatter", mode: "lines", x: s.x, y: s.y, name: line.legend, meta: s.line,
+      out.push({type: "scatter", mode: mode(s), x: s.x, y: s.y, name: line.legend, meta: s.line,
                 line: {color: line.color, width: 2}, hovertemplate: hover});
     });
     return out;
