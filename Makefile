@@ -6,15 +6,18 @@ HEARSAY_CUDA ?= AUTO
 JOBS        ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps bench-deps build test test-asan test-tsan test-hosts test-slurm demo demo-single bench wheel clean
+.PHONY: all deps test-deps bench-deps build test test-asan test-tsan test-hosts test-slurm demo demo-single bench wheel clean
 
 all: build
 
 deps:
 	@tools/install-deps.sh
 
+test-deps:
+	@tools/install-deps.sh deps/debian-packages.txt deps/debian-test-packages.txt
+
 bench-deps:
-	@tools/install-deps.sh deps/debian-packages.txt deps/debian-bench-packages.txt
+	@tools/install-deps.sh deps/debian-packages.txt deps/debian-test-packages.txt deps/debian-bench-packages.txt
 
 $(BUILD_DIR)/CMakeCache.txt: | deps
 	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DHEARSAY_CUDA=$(HEARSAY_CUDA) $(CMAKE_FLAGS)
@@ -29,14 +32,14 @@ data/kjv.txt: | deps
 	bible -f gen1:1-rev22:21 > data/kjv.txt.tmp
 	mv data/kjv.txt.tmp data/kjv.txt
 
-test: build
+test: build test-deps
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
 # The tests again under AddressSanitizer and UndefinedBehaviorSanitizer (CPU only). Left
 # out: the Fashion-MNIST convergence runs (minutes, no new code paths), and the straggler
 # step-rate, consensus-decay, Byzantine time-to-target and site-split checks (they compare
 # times that the sanitizers' slowdown distorts).
-test-asan: deps
+test-asan: test-deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DHEARSAY_SANITIZE=ON -DHEARSAY_CUDA=OFF $(CMAKE_FLAGS)
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && ctest --output-on-failure -j $(JOBS) -E 'convergence_test|10x slower|consensus distance falls|Byzantine peer|measured speeds|sim_network_test|simulator:'
@@ -61,7 +64,7 @@ test-asan: deps
 #                              distorts the times it compares.
 #   sim_network_test, 'simulator:'  SimGrid's actors switch stacks by hand (one thread runs
 #                              them all), which TSan reads as races it cannot follow.
-test-tsan: deps
+test-tsan: test-deps
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG='-g -O1' -DHEARSAY_SANITIZE=thread -DHEARSAY_CUDA=OFF $(CMAKE_FLAGS)
 	cmake --build build-tsan -j $(JOBS)
 	cd build-tsan && ctest --output-on-failure -j $(JOBS) -E 'convergence_test|10x slower|consensus distance falls|Byzantine peer|measured speeds|sim_network_test|simulator:'
@@ -71,22 +74,24 @@ test-tsan: deps
 # shaped in the kernel (tbf, 50 Mbit/s each way), 6 hearsay-peer processes at real
 # addresses train to the quickstart's 85% (docs/OPERATIONS.md, "Sites as hosts"). Needs
 # root (CAP_NET_ADMIN); elsewhere it says SKIPPED (exit status 77) and passes nothing.
-test-hosts: build
+test-hosts: build test-deps
 	/usr/bin/python3 tests/hosts/test_hosts.py || [ $$? -eq 77 ]
 
 # A real Slurm: munged, slurmctld and slurmd started from files of the test's own (one node,
 # oversubscribed), the shipped peers/slurm/hearsay.sbatch submitted with only a config: a
 # job array of 4 peers trains to 85%, one of them cancelled and requeued resumes from its
 # checkpoint (docs/OPERATIONS.md, "Slurm"). Needs root; elsewhere SKIPPED (exit status 77).
-test-slurm: build
+test-slurm: build test-deps
 	/usr/bin/python3 tests/slurm/test_slurm.py || [ $$? -eq 77 ]
 
 # configs/quickstart.textproto: four peer processes in two emulated sites (one a 4x slower
-# GPU) train the MLP on Fashion-MNIST, asynchronous gossip against all-reduce; then the
-# plots and runs/quickstart-*/index.html are drawn from their logs.
-demo: build
+# GPU) train the MLP on Fashion-MNIST, asynchronous gossip against all-reduce; hearsay-run
+# then draws runs/quickstart-*/index.html from their logs. Only what it runs is built
+# (hearsay-peer; hearsay-run and hearsay-plot are Python), so a first demo waits for no
+# test, benchmark, simulator or extension: `make build` or `make test` builds the rest.
+demo: deps $(BUILD_DIR)/CMakeCache.txt
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target hearsay-peer
 	$(BUILD_DIR)/bin/hearsay-run configs/quickstart.textproto
-	$(BUILD_DIR)/bin/hearsay-plot $$(ls -td runs/quickstart-*/ | head -1)
 
 # One peer alone: the foundation's quickstart.
 demo-single: build
