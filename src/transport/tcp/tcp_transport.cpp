@@ -176,6 +176,11 @@ class TcpTransport final : public LinkTableTransport {
     }
     std::lock_guard<std::mutex> lock(mu_);
     live_.clear();
+    // The io threads may have stopped before they ran the handler above: the listening
+    // ports close here too, so they are free once close() returns (a peer closed and
+    // started again in one process listens on the same address).
+    asio::error_code ec;
+    for (auto& a : acceptors_) a->socket.close(ec);
   }
 
   // --- used by TcpConnection ---------------------------------------------------------
