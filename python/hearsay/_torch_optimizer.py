@@ -263,13 +263,23 @@ class DecentralizedOptimizer:
     def _check_model(self):
         # The model must still be the one wrapped: the same parameter objects, in the shared
         # buffer, of the shapes they had. Anything else would train apart from the engine.
-        now = [p for p in self.model.parameters() if p.requires_grad]
-        if [id(p) for p in now] != self._param_ids:
-            wrapped = set(self._param_ids)
-            new = [n for n, p in self.model.named_parameters() if p.requires_grad and id(p) not in wrapped]
+        now = [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+        if [id(p) for _, p in now] != self._param_ids:
+            wrapped = {name: p for name, p, *_ in self._params}
+            for n, p in now:
+                was = wrapped.get(n)
+                if was is None or p is was:
+                    continue
+                if p.device != self.device or p.dtype != torch.float32:
+                    raise InputError(f"DecentralizedOptimizer: parameter '{n}' moved to {p.dtype} on {p.device} after "
+                                     f"wrapping (it was float32 on {self.device}); move or convert the model before "
+                                     "wrapping its optimizer")
+                raise InputError(f"DecentralizedOptimizer: the model's parameters are not the ones wrapped ('{n}' is new: "
+                                 "a layer replaced after wrapping?); wrap the model as it will train")
+            new = [n for n, _ in now if n not in wrapped]
             raise InputError("DecentralizedOptimizer: the model's parameters are not the ones wrapped"
-                             + (f" ('{new[0]}' is new: a layer replaced after wrapping?)" if new else
-                                " (one was removed, frozen or reordered)") + "; wrap the model as it will train")
+                             + (f" ('{new[0]}' is new)" if new else " (one was removed, frozen or reordered)")
+                             + "; wrap the model as it will train")
         for name, p, offset, k, shape in self._params:
             self._check_place("parameter", name, p, self.flat_params, offset, k, shape)
         for name, b, flat, offset, k, shape in self._buffers:
@@ -294,8 +304,8 @@ class DecentralizedOptimizer:
             g = p.grad
             if g is None:
                 view.zero_()
-            elif g.data_ptr() != view.data_ptr() or g.layout != torch.strided or not g.is_contiguous():
-                if g.is_sparse or g.layout != torch.strided:
+            elif g.layout != torch.strided or g.data_ptr() != view.data_ptr() or not g.is_contiguous():
+                if g.layout != torch.strided:
                     raise InputError(f"DecentralizedOptimizer: parameter '{name}' has a {g.layout} gradient; hearsay's "
                                      "buffers are dense (an Embedding(sparse=True)? use sparse=False)")
                 if not g.is_contiguous():

@@ -56,6 +56,45 @@ class Errors(unittest.TestCase):
         peer = ht.Peer(path, name="b", argv=[], quiet=True, handle_signals=False, sets=["cluster { min_neighbours: 0 }"])
         peer.finish()
 
+    def lone(self, algorithm, timeout_s=1.0):
+        path = write('name: "x"\ndata { format: SYNTHETIC synthetic_dim: 8 num_classes: 3 }\ntrain { max_steps: 3 }\n'
+                     'cluster {\n  id: "c"\n  secret_env: "HEARSAY_TEST_LONE_SECRET"\n'
+                     f'  connect_timeout_s: {timeout_s}\n  gossip {{ algorithm: "{algorithm}" }}\n'
+                     '  peers { name: "a" address: "127.0.0.1:17484" }\n  peers { name: "b" address: "127.0.0.1:17485" }\n}\n')
+        os.environ["HEARSAY_TEST_LONE_SECRET"] = "a secret of the lone peer test"
+        return path
+
+    def test_a_lone_peer_stops_within_the_quorum_timeout(self):
+        # Its neighbour never comes: the error comes once connect_timeout_s (1 s) has passed,
+        # not later, for an asynchronous algorithm (min_neighbours) and a synchronous one (all).
+        import time
+        for algorithm, why in (("adpsgd", r"cluster\.min_neighbours is 1"), ("allreduce", "allreduce needs all")):
+            path = self.lone(algorithm)
+            t0 = time.monotonic()
+            with self.assertRaisesRegex(hearsay.InputError, r"peer b: 0 of 1 neighbours connected within "
+                                        r"cluster\.connect_timeout_s \(1 s\); not connected: a at 127\.0\.0\.1:17484; " + why):
+                ht.Peer(path, name="b", argv=[], quiet=True, handle_signals=False)
+            took = time.monotonic() - t0
+            self.assertGreaterEqual(took, 1.0, algorithm)
+            self.assertLess(took, 3.0, algorithm)
+        # A quorum of 0 given to Peer (or init) lets it train alone.
+        peer = ht.Peer(self.lone("adpsgd", 0.2), name="b", argv=[], quiet=True, handle_signals=False, min_neighbours=0)
+        self.assertEqual(peer.total_steps, 3)
+        peer.close()
+
+    def test_a_lone_torch_script_exits_2_with_the_quorum_error(self):
+        root = os.path.dirname(os.path.dirname(HERE))
+        bin_dir = os.environ.get("HEARSAY_BIN_DIR", os.path.join(root, "build", "bin"))
+        cmd = [os.path.join(bin_dir, "hearsay-python"), os.path.join(root, "examples", "torch", "fmnist.py"), "--config",
+               self.lone("adpsgd"), "--peer", "b", "--set", 'model { kind: MLP hidden: [8] }']
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("fmnist.py: error: peer b: 0 of 1 neighbours connected", r.stderr)
+        self.assertNotIn("starting anyway", r.stderr)
+        r = subprocess.run(cmd + ["--set", "cluster { min_neighbours: 0 }", "--quiet"], capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("after 3 steps", r.stdout)
+
     def test_hearsay_run_refuses_a_missing_program_before_any_run(self):
         root = os.path.dirname(os.path.dirname(HERE))
         bin_dir = os.environ.get("HEARSAY_BIN_DIR", os.path.join(root, "build", "bin"))
