@@ -483,8 +483,11 @@ def overlapping_text(fig):
 def save(fig, out, stem):
     for pair in overlapping_text(fig):
         print(f"hearsay-plot: warning: {stem}.png: text {pair[0]!r} overlaps {pair[1]!r}", file=sys.stderr)
-    for ext in ("png", "svg"):
-        fig.savefig(os.path.join(out, f"{stem}.{ext}"), dpi=110)
+    # The same logs give the same bytes (the simulator's runs are compared whole): no
+    # date in the SVG, and its element ids from a fixed salt instead of a random one.
+    with plt.rc_context({"svg.hashsalt": "hearsay"}):
+        fig.savefig(os.path.join(out, f"{stem}.png"), dpi=110)
+        fig.savefig(os.path.join(out, f"{stem}.svg"), dpi=110, metadata={"Date": None})
     plt.close(fig)
 
 
