@@ -369,12 +369,11 @@ TEST_CASE("cluster: with one Byzantine peer of 8, trimmed-mean mixing keeps the 
   for (const std::string lie : {"scaled", "sign_flip", "random"}) {
     CAPTURE(lie);
     const ByzantineRun robust = byzantine_run(lie, "trimmed_mean", target);
+    // (centered_clip's rule is checked in mixer_test; its runs here asserted nothing and
+    // took a third of the make test's longest test.)
     const ByzantineRun plain = byzantine_run(lie, "none", target);
-    const ByzantineRun clipped = byzantine_run(lie, "centered_clip", target);  // reported, not asserted
     MESSAGE(lie << ": trimmed_mean " << robust.honest_steps / clean.honest_steps << "x (accuracy " << robust.honest_acc
-                << "); centered_clip " << clipped.honest_steps / clean.honest_steps << "x (accuracy " << clipped.honest_acc
-                << ", missed by " << clipped.honest_missed << "); none: missed by " << plain.honest_missed
-                << " of 7, accuracy " << plain.honest_acc);
+                << "); none: missed by " << plain.honest_missed << " of 7, accuracy " << plain.honest_acc);
     CHECK(robust.honest_missed == 0);
     CHECK(robust.honest_steps <= 1.5 * clean.honest_steps);
     CHECK(robust.honest_acc >= target);
