@@ -209,6 +209,11 @@ class PyPeer {
     const Claim claim(*this, "batches()");
     peer_->fed_batch();
   }
+  void params_written() {
+    const Claim claim(*this, "load_state_dict()");
+    py::gil_scoped_release release;  // waits for the engine's copy between steps
+    peer_->params_written();
+  }
   void record_eval(double acc, double loss) {
     const Claim claim(*this, "log_eval()");
     peer_->record_eval(acc, loss);
@@ -404,6 +409,7 @@ PYBIND11_MODULE(_engine, m) {
            py::arg("num_buffers") = 0, py::arg("buffer_sharing") = "broadcast")
       .def("follow_data", &PyPeer::follow_data, py::arg("batches_per_epoch"), py::arg("batches_per_step"))
       .def("fed_batch", &PyPeer::fed_batch)
+      .def("params_written", &PyPeer::params_written)
       .def("step", &PyPeer::step, py::arg("loss_sum"), py::arg("correct"), py::arg("count"), py::arg("lr"))
       .def("next_batch", &PyPeer::next_batch, py::arg("batch"))
       .def("test_batch", &PyPeer::test_batch, py::arg("start"), py::arg("n"))

@@ -121,6 +121,10 @@ class ExternalPeer {
   void synchronize();
   // Asks the loop to end after the current step (any thread; a signal handler's).
   void stop();
+  // Between steps the engine copies the parameters (for the next step's sends) while the
+  // framework computes: the framework calls this before it writes them then (a checkpoint
+  // loaded, a constraint applied in place), and the copy is taken again when needed.
+  void params_written();
 
   // The next minibatch of this peer's shard in the native peer's order: x [batch, dim]
   // floats (features) or [batch, context] token ids, y [batch] or [batch, context].

@@ -21,6 +21,9 @@
 
 #include <array>
 #include <atomic>
+#include <thread>
+#include <condition_variable>
+#include <functional>
 #include <stdexcept>
 #include <map>
 #include <memory>
@@ -194,7 +197,29 @@ class GossipEngine {
   // Sends `data` (host) to peer index `to` as the message `header` describes, by name:
   //   e.send(j, {.kind = MessageKind::kModel, .synchronous = true, .round = step}, x);
   // the engine fills in the sender, clocks, step and tensor length.
+  // Asynchronous sends made inside step() leave when the step's work is done (the
+  // transport's threads, which encrypt and copy them, then do not compete with it); a
+  // link keeps their order. Synchronous ones leave at once: the step waits on them.
   void send(int to, Message header, std::vector<float> data);
+  // A host copy of the parameters to send and keep (adpsgd's request: the model sent is
+  // the base its exchange is measured from): every send of it and the caller share it.
+  std::shared_ptr<const std::vector<float>> snapshot_params();
+  // A framework that owns the loop (an external peer) computes the next gradient between
+  // two steps and does not write the parameters then. With `on` (a host model, real time)
+  // the engine copies them after every step on a helper thread meanwhile, and the next
+  // step starts from that copy (start_snapshot) instead of copying on its own time;
+  // step() first waits for the helper. Step-loop thread; once, before the first step.
+  void copy_between_steps(bool on);
+  bool copies_between_steps() const { return copy_between_steps_; }
+  // The parameters as they are at this step's start, shared and read-only: the helper's
+  // copy when there is one, else a copy made now. Call it before the step changes the
+  // parameters (an optimizer step, a mix); the same copy for the rest of the step.
+  std::shared_ptr<const std::vector<float>> start_snapshot();
+  // The parameters were written from outside the engine between steps (a checkpoint
+  // loaded): waits for the helper and drops its copy.
+  void params_written();
+  // As send(), for such a copy: never copied again on its way.
+  void send_shared(int to, Message header, std::shared_ptr<const std::vector<float>> data);
   // Encodes `data` (a whole tensor) once with the configured codec (gossip.codec, no
   // error feedback: the caller keeps what was not sent; random-k unscaled). The result's
   // `decoded` is, bit for bit, what each receiver's take_async gives for it. `offset`:
@@ -324,6 +349,31 @@ class GossipEngine {
   DeviceBuffer scratch_;
   std::atomic<uint64_t> logical_clock_{0};
   uint64_t steps_ = 0, samples_seen_ = 0;
+  // The model's sum of squares as the last pass that wrote it measured it (a host mix),
+  // and at which step; negative when unknown. The guard's norm check takes it while it is
+  // at most kNormAgeSteps old (a bound on the ratio of norms: a few optimizer steps do not
+  // move it) instead of reading the whole model again.
+  double params_sq_ = -1;
+  uint64_t params_sq_step_ = 0;
+  static constexpr uint64_t kNormAgeSteps = 4;
+  // copy_between_steps: the helper thread and what it hands over, under copy_mu_.
+  bool copy_between_steps_ = false;
+  std::thread copier_;
+  std::mutex copy_mu_;
+  std::condition_variable copy_cv_;
+  bool copy_wanted_ = false, copy_busy_ = false, copy_quit_ = false;  // GUARDED_BY(copy_mu_)
+  std::shared_ptr<const std::vector<float>> copy_;                     // GUARDED_BY(copy_mu_)
+  std::shared_ptr<const std::vector<float>> start_snapshot_;  // this step's (step-loop thread)
+  // Waits until the helper is idle; returns its copy (null when none).
+  std::shared_ptr<const std::vector<float>> take_copy();
+  // Inside step(): asynchronous sends wait here for its end (send()).
+  bool in_step_ = false;
+  std::vector<std::function<void()>> deferred_;
+  // Offers a message to peer `to`'s outbox now, or at the step's end (deferred_).
+  void offer(int to, Message&& m);
+  void flush_deferred();
+  // A host pass over the whole model (`whole`) summed its squares in eight lanes: params_sq_.
+  void measured_params(const double (&lanes)[8], bool whole);
  public:
   // Site replicas (src/peer/site_replicas.cpp): the rows every peer of this site takes
   // (in its order, all equal until the first split), and this peer's seconds per sample.

@@ -355,7 +355,14 @@ class DecentralizedOptimizer:
         """The model's, torch optimizer's and engine's state (peer.state_dict())."""
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), **self.peer.state_dict()}
 
+    def parameters_written(self):
+        """Say so after writing the parameters in place between steps (a constraint applied
+        after step()): between steps the engine copies them for the next step's sends
+        while torch computes, and takes that copy again. load_state_dict() says it itself."""
+        self.peer._engine.params_written()
+
     def load_state_dict(self, state):
+        self.parameters_written()  # before the write: the engine's copy between steps ends first
         with torch.no_grad():
             self.model.load_state_dict(state["model"])  # copies into the views: still shared
         self.optimizer.load_state_dict(state["optimizer"])

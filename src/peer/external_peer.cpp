@@ -93,6 +93,9 @@ void ExternalPeer::attach(ExternalModel m, bool join) {
   if (in_cluster_) {
     engine_ = std::make_unique<GossipEngine>(network_.gossip, network_.peers, network_.me, *network_.transport, *model_,
                                              *optimizer_, clock_, *log_, spec_.seed);
+    // The framework computes each gradient between two steps without writing the
+    // parameters: the engine copies them meanwhile, not on the step's time.
+    engine_->copy_between_steps(true);
   }
   log_->write(log_->event("start")
                   .add("device", backend_->name())
@@ -296,6 +299,10 @@ void ExternalPeer::stop() {
   if (engine_) engine_->stop();
 }
 
+void ExternalPeer::params_written() {
+  if (engine_) engine_->params_written();
+}
+
 void ExternalPeer::next_batch(int batch, float* x_features, int32_t* x_tokens, int32_t* y) {
   if (batch < 1) throw InputError("peer " + spec_.name + ": a batch of " + std::to_string(batch) + " samples");
   std::vector<int64_t> idx(static_cast<size_t>(batch));
@@ -430,6 +437,7 @@ void ExternalPeer::engine_write_params(const std::vector<float>& params) {
     throw InputError("engine_write_params: " + std::to_string(params.size()) + " values for " +
                      std::to_string(model_->num_params()) + " parameters");
   }
+  params_written();
   model_->set_params(params);
   synchronize();
 }

@@ -113,6 +113,14 @@ GossipEngine::GossipEngine(const GossipSpec& spec, std::vector<std::string> peer
 
 GossipEngine::~GossipEngine() {
   stop();
+  if (copier_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(copy_mu_);
+      copy_quit_ = true;
+    }
+    copy_cv_.notify_all();
+    copier_.join();
+  }
   // Arrivals after this point have nowhere to go.
   transport_.set_receiver(nullptr);
 }
@@ -192,11 +200,20 @@ void GossipEngine::put_on_wire(int i, Message&& m, std::function<void(const Send
     m.data = *m.device->host();  // the host encodes it (put_device_on_wire said why)
     m.device.reset();
   }
-  auto data = std::make_shared<std::vector<float>>(std::move(m.data));
+  // A shared tensor (send_shared) is read only; anything else is the message's own.
+  std::shared_ptr<std::vector<float>> owned;
+  std::shared_ptr<const std::vector<float>> data;
+  if (m.shared) {
+    data = std::move(m.shared);
+  } else {
+    owned = std::make_shared<std::vector<float>>(std::move(m.data));
+    data = owned;
+  }
   const size_t n = data->size();
   LinkCodecs& lc = *link_codecs_[i];
   std::unique_lock<std::mutex> codec_lock(lc.mu);  // one message per link at a time anyway
   const bool push_sum = m.kind == MessageKind::kPushSum && !m.synchronous;
+  HEARSAY_CHECK(!push_sum || owned, "a push-sum share was sent shared; its rounding must go back into it");
   std::vector<float> rounding;  // push-sum: what a lossy codec took off the numerator
   bool update = false;
   LinkEncoder* enc = link_encoder(i, m, n, &update);
@@ -227,7 +244,7 @@ void GossipEngine::put_on_wire(int i, Message&& m, std::function<void(const Send
         decode_accumulate(params, payload->data(), payload->size(), 1.0f, sent.data(), len);
         rounding.resize(n, 0.0f);
         for (size_t k = 0; k < len; ++k) {
-          float& x = (*data)[begin + k];
+          float& x = (*owned)[begin + k];
           rounding[begin + k] = x - sent[k];
           x = sent[k];
         }
@@ -239,7 +256,7 @@ void GossipEngine::put_on_wire(int i, Message&& m, std::function<void(const Send
   if (!rounding.empty()) give_back(rounding, m.offset, 0);
   sent_by_kind_[static_cast<size_t>(m.kind)] += out.bytes;
   // A push whose send fails is given back whole: mass is never silently lost.
-  send_frames(i, std::move(out.frames), out.bytes, std::move(done), push_sum ? data : nullptr, m.push_sum_weight, m.offset);
+  send_frames(i, std::move(out.frames), out.bytes, std::move(done), push_sum ? owned : nullptr, m.push_sum_weight, m.offset);
 }
 
 void GossipEngine::send_frames(int i, std::vector<OutFrame> frames, size_t bytes, std::function<void(const SendStatus&)> done,
@@ -342,7 +359,11 @@ std::vector<GossipEngine::Message> GossipEngine::screen(std::vector<Message> arr
       ++rejected_;
       continue;
     }
-    const double sq = host_sum_squares(m.data.data(), m.data.size());
+    // The inbox measured it as it decoded the message, on the transport's thread.
+    const double sq = m.sum_squares >= 0 ? m.sum_squares : host_sum_squares(m.data.data(), m.data.size());
+    if (model_norm < 0 && m.kind != MessageKind::kGradient && params_sq_ >= 0 && steps_ - params_sq_step_ <= kNormAgeSteps) {
+      model_norm = std::sqrt(params_sq_);  // measured by the last mix, a step or few ago
+    }
     if (model_norm < 0 && m.kind != MessageKind::kGradient) {
       double x2 = 0;
 #if HEARSAY_HAVE_CUDA
@@ -438,6 +459,8 @@ std::vector<int> GossipEngine::live_targets(int64_t round) {
 }
 
 BatchStats GossipEngine::step(const Batch& batch, float lr) {
+  // The helper's copy of the parameters as the last step left them (copy_between_steps).
+  start_snapshot_ = copy_between_steps_ ? take_copy() : nullptr;
   const double now = clock_.now();
   if (last_step_at_ > 0) {
     const double dt = now - last_step_at_, old = step_s_.load();
@@ -453,8 +476,23 @@ BatchStats GossipEngine::step(const Batch& batch, float lr) {
   // leader's model; the leader runs the algorithm, then sends its site that model.
   const SiteRole role = site_role(*this);
   if (steps_ == 0 && spec_.site_replicas) log_site(*this, role);
-  const BatchStats s = role == SiteRole::kMember ? site_member_step(*this, batch, steps_) : algorithm_->step(*this, batch, lr, steps_);
-  if (role == SiteRole::kLeader) send_site_model(*this, steps_);
+  BatchStats s;
+  in_step_ = true;
+  try {
+    s = role == SiteRole::kMember ? site_member_step(*this, batch, steps_) : algorithm_->step(*this, batch, lr, steps_);
+    if (role == SiteRole::kLeader) send_site_model(*this, steps_);
+  } catch (...) {
+    flush_deferred();  // what the step sent before it stopped still goes
+    throw;
+  }
+  flush_deferred();
+  start_snapshot_.reset();
+  if (copy_between_steps_) {
+    // The helper copies the parameters while the framework computes the next gradient.
+    std::lock_guard<std::mutex> lock(copy_mu_);
+    copy_wanted_ = true;
+    copy_cv_.notify_all();
+  }
   work_s_ += clock_.now() - work_since_;
   ++steps_;
   samples_seen_ += static_cast<uint64_t>(batch.rows);
@@ -510,7 +548,69 @@ void GossipEngine::send(int to, Message m, std::vector<float> data) {
   stamp(m);
   m.data = std::move(data);
   if (spec_.byzantine != "none" && !m.synchronous && !m.data.empty()) lie(m.data);
-  outgoing_link(to).offer(std::move(m));
+  offer(to, std::move(m));
+}
+
+void GossipEngine::send_shared(int to, Message m, std::shared_ptr<const std::vector<float>> data) {
+  if (spec_.byzantine != "none" && !m.synchronous) return send(to, std::move(m), std::vector<float>(*data));  // lies on a copy
+  stamp(m);
+  m.shared = std::move(data);
+  offer(to, std::move(m));
+}
+
+void GossipEngine::offer(int to, Message&& m) {
+  if (!in_step_ || m.synchronous) return outgoing_link(to).offer(std::move(m));
+  deferred_.push_back([this, to, held = std::move(m)]() mutable { outgoing_link(to).offer(std::move(held)); });
+}
+
+void GossipEngine::flush_deferred() {
+  in_step_ = false;
+  std::vector<std::function<void()>> now;
+  now.swap(deferred_);
+  for (auto& f : now) f();
+}
+
+std::shared_ptr<const std::vector<float>> GossipEngine::snapshot_params() {
+  return std::make_shared<const std::vector<float>>(model_.get_params());
+}
+
+void GossipEngine::copy_between_steps(bool on) {
+  if (!on || copy_between_steps_ || !model_.backend().is_host() || clock_.simulated()) return;
+  copy_between_steps_ = true;
+  copier_ = std::thread([this] {
+    std::unique_lock<std::mutex> lock(copy_mu_);
+    for (;;) {
+      copy_cv_.wait(lock, [this] { return copy_wanted_ || copy_quit_; });
+      if (copy_quit_) return;
+      copy_wanted_ = false;
+      copy_busy_ = true;
+      lock.unlock();
+      // Between steps nothing writes the parameters (the contract of copy_between_steps),
+      // and the step that wrote them last handed over under copy_mu_.
+      const float* x = model_.params();
+      auto copy = std::make_shared<const std::vector<float>>(x, x + model_.num_params());
+      lock.lock();
+      copy_ = std::move(copy);
+      copy_busy_ = false;
+      copy_cv_.notify_all();
+    }
+  });
+}
+
+std::shared_ptr<const std::vector<float>> GossipEngine::take_copy() {
+  std::unique_lock<std::mutex> lock(copy_mu_);
+  copy_cv_.wait(lock, [this] { return (!copy_busy_ && !copy_wanted_) || copy_quit_; });
+  return std::move(copy_);
+}
+
+std::shared_ptr<const std::vector<float>> GossipEngine::start_snapshot() {
+  if (!start_snapshot_) start_snapshot_ = snapshot_params();
+  return start_snapshot_;
+}
+
+void GossipEngine::params_written() {
+  if (copy_between_steps_) take_copy();  // waited for, and dropped
+  params_sq_ = -1;
 }
 
 // --- Gossip on the device (gossip_on_device) ------------------------------------------
@@ -689,7 +789,7 @@ void GossipEngine::send_device(int to, Message m, std::shared_ptr<const DeviceSn
   }
   stamp(m);
   m.device = std::move(data);
-  outgoing_link(to).offer(std::move(m));
+  offer(to, std::move(m));
 }
 
 void GossipEngine::axpy_params(double a, const Message& m) {
@@ -820,10 +920,40 @@ std::optional<GossipEngine::Message> GossipEngine::poll_sync(int from, uint64_t 
 }
 
 std::vector<float> GossipEngine::params_host() { return model_.get_params(); }
-void GossipEngine::set_params_host(const std::vector<float>& p) { model_.set_params(p); }
+void GossipEngine::set_params_host(const std::vector<float>& p) {
+  params_written();
+  model_.set_params(p);
+}
+
+void GossipEngine::measured_params(const double (&lanes)[8], bool whole) {
+  if (!whole) return;
+  double total = 0;
+  for (double l : lanes) total += l;
+  params_sq_ = total;
+  params_sq_step_ = steps_;
+}
 
 void GossipEngine::mix_params(const std::vector<float>& y, double w) {
   Backend& b = model_.backend();
+  if (b.is_host()) {
+    // One pass over the model (scale, then add w y, as the backend's two calls round it).
+    float* x = model_.params();
+    const float keep = static_cast<float>(1.0 - w), share = static_cast<float>(w);
+    double lanes[8] = {};  // the new model's sum of squares, in the same pass (params_sq_)
+    size_t i = 0;
+    for (; i + 8 <= y.size(); i += 8) {
+      for (int j = 0; j < 8; ++j) {
+        x[i + j] = keep * x[i + j] + share * y[i + j];
+        lanes[j] += static_cast<double>(x[i + j]) * x[i + j];
+      }
+    }
+    for (; i < y.size(); ++i) {
+      x[i] = keep * x[i] + share * y[i];
+      lanes[0] += static_cast<double>(x[i]) * x[i];
+    }
+    measured_params(lanes, y.size() == model_.num_params());
+    return;
+  }
   b.scale(y.size(), static_cast<float>(1.0 - w), model_.params());
   b.axpy(y.size(), static_cast<float>(w), on_backend(y), model_.params());
 }
@@ -842,6 +972,26 @@ void GossipEngine::mix_neighbour_model(int from, const std::vector<float>& y, do
 }
 
 void GossipEngine::move_toward_neighbour(int from, const std::vector<float>& base, const std::vector<float>& y, double w) {
+  if (spec_.mixer.robust == MixerSpec::Robust::kNone && model_.backend().is_host()) {
+    // One pass over the model, with no difference held (it is y - base, rounded as before).
+    float* x = model_.params();
+    const float a = static_cast<float>(w);
+    const size_t n = std::min(y.size(), base.size());
+    double lanes[8] = {};  // the new model's sum of squares, in the same pass (params_sq_)
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      for (int j = 0; j < 8; ++j) {
+        x[i + j] += a * (y[i + j] - base[i + j]);
+        lanes[j] += static_cast<double>(x[i + j]) * x[i + j];
+      }
+    }
+    for (; i < n; ++i) {
+      x[i] += a * (y[i] - base[i]);
+      lanes[0] += static_cast<double>(x[i]) * x[i];
+    }
+    measured_params(lanes, n == model_.num_params());
+    return;
+  }
   std::vector<float> diff;
   if (spec_.mixer.robust == MixerSpec::Robust::kNone) {
     diff.resize(y.size());
@@ -918,6 +1068,7 @@ void GossipEngine::save_state(ckpt::Checkpoint& c) const {
 std::string GossipEngine::algorithm_state() const { return algorithm_->save(); }
 
 void GossipEngine::load_state(const ckpt::Checkpoint& c) {
+  params_written();
   logical_clock_ = c.logical_clock();
   steps_ = static_cast<uint64_t>(c.step());
   samples_seen_ = c.samples_seen();

@@ -9,9 +9,16 @@
 
 namespace hearsay {
 
-size_t GossipEngine::Message::elements() const { return device ? device->size() : data.size(); }
+size_t GossipEngine::Message::elements() const { return device ? device->size() : shared ? shared->size() : data.size(); }
 
 void GossipEngine::Message::absorb(Message&& newer) {
+  // A shared tensor is read-only: a fold that adds to it works on a copy.
+  for (Message* part : {this, &newer}) {
+    if (part->shared && part->kind != MessageKind::kModel) {
+      part->data = *part->shared;
+      part->shared.reset();
+    }
+  }
   // Two device snapshots fold on the device (DeviceSnapshot::combine); a snapshot meeting a
   // host message (a fallback made that one) folds on the host.
   if ((device == nullptr) != (newer.device == nullptr)) {
@@ -36,6 +43,7 @@ void GossipEngine::Message::absorb(Message&& newer) {
       for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>((a * data[i] + b * newer.data[i]) / (a + b));
     }
     payloads.reset();  // the arrived payloads no longer say what data holds
+    sum_squares = -1;
     clock = std::min(clock, newer.clock);
     step = std::max(step, newer.step);
     samples = std::max(samples, newer.samples);
@@ -46,6 +54,7 @@ void GossipEngine::Message::absorb(Message&& newer) {
       for (size_t i = 0; i < data.size(); ++i) data[i] += newer.data[i];
     }
     payloads.reset();
+    sum_squares = -1;
     push_sum_weight += newer.push_sum_weight;
     // Staleness of a sum is that of its oldest part.
     clock = std::min(clock, newer.clock);
@@ -128,6 +137,7 @@ GossipEngine::Message read_header(const wire::Update& u, int from) {
 // Memory a message holds: its host data, its device snapshot, the payloads it kept.
 static size_t held_bytes(const GossipEngine::Message& m) {
   size_t b = m.data.size() * sizeof(float);
+  if (m.shared) b += m.shared->size() * sizeof(float);
   if (m.device) b += m.device->size() * sizeof(float);
   if (m.payloads) {
     for (const auto& s : m.payloads->segments) b += s.payload->size();
@@ -238,6 +248,11 @@ std::string Inbox::add_segment(int from, const wire::Update& u, const uint8_t* p
     Partial p;
     p.count = count;
     p.m = read_header(u, from);
+    // Its segments follow one another to the tensor's end at most: one allocation, not a
+    // vector grown (and copied, and its fresh pages zeroed) segment by segment. The
+    // tensor's length was checked against this model before any segment got here.
+    if (u.segment_offset() < u.tensor_length()) p.m.data.reserve(u.tensor_length() - u.segment_offset());
+    p.m.sum_squares = p.m.synchronous ? -1.0 : 0.0;
     it = partial_.emplace(key, std::move(p)).first;
   }
   Partial& p = it->second;
@@ -257,10 +272,15 @@ std::string Inbox::add_segment(int from, const wire::Update& u, const uint8_t* p
   std::string err = decode_accumulate(read_codec_params(u.codec()), payload, bytes, 1.0f, p.m.data.data() + old, n);
   // Checked as it is decoded (the values are still in cache): nothing non-finite is mixed.
   if (err.empty()) {
-    if (const std::string where = find_non_finite(p.m.data.data() + old, n); !where.empty()) {
+    // The finite check measures the sum of squares in its pass, on the transport's
+    // thread: the guard's norm check on the step's thread reads it (GossipEngine::screen).
+    double sq = 0;
+    if (const std::string where = find_non_finite(p.m.data.data() + old, n, &sq); !where.empty()) {
       err = "non-finite: " + where + " of segment " + std::to_string(u.segment_index());
     } else if (!std::isfinite(p.m.push_sum_weight) || p.m.push_sum_weight < 0) {
       err = "non-finite: push-sum weight " + std::to_string(p.m.push_sum_weight);
+    } else if (!p.m.synchronous) {
+      p.m.sum_squares += sq;
     }
   }
   if (!err.empty()) {

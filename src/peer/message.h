@@ -24,6 +24,12 @@ struct GossipEngine::Message {
   uint64_t offset = 0;  // of data within the whole tensor, in elements
   uint64_t total = 0;   // the whole tensor's length
   std::vector<float> data;
+  // Set by send_shared: the tensor to send, which its sender keeps too (adpsgd's request:
+  // the model it sent is the base of the exchange); data is empty. Never written.
+  std::shared_ptr<const std::vector<float>> shared;
+  // Set by the inbox as it decodes an arrival: the sum of squares of data (the guard's
+  // norm check then needs no pass of its own); negative when not measured (a fold).
+  double sum_squares = -1;
   uint64_t coalesced = 0;  // how many messages were folded into this one
   // Set by send_encoded: the payloads to send as they are (data is empty). Such a message
   // is never re-encoded and never folded with another; a link sends them in order.

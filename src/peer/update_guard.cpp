@@ -25,6 +25,32 @@ std::string find_non_finite(const float* x, size_t n) {
   return {};
 }
 
+std::string find_non_finite(const float* x, size_t n, double* sum_squares) {
+  // The same check with the sum of squares in its pass (eight double lanes, summed as
+  // host_sum_squares sums them): the norm check then reads no value again.
+  uint32_t any = 0;
+  double lanes[8] = {};
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) {
+      uint32_t bits;
+      std::memcpy(&bits, x + i + j, sizeof bits);
+      any |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+      lanes[j] += static_cast<double>(x[i + j]) * x[i + j];
+    }
+  }
+  double total = 0.0;
+  for (; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, x + i, sizeof bits);
+    any |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+    total += static_cast<double>(x[i]) * x[i];
+  }
+  for (double l : lanes) total += l;
+  *sum_squares = total;
+  return any == 0 ? std::string() : find_non_finite(x, n);
+}
+
 std::string check_update_norm(const UpdateGuardSpec& spec, MessageKind kind, double norm, uint64_t parts,
                               double model_norm, double grad_norm) {
   if (spec.max_norm_ratio <= 0) return {};

@@ -18,6 +18,8 @@ namespace hearsay {
 
 // Where the first non-finite value of x[0, n) is ("element 17 is NaN"); empty if none.
 std::string find_non_finite(const float* x, size_t n);
+// The same, and the sum of the squares of x[0, n) in the same pass.
+std::string find_non_finite(const float* x, size_t n, double* sum_squares);
 
 // The plausibility rule, alone (docs/ALGORITHMS.md): an update of `kind` whose L2 norm is
 // `norm`, summed from `parts` messages, against the receiver's model norm and its own

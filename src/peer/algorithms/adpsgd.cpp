@@ -15,7 +15,10 @@
 // is no deadlock whatever the graph. A peer has at most one exchange open per neighbour;
 // one unanswered for kExchangeTimeoutS is given up (if b did answer, that exchange's mass
 // is then lost: the only way the sum can drift, with lossy model codecs' rounding and
-// robust mixing, which is not an average by design).
+// robust mixing, which is not an average by design). A peer whose engine copies the model
+// between steps (an external peer: GossipEngine::copy_between_steps) sends its requests at
+// the next step's start, with the model this step left, which is the one it would have
+// sent here: the copy was taken while its framework computed the next gradient.
 #include <chrono>
 #include <map>
 
@@ -32,12 +35,20 @@ class Adpsgd final : public Algorithm {
  public:
   BatchStats step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) override {
     const BatchStats s = site_gradient(e, batch, step);
+    // The requests the last step decided on, when the engine copies the model between steps
+    // (below): the model they carry is the one that step left, which this step starts from.
+    if (!requested_.empty()) {
+      const auto params = e.start_snapshot();
+      for (int t : requested_) send_request(e, t, params);
+      requested_.clear();
+    }
+    bool moved = false;  // whether this step has changed the model yet
     for (auto& m : e.take_async()) {
       if (m.kind != MessageKind::kModel) continue;
       if (m.reply_requested) {
-        answer(e, std::move(m));
+        moved = answer(e, std::move(m), moved) || moved;
       } else {
-        complete(e, m);
+        moved = complete(e, m) || moved;
       }
     }
     e.optimizer().step(e.model().params(), e.model().grads(), lr);
@@ -52,14 +63,18 @@ class Adpsgd final : public Algorithm {
       }
       // A request stays a host send even on a GPU peer: the model sent is kept, as the
       // base that complete() measures the reply from (move_toward_neighbour's host
-      // arithmetic, and a robust rule's), so it is downloaded once either way. The last
-      // send takes the download itself (a model is tens of megabytes: no copy to spare).
-      std::vector<float> params;
-      if (!targets.empty()) params = e.params_host();
-      for (size_t i = 0; i < targets.size(); ++i) {
-        open_[targets[i]].sent = params;
-        e.send(targets[i], {.kind = MessageKind::kModel, .reply_requested = true},
-               i + 1 == targets.size() ? std::move(params) : params);
+      // arithmetic, and a robust rule's), so it is downloaded once either way, and that one
+      // copy is what every request carries and every exchange keeps (a model is tens of
+      // megabytes: no copy to spare).
+      // Where the engine copies the model between steps, off this step's time, the
+      // requests go at the next step's start with that copy: the same model, sent a
+      // gradient's computation later.
+      if (e.copies_between_steps()) {
+        requested_ = targets;
+      } else {
+        std::shared_ptr<const std::vector<float>> params;
+        if (!targets.empty()) params = e.snapshot_params();
+        for (int t : targets) send_request(e, t, params);
       }
     }
     return s;
@@ -67,12 +82,19 @@ class Adpsgd final : public Algorithm {
 
  private:
   struct Open {
-    std::vector<float> sent;  // the model this peer sent
+    std::shared_ptr<const std::vector<float>> sent;  // the model this peer sent
     double at = 0;            // when, on the peer's clock (virtual time when simulated)
   };
 
-  // b's half: x_b += w (x_a - x_b), answering with the x_b before it and w.
-  void answer(GossipEngine& e, GossipEngine::Message&& m) {
+  void send_request(GossipEngine& e, int t, const std::shared_ptr<const std::vector<float>>& params) {
+    open_[t].sent = params;
+    e.send_shared(t, {.kind = MessageKind::kModel, .reply_requested = true}, params);
+  }
+
+  // b's half: x_b += w (x_a - x_b), answering with the x_b before it and w. Before the
+  // step has moved the model (`moved`), x_b is the step's start: that copy, shared.
+  // Returns whether it moved the model.
+  bool answer(GossipEngine& e, GossipEngine::Message&& m, bool moved) {
     const auto d = e.mixer().model(e.clock(), m.clock, 0.5, e.samples_seen(), m.samples);
     const double w = d.drop ? 0.0 : d.weight;  // too stale: both halves do nothing
     GossipEngine::Message reply;
@@ -80,24 +102,32 @@ class Adpsgd final : public Algorithm {
     reply.mix_share = w;
     if (e.gossip_on_device()) {
       e.send_device(m.from, std::move(reply), e.snapshot_device(e.model().params(), e.model().num_params()));
+    } else if (!moved) {
+      e.send_shared(m.from, std::move(reply), e.start_snapshot());
     } else {
       e.send(m.from, std::move(reply), e.params_host());
     }
-    if (w == 0) return;
+    if (w == 0) return false;
     e.note_model_distance(e.peers()[m.from], m.data);
     e.mix_neighbour_model(m.from, m, w);
+    return true;
   }
 
-  // a's half, once b has answered: x_a += w (x_b - x_a_sent).
-  void complete(GossipEngine& e, const GossipEngine::Message& m) {
+  // a's half, once b has answered: x_a += w (x_b - x_a_sent). Returns whether it moved the model.
+  bool complete(GossipEngine& e, const GossipEngine::Message& m) {
     const auto it = open_.find(m.from);
     if (it == open_.end()) {
       e.mixer().count_dropped(1);  // an answer to an exchange given up
-      return;
+      return false;
     }
     const double w = m.mix_share;
-    if (w > 0 && m.data.size() == it->second.sent.size()) e.move_toward_neighbour(m.from, it->second.sent, m.data, w);
+    bool moved = false;
+    if (w > 0 && it->second.sent && m.data.size() == it->second.sent->size()) {
+      e.move_toward_neighbour(m.from, *it->second.sent, m.data, w);
+      moved = true;
+    }
     open_.erase(it);
+    return moved;
   }
 
   // A connected neighbour with no exchange open, at random; -1 if there is none.
@@ -116,6 +146,7 @@ class Adpsgd final : public Algorithm {
   }
 
   std::map<int, Open> open_;
+  std::vector<int> requested_;  // requests to send at the next step's start (copies_between_steps)
 };
 
 }  // namespace
