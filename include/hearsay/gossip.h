@@ -218,6 +218,9 @@ class GossipEngine {
   // The parameters were written from outside the engine between steps (a checkpoint
   // loaded): waits for the helper and drops its copy.
   void params_written();
+  // Ends copy_between_steps: waits for the helper's copy and ends its thread (before the
+  // framework frees the parameters). Step-loop thread; the destructor does it too.
+  void stop_copying();
   // As send(), for such a copy: never copied again on its way.
   void send_shared(int to, Message header, std::shared_ptr<const std::vector<float>> data);
   // Encodes `data` (a whole tensor) once with the configured codec (gossip.codec, no
@@ -357,12 +360,13 @@ class GossipEngine {
   uint64_t params_sq_step_ = 0;
   static constexpr uint64_t kNormAgeSteps = 4;
   // copy_between_steps: the helper thread and what it hands over, under copy_mu_.
-  bool copy_between_steps_ = false;
+  std::atomic<bool> copy_between_steps_{false};  // atomic: close() may end it from another thread
   std::thread copier_;
   std::mutex copy_mu_;
   std::condition_variable copy_cv_;
   bool copy_wanted_ = false, copy_busy_ = false, copy_quit_ = false;  // GUARDED_BY(copy_mu_)
   std::shared_ptr<const std::vector<float>> copy_;                     // GUARDED_BY(copy_mu_)
+  double copy_sq_ = 0;  // its sum of squares, GUARDED_BY(copy_mu_) until take_copy() hands it over
   std::shared_ptr<const std::vector<float>> start_snapshot_;  // this step's (step-loop thread)
   // Waits until the helper is idle; returns its copy (null when none).
   std::shared_ptr<const std::vector<float>> take_copy();

@@ -290,7 +290,10 @@ void ExternalPeer::finish() {
 void ExternalPeer::close() {
   // As hearsay-peer ends: the engine stops waiting, then the transport closes its links
   // and ends its threads, while the framework's buffers still exist.
-  if (engine_) engine_->stop();
+  if (engine_) {
+    engine_->stop();
+    engine_->stop_copying();  // its helper reads the framework's parameters between steps
+  }
   if (transport_) transport_->close();
 }
 

@@ -113,14 +113,7 @@ GossipEngine::GossipEngine(const GossipSpec& spec, std::vector<std::string> peer
 
 GossipEngine::~GossipEngine() {
   stop();
-  if (copier_.joinable()) {
-    {
-      std::lock_guard<std::mutex> lock(copy_mu_);
-      copy_quit_ = true;
-    }
-    copy_cv_.notify_all();
-    copier_.join();
-  }
+  stop_copying();
   // Arrivals after this point have nowhere to go.
   transport_.set_receiver(nullptr);
 }
@@ -461,6 +454,10 @@ std::vector<int> GossipEngine::live_targets(int64_t round) {
 BatchStats GossipEngine::step(const Batch& batch, float lr) {
   // The helper's copy of the parameters as the last step left them (copy_between_steps).
   start_snapshot_ = copy_between_steps_ ? take_copy() : nullptr;
+  if (start_snapshot_) {
+    params_sq_ = copy_sq_;  // the model now, measured by the helper as it copied it
+    params_sq_step_ = steps_;
+  }
   const double now = clock_.now();
   if (last_step_at_ > 0) {
     const double dt = now - last_step_at_, old = step_s_.load();
@@ -589,8 +586,10 @@ void GossipEngine::copy_between_steps(bool on) {
       // and the step that wrote them last handed over under copy_mu_.
       const float* x = model_.params();
       auto copy = std::make_shared<const std::vector<float>>(x, x + model_.num_params());
+      const double sq = host_sum_squares(copy->data(), copy->size());  // the guard's model norm, off the step
       lock.lock();
       copy_ = std::move(copy);
+      copy_sq_ = sq;
       copy_busy_ = false;
       copy_cv_.notify_all();
     }
@@ -606,6 +605,17 @@ std::shared_ptr<const std::vector<float>> GossipEngine::take_copy() {
 std::shared_ptr<const std::vector<float>> GossipEngine::start_snapshot() {
   if (!start_snapshot_) start_snapshot_ = snapshot_params();
   return start_snapshot_;
+}
+
+void GossipEngine::stop_copying() {
+  if (!copier_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(copy_mu_);
+    copy_quit_ = true;  // a copy under way finishes first: the thread reads it to its end
+  }
+  copy_cv_.notify_all();
+  copier_.join();
+  copy_between_steps_ = false;
 }
 
 void GossipEngine::params_written() {

@@ -47,10 +47,10 @@ class Errors(unittest.TestCase):
         path = write('name: "x"\ndata { format: SYNTHETIC synthetic_dim: 8 num_classes: 3 }\ntrain { max_steps: 3 }\n'
                      'cluster {\n  id: "c"\n  secret_env: "HEARSAY_TEST_LONE_SECRET"\n  connect_timeout_s: 0.3\n'
                      '  gossip { algorithm: "adpsgd" }\n'
-                     '  peers { name: "a" address: "127.0.0.1:17457" }\n  peers { name: "b" address: "127.0.0.1:17458" }\n}\n')
+                     '  peers { name: "a" address: "127.0.0.1:17486" }\n  peers { name: "b" address: "127.0.0.1:17487" }\n}\n')
         os.environ["HEARSAY_TEST_LONE_SECRET"] = "a secret of the lone peer test"
         with self.assertRaisesRegex(hearsay.InputError, r"peer b: 0 of 1 neighbours connected .*not connected: a at "
-                                    r"127\.0\.0\.1:17457; cluster\.min_neighbours is 1"):
+                                    r"127\.0\.0\.1:17486; cluster\.min_neighbours is 1"):
             ht.Peer(path, name="b", argv=[], quiet=True, handle_signals=False)
         # Allowed: it starts alone.
         peer = ht.Peer(path, name="b", argv=[], quiet=True, handle_signals=False, sets=["cluster { min_neighbours: 0 }"])
