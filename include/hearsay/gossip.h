@@ -215,6 +215,14 @@ class GossipEngine {
   // copy when there is one, else a copy made now. Call it before the step changes the
   // parameters (an optimizer step, a mix); the same copy for the rest of the step.
   std::shared_ptr<const std::vector<float>> start_snapshot();
+  // With `on`, step() leaves the end of the step to its owner's end_step(): the
+  // asynchronous sends it held and the helper's copy start when the owner's own
+  // bookkeeping is done too, just before it hands the thread back to its framework (the
+  // threads they wake would otherwise take the core from that bookkeeping).
+  void owner_ends_steps(bool on) { owner_ends_steps_ = on; }
+  // Ends the step: its asynchronous sends leave, the helper starts its copy. Once per
+  // step (again: nothing); step() calls it itself unless owner_ends_steps.
+  void end_step();
   // The parameters were written from outside the engine between steps (a checkpoint
   // loaded): waits for the helper and drops its copy.
   void params_written();
@@ -370,8 +378,9 @@ class GossipEngine {
   std::shared_ptr<const std::vector<float>> start_snapshot_;  // this step's (step-loop thread)
   // Waits until the helper is idle; returns its copy (null when none).
   std::shared_ptr<const std::vector<float>> take_copy();
-  // Inside step(): asynchronous sends wait here for its end (send()).
+  // Inside step(): asynchronous sends wait here for its end (send()), until end_step().
   bool in_step_ = false;
+  bool owner_ends_steps_ = false;
   std::vector<std::function<void()>> deferred_;
   // Offers a message to peer `to`'s outbox now, or at the step's end (deferred_).
   void offer(int to, Message&& m);

@@ -96,6 +96,7 @@ void ExternalPeer::attach(ExternalModel m, bool join) {
     // The framework computes each gradient between two steps without writing the
     // parameters: the engine copies them meanwhile, not on the step's time.
     engine_->copy_between_steps(true);
+    engine_->owner_ends_steps(true);
   }
   log_->write(log_->event("start")
                   .add("device", backend_->name())
@@ -145,6 +146,14 @@ void ExternalPeer::step(const ExternalStepStats& stats, float lr) {
 }
 
 void ExternalPeer::run_step(const ExternalStepStats& stats, float lr) {
+  // The engine's step ends here, last, however run_step returns (its held sends leave and
+  // its helper starts copying the parameters as the thread goes back to the framework).
+  struct EndStep {
+    GossipEngine* engine;
+    ~EndStep() {
+      if (engine) engine->end_step();
+    }
+  } end_step{engine_.get()};
   const double framework_s = framework_compute_s();
   const int64_t round = steps_;  // the step's round, as every peer of a synchronous algorithm counts it
   const auto t0 = std::chrono::steady_clock::now();

@@ -1,3 +1,6 @@
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <cmath>
 #include <set>
@@ -479,20 +482,15 @@ BatchStats GossipEngine::step(const Batch& batch, float lr) {
     s = role == SiteRole::kMember ? site_member_step(*this, batch, steps_) : algorithm_->step(*this, batch, lr, steps_);
     if (role == SiteRole::kLeader) send_site_model(*this, steps_);
   } catch (...) {
-    flush_deferred();  // what the step sent before it stopped still goes
+    start_snapshot_.reset();
+    if (!owner_ends_steps_) end_step();  // what the step sent before it stopped still goes
     throw;
   }
-  flush_deferred();
   start_snapshot_.reset();
-  if (copy_between_steps_) {
-    // The helper copies the parameters while the framework computes the next gradient.
-    std::lock_guard<std::mutex> lock(copy_mu_);
-    copy_wanted_ = true;
-    copy_cv_.notify_all();
-  }
   work_s_ += clock_.now() - work_since_;
   ++steps_;
   samples_seen_ += static_cast<uint64_t>(batch.rows);
+  if (!owner_ends_steps_) end_step();
   return s;
 }
 
@@ -560,6 +558,17 @@ void GossipEngine::offer(int to, Message&& m) {
   deferred_.push_back([this, to, held = std::move(m)]() mutable { outgoing_link(to).offer(std::move(held)); });
 }
 
+void GossipEngine::end_step() {
+  if (!in_step_) return;
+  flush_deferred();
+  if (copy_between_steps_) {
+    // The helper copies the parameters while the framework computes the next gradient.
+    std::lock_guard<std::mutex> lock(copy_mu_);
+    copy_wanted_ = true;
+    copy_cv_.notify_all();
+  }
+}
+
 void GossipEngine::flush_deferred() {
   in_step_ = false;
   std::vector<std::function<void()>> now;
@@ -575,6 +584,12 @@ void GossipEngine::copy_between_steps(bool on) {
   if (!on || copy_between_steps_ || !model_.backend().is_host() || clock_.simulated()) return;
   copy_between_steps_ = true;
   copier_ = std::thread([this] {
+#ifdef __linux__
+    // Throughput work, not latency: as a batch thread it never preempts the framework's
+    // thread when it wakes (SCHED_BATCH needs no privilege; where refused, it stays as it is).
+    sched_param none{};
+    pthread_setschedparam(pthread_self(), SCHED_BATCH, &none);
+#endif
     std::unique_lock<std::mutex> lock(copy_mu_);
     for (;;) {
       copy_cv_.wait(lock, [this] { return copy_wanted_ || copy_quit_; });
