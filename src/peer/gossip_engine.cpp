@@ -554,7 +554,11 @@ void GossipEngine::send_shared(int to, Message m, std::shared_ptr<const std::vec
 }
 
 void GossipEngine::offer(int to, Message&& m) {
-  if (!in_step_ || m.synchronous) return outgoing_link(to).offer(std::move(m));
+  // Only an external peer's engine (its framework's thread handed back at the step's end)
+  // holds its asynchronous sends to the step's end; a native peer's leave at once, as its
+  // step's remaining time (emulated compute among it) would otherwise delay every reply.
+  const bool hold = in_step_ && !m.synchronous && (owner_ends_steps_ || copy_between_steps_);
+  if (!hold) return outgoing_link(to).offer(std::move(m));
   deferred_.push_back([this, to, held = std::move(m)]() mutable { outgoing_link(to).offer(std::move(held)); });
 }
 
