@@ -1,29 +1,12 @@
 """hearsay.torch: the model's memory is the engine's, and a step runs torch's optimizer."""
-import os
 import unittest
 
 import torch
 
 import hearsay
 import hearsay.torch as ht
+from alone_peer import CONFIG, backward, make  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-CONFIG = os.path.join(HERE, "alone-synthetic.textproto")
-
-
-def make(lr=0.1):
-    peer = ht.Peer(CONFIG, argv=[], quiet=True, handle_signals=False)
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
-    opt = ht.DecentralizedOptimizer(model, torch.optim.SGD(model.parameters(), lr=lr), peer)
-    return peer, model, opt
-
-
-def backward(peer, model):
-    x, y = peer.next_batch()
-    loss = torch.nn.functional.cross_entropy(model(x), y)
-    loss.backward()
-    return loss
 
 
 class SharedBuffers(unittest.TestCase):

@@ -2,32 +2,14 @@
 parameter that changes shape, device or type after wrapping, a replaced layer, a
 non-contiguous or sparse gradient, and a second thread that steps or reads batches while
 one thread's step runs. After each error the process goes on."""
-import os
 import threading
 import unittest
 
 import torch
 
 import hearsay
-import hearsay.torch as ht
+from alone_peer import backward, make
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-CONFIG = os.path.join(HERE, "alone-synthetic.textproto")
-
-
-def make(model=None, optimizer=None):
-    peer = ht.Peer(CONFIG, argv=[], quiet=True, handle_signals=False)
-    torch.manual_seed(0)
-    model = model or torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
-    opt = ht.DecentralizedOptimizer(model, (optimizer or torch.optim.SGD)(model.parameters(), lr=0.1), peer)
-    return peer, model, opt
-
-
-def backward(peer, model):
-    x, y = peer.next_batch()
-    loss = torch.nn.functional.cross_entropy(model(x), y)
-    loss.backward()
-    return loss
 
 
 class Parameters(unittest.TestCase):
