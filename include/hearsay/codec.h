@@ -111,6 +111,13 @@ std::unique_ptr<Codec> make_codec(const CodecSpec& spec, const std::vector<Param
 std::string decode_accumulate(const CodecParams& params, const uint8_t* payload, size_t bytes, float scale,
                               float* y, size_t n);
 
+// A top-k payload of the given increasing indices (each < n) and their values, as the
+// topk codec writes one (values bf16 or fp32 by value_bits, indices delta varints or a
+// bitmap, whichever is smaller): for an algorithm that picks its own components (DeMo's
+// per-block top-k of a DCT), so they travel under the codecs' framing and checks.
+void encode_sparse(const std::vector<uint32_t>& indices, const float* values, size_t n, int value_bits,
+                   std::vector<uint8_t>& out, CodecParams& params);
+
 // Checks a payload exactly as decode_accumulate does, writing nothing.
 std::string check_payload(const CodecParams& params, const uint8_t* payload, size_t bytes, size_t n);
 

@@ -239,6 +239,9 @@ class GossipEngine {
   // DiLoCo's outer_codec; empty for gossip.codec.
   std::shared_ptr<const Encoded> encode_once(const std::vector<float>& data, uint64_t offset = 0,
                                              const std::string& codec = "");
+  // The same with a whole codec spec of the algorithm's own (dgc's density of the
+  // moment); its codec is kept for the next call with an equal spec.
+  std::shared_ptr<const Encoded> encode_once(const std::vector<float>& data, const CodecSpec& spec, uint64_t offset = 0);
   // Whether this peer encodes and decodes gossip on its device: its model is in device
   // memory (a CUDA backend) in a build with CUDA. Then an algorithm sends what lives on
   // the device as a snapshot (send_device) and applies arrivals with the Message overloads of
@@ -417,7 +420,7 @@ class GossipEngine {
     std::shared_ptr<DeviceLinkEncoder> device_update, device_model;
   };
   std::vector<std::unique_ptr<LinkCodecs>> link_codecs_;  // by peer index; null until first used
-  std::map<std::string, std::unique_ptr<Codec>> once_codecs_;  // step-loop thread only: encode_once's, by name
+  std::map<std::string, std::unique_ptr<Codec>> once_codecs_;  // step-loop thread only: encode_once.s, by their spec
   std::atomic<double> step_s_{0};  // smoothed wall time of a step (adaptive compression)
   double last_step_at_ = 0;        // step-loop thread only
   std::atomic<uint64_t> rejected_{0};  // updates refused: failed to decode, non-finite, implausible

@@ -8,7 +8,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include <stdexcept>
+
 #include "codec_impl.h"
+#include "hearsay/error.h"
 
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -193,6 +196,24 @@ void write_topk(const std::vector<uint32_t>& idx, const float* values, size_t n,
   p.add_values(density);
   p.add_values(value_bits);
 }
+
+}  // namespace hearsay::codec
+
+namespace hearsay {
+void encode_sparse(const std::vector<uint32_t>& indices, const float* values, size_t n, int value_bits,
+                   std::vector<uint8_t>& out, CodecParams& params) {
+  if (value_bits != 16 && value_bits != 32) throw InputError("encode_sparse: value_bits must be 16 or 32, got " + std::to_string(value_bits));
+  for (size_t j = 0; j < indices.size(); ++j) {
+    if (indices[j] >= n || (j > 0 && indices[j] <= indices[j - 1])) {
+      throw std::logic_error("encode_sparse: index " + std::to_string(j) + " is out of range or not increasing");
+    }
+  }
+  const double density = n == 0 ? 1.0 : static_cast<double>(indices.size()) / static_cast<double>(n);
+  codec::write_topk(indices, values, n, density, value_bits, out, params);
+}
+}  // namespace hearsay
+
+namespace hearsay::codec {
 
 std::unique_ptr<Codec> make_topk(double density, bool exact, int value_bits, uint64_t seed) {
   return std::make_unique<TopkCodec>(density, exact, value_bits, seed);

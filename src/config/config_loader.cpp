@@ -359,6 +359,18 @@ void validate(const config::Config& c, const Locator& at) {
       fail("cluster.gossip.algorithm", "unknown '" + g.algorithm() + "'; use " + join(gossip_algorithms()));
     }
     check_algorithm_options(cl, *algorithm, fail);
+    if (algorithm->owns_update) {
+      // Its momentum is its own (momentum correction, decoupled momentum) and it never
+      // calls the optimizer: a momentum, decay or clip set in optim would silently not apply.
+      const auto& o = c.optim();
+      const std::string why = "algorithm '" + g.algorithm() + "' keeps its own momentum and takes its own step, so optim's " +
+                              "would not apply: remove it and set it in [hearsay.algorithms." + g.algorithm() + "] { ... }";
+      if (o.has_optimizer() && optimizer_name(o) != "sgd") fail("optim.optimizer", "'" + optimizer_name(o) + "': " + why);
+      if (o.has_momentum()) fail("optim.momentum", why);
+      if (o.has_nesterov()) fail("optim.nesterov", why);
+      if (o.has_weight_decay()) fail("optim.weight_decay", why);
+      if (o.has_grad_clip_norm()) fail("optim.grad_clip_norm", why + " (dgc: clip_norm)");
+    }
     const auto topologies = hearsay::topologies().names();
     if (std::find(topologies.begin(), topologies.end(), g.topology()) == topologies.end()) {
       fail("cluster.gossip.topology", "unknown '" + g.topology() + "'; use " + join(topologies));

@@ -182,6 +182,19 @@ class AllReduce {
   std::vector<Op> plan_;
   size_t next_ = 0;
 };
+// A sparse all-gather (dgc, demo: sparse_gather.cpp): `mine` goes, as the same bytes, to
+// every other peer as the synchronous message (round, phase) of `kind`; returns the sum
+// of every peer's decoded update in peer order, this peer's own as `mine->decoded` (what
+// the others decode from it), so every peer holds the same sum bit for bit. Waits for
+// the others (gossip.sync_timeout_s).
+std::vector<float> gather_sum(GossipEngine& e, MessageKind kind, const std::shared_ptr<const GossipEngine::Encoded>& mine,
+                              uint64_t round, uint32_t phase);
+// The learning rate's factor for the mean of n peers' updates (allreduce, dgc): linear
+// (1 growing to n over warmup_steps; Goyal et al., 2017) or 1.
+float sync_lr_scale(int peers, uint64_t step, bool linear, int warmup_steps);
+// Checks the sync_lr_scaling and sync_lr_warmup_steps options (OptionError naming them).
+void check_sync_lr_options(const std::string& scaling, int warmup_steps);
+
 // The mean of every peer's parameters (fp32, phases 0.. of `round`): local_sgd's
 // average.
 std::vector<float> average_models(GossipEngine& e, uint64_t round);

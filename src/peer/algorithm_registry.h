@@ -54,6 +54,10 @@ struct AlgorithmEntry {
   // A peer that starts late or restarts first copies a neighbour's trained model
   // (GossipEngine::join): for asynchronous algorithms, whose peers never start together.
   bool joins_from_neighbour = false;
+  // It keeps its own momentum and applies its own update (dgc, demo): the peer's
+  // optimizer must be plain sgd (no momentum, Nesterov, weight decay or clipping), which
+  // the config loader checks; the algorithm's options carry those settings.
+  bool owns_update = false;
   // The options message's default instance (its type is what the config's extension
   // holds); never null.
   const google::protobuf::Message* options = nullptr;
@@ -77,6 +81,7 @@ struct AlgorithmDefinition {
   bool collective = false;
   bool undirected_topology = false;
   bool joins_from_neighbour = false;
+  bool owns_update = false;
   std::vector<SendRule> sends;
   std::function<void(const Options&, const GossipSpec&, int peers)> check;
   std::function<std::unique_ptr<Algorithm>(const GossipSpec&, const Options&)> make;
@@ -94,6 +99,7 @@ bool register_algorithm(AlgorithmDefinition<Options> d) {
   e.collective = d.collective;
   e.undirected_topology = d.undirected_topology;
   e.joins_from_neighbour = d.joins_from_neighbour;
+  e.owns_update = d.owns_update;
   e.options = &Options::default_instance();
   e.sends = std::move(d.sends);
   if (d.check) {

@@ -502,10 +502,20 @@ void GossipEngine::note_compute(double seconds, int rows) {
 
 std::shared_ptr<const GossipEngine::Encoded> GossipEngine::encode_once(const std::vector<float>& data, uint64_t offset,
                                                                     const std::string& codec) {
-  std::unique_ptr<Codec>& once_codec = once_codecs_[codec];
+  CodecSpec s = spec_.codec;
+  if (!codec.empty()) s.name = codec;
+  return encode_once(data, s, offset);
+}
+
+std::shared_ptr<const GossipEngine::Encoded> GossipEngine::encode_once(const std::vector<float>& data, const CodecSpec& spec,
+                                                                    uint64_t offset) {
+  // Kept by every setting a codec is made from.
+  const std::string key = spec.name + "/" + std::to_string(spec.density) + "/" + std::to_string(spec.exact_topk) + "/" +
+                          std::to_string(spec.value_bits) + "/" + std::to_string(spec.levels) + "/" +
+                          std::to_string(spec.block) + "/" + std::to_string(spec.rank);
+  std::unique_ptr<Codec>& once_codec = once_codecs_[key];
   if (!once_codec) {
-    CodecSpec s = spec_.codec;
-    if (!codec.empty()) s.name = codec;
+    CodecSpec s = spec;
     s.error_feedback = "on";  // picks random-k unscaled (a contraction); no residual is kept here
     once_codec = make_codec(s, model_.param_views(), rng_.next_u64());
   }

@@ -3,8 +3,6 @@
 // sites, under the comparison's codec; PowerSGD with error feedback), then the optimizer
 // step at the linearly scaled learning rate (n lr after a warm-up). Every peer waits for
 // the others each step, so the slowest peer or link sets everyone's pace.
-#include <algorithm>
-
 #include "../algorithm.h"
 #include "../algorithm_registry.h"
 #include "hearsay/algorithms/allreduce.pb.h"
@@ -47,10 +45,7 @@ class AllReduce final : public Algorithm {
   // The mean of n gradients is a batch n times larger: the learning rate grows linearly
   // from lr to n lr over the warm-up (Goyal et al., 2017), unless the options say none.
   float lr_scale(GossipEngine& e, uint64_t step) const {
-    if (!linear_lr_) return 1.0f;
-    const double n = static_cast<double>(e.peers().size());
-    const double ramp = warmup_steps_ > 0 ? std::min(1.0, static_cast<double>(step) / warmup_steps_) : 1.0;
-    return static_cast<float>(1.0 + (n - 1.0) * ramp);
+    return sync_lr_scale(static_cast<int>(e.peers().size()), step, linear_lr_, warmup_steps_);
   }
   bool linear_lr_;
   int warmup_steps_;
@@ -63,12 +58,7 @@ const bool registered = register_algorithm<algorithms::AllreduceOptions>({
     .collective = true,
     .check =
         [](const algorithms::AllreduceOptions& o, const GossipSpec& s, int) {
-          if (o.sync_lr_scaling() != "linear" && o.sync_lr_scaling() != "none") {
-            throw OptionError("sync_lr_scaling", "'" + o.sync_lr_scaling() + "': use linear or none");
-          }
-          if (o.sync_lr_warmup_steps() < 0) {
-            throw OptionError("sync_lr_warmup_steps", "must be >= 0, got " + std::to_string(o.sync_lr_warmup_steps()));
-          }
+          check_sync_lr_options(o.sync_lr_scaling(), o.sync_lr_warmup_steps());
           const std::string& c = s.codec.name;
           if (!summable_codec(c) && c != "powersgd") {
             throw InputError("allreduce: codec '" + c + "' cannot be summed on the way; use none, fp16, bf16, int8, int4 or powersgd");

@@ -1,0 +1,107 @@
+// demo: DeMo, Decoupled Momentum Optimization (Peng, Quesnelle, Kingma 2024) as its paper
+// states it. Each peer keeps its own momentum m <- beta m + g; extracts its fast
+// components, the top-k of an orthonormal DCT over fixed-size blocks of every tensor
+// (demo_transform.h); sends only those (values and indices, as a top-k payload) to every
+// other peer; takes what it sent out of its momentum (m <- m - IDCT(q)); and steps on
+// the decoded mean of what every peer sent, Q = IDCT(sum q / n): x <- x (1 - lr wd) -
+// lr sign(Q) (signum, as the paper's experiments; or Q itself). The sum runs in peer
+// order on every peer, so the copies stay equal (docs/ALGORITHMS.md, "demo").
+#include <cmath>
+
+#include "../algorithm.h"
+#include "../algorithm_registry.h"
+#include "demo_transform.h"
+#include "hearsay/algorithms/demo.pb.h"
+
+namespace hearsay {
+namespace {
+
+class Demo final : public Algorithm {
+ public:
+  explicit Demo(const algorithms::DemoOptions& o) : o_(o) {}
+
+  BatchStats step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) override {
+    const BatchStats s = site_gradient(e, batch, step);
+    const size_t n = e.model().num_params();
+    start(e, n);
+    std::vector<float> g(n);
+    e.model().backend().download(g.data(), e.model().grads(), sizeof(float) * n);
+    const std::vector<float>& y = memory_->accumulate(g.data());
+    const auto mine = encode(e, y, memory_->fast_components(o_.topk()));
+    memory_->sent(mine->decoded);
+    std::vector<float> sum = gather_sum(e, MessageKind::kGradient, mine, step, 0);
+    const std::vector<float> d = memory_->direction(std::move(sum), static_cast<int>(e.peers().size()), o_.sign());
+    if (o_.weight_decay() != 0) e.axpy_params(-static_cast<double>(lr) * o_.weight_decay(), e.params_host());
+    e.axpy_params(-static_cast<double>(lr), d);
+    return s;
+  }
+
+  std::string save() const override { return memory_ ? StateWriter().put(memory_->momentum()).str() : std::string(); }
+  void load(const std::string& state, GossipEngine& e) override {
+    if (state.empty()) return;
+    const size_t n = e.model().num_params();
+    start(e, n);
+    StateReader r(state);
+    memory_->momentum_mut() = r.get_floats(n);
+    if (!r.done()) throw InputError("checkpoint: demo state has bytes left over");
+  }
+
+ private:
+  void start(GossipEngine& e, size_t n) {
+    if (!memory_) memory_ = std::make_unique<DemoMemory>(e.model().param_views(), n, o_.chunk(), static_cast<float>(o_.momentum()));
+  }
+
+  // The coefficients y[idx] as top-k payloads over the engine's segments, and what a
+  // receiver decodes from them.
+  std::shared_ptr<const GossipEngine::Encoded> encode(GossipEngine& e, const std::vector<float>& y, const std::vector<uint32_t>& idx) {
+    auto out = std::make_shared<GossipEngine::Encoded>();
+    out->decoded.assign(y.size(), 0.0f);
+    size_t j = 0;
+    std::vector<uint32_t> local;
+    std::vector<float> values;
+    for (const auto& [begin, len] : even_segments(y.size(), e.spec().segment_elements)) {
+      local.clear();
+      values.clear();
+      for (; j < idx.size() && idx[j] < begin + len; ++j) {
+        local.push_back(static_cast<uint32_t>(idx[j] - begin));
+        values.push_back(y[idx[j]]);
+      }
+      GossipEngine::Encoded::Segment seg;
+      seg.offset = begin;
+      seg.length = len;
+      auto payload = std::make_shared<std::vector<uint8_t>>();
+      encode_sparse(local, values.data(), len, o_.value_bits(), *payload, seg.params);
+      const std::string err = decode_accumulate(seg.params, payload->data(), payload->size(), 1.0f, out->decoded.data() + begin, len);
+      HEARSAY_CHECK(err.empty(), "demo: the payload just encoded does not decode: " + err);
+      seg.payload = std::move(payload);
+      out->segments.push_back(std::move(seg));
+    }
+    return out;
+  }
+
+  algorithms::DemoOptions o_;
+  std::unique_ptr<DemoMemory> memory_;
+};
+
+const bool registered = register_algorithm<algorithms::DemoOptions>({
+    .name = "demo",
+    .synchronous = true,
+    .collective = true,
+    .owns_update = true,
+    .check =
+        [](const algorithms::DemoOptions& o, const GossipSpec& s, int) {
+          if (!(o.momentum() >= 0 && o.momentum() < 1)) throw OptionError("momentum", "must be in [0, 1), got " + std::to_string(o.momentum()));
+          if (o.chunk() < 1 || o.chunk() > 4096) throw OptionError("chunk", "must be in [1, 4096], got " + std::to_string(o.chunk()));
+          if (o.topk() < 1) throw OptionError("topk", "must be >= 1, got " + std::to_string(o.topk()));
+          if (!(o.weight_decay() >= 0) || !std::isfinite(o.weight_decay())) throw OptionError("weight_decay", "must be >= 0");
+          if (o.value_bits() != 16 && o.value_bits() != 32) throw OptionError("value_bits", "must be 16 or 32, got " + std::to_string(o.value_bits()));
+          if (s.site_replicas) {
+            throw InputError("demo: an all-gather over every peer; cluster.site_replicas (a site's peers as one replica) is not "
+                             "supported with it");
+          }
+        },
+    .make = [](const GossipSpec&, const algorithms::DemoOptions& o) { return std::make_unique<Demo>(o); },
+});
+
+}  // namespace
+}  // namespace hearsay

@@ -1,0 +1,109 @@
+// dgc: Deep Gradient Compression (Lin et al., ICLR 2018) as its paper states it, on the
+// top-k codec. Each step every peer takes its gradient, clips it locally, folds it into
+// its momentum u and its velocity v (momentum correction: the velocity, not the gradient,
+// is what accumulates), and sends the top-k of v (gossip.codec's density after the
+// warm-up of sparsity) to every other peer; v keeps the rest, u is masked where v was
+// sent (momentum factor masking). Every peer then steps on the mean of all the peers'
+// sparse vectors, summed in peer order, with plain SGD at the synchronous learning rate
+// (as allreduce's): every peer applies the same update and the copies stay equal
+// (docs/ALGORITHMS.md, "dgc").
+#include "../algorithm.h"
+#include "../algorithm_registry.h"
+#include "dgc_memory.h"
+#include "hearsay/algorithms/dgc.pb.h"
+
+namespace hearsay {
+namespace {
+
+DgcSettings settings(const GossipSpec& s, const algorithms::DgcOptions& o) {
+  DgcSettings d;
+  d.momentum = static_cast<float>(o.momentum());
+  d.nesterov = o.nesterov();
+  d.weight_decay = static_cast<float>(o.weight_decay());
+  d.clip_norm = o.clip_norm();
+  d.momentum_masking = o.momentum_masking();
+  d.warmup_steps = o.warmup_steps();
+  d.warmup_density = o.warmup_density();
+  d.density = s.codec.density;
+  return d;
+}
+
+class Dgc final : public Algorithm {
+ public:
+  Dgc(const GossipSpec& s, const algorithms::DgcOptions& o)
+      : settings_(settings(s, o)), codec_(s.codec), linear_lr_(o.sync_lr_scaling() == "linear"),
+        warmup_steps_(o.sync_lr_warmup_steps()) {}
+
+  BatchStats step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) override {
+    const BatchStats s = site_gradient(e, batch, step);
+    const size_t n = e.model().num_params();
+    if (!memory_) memory_ = std::make_unique<DgcMemory>(n, settings_);
+    Backend& b = e.model().backend();
+    std::vector<float> g(n);
+    b.download(g.data(), e.model().grads(), sizeof(float) * n);
+    const std::vector<float> w = settings_.weight_decay != 0.0f ? e.params_host() : std::vector<float>();
+    const int peers = static_cast<int>(e.peers().size());
+    memory_->accumulate(g, w.data(), peers);
+    CodecSpec spec = codec_;
+    spec.density = memory_->density_at(step);
+    const auto mine = e.encode_once(memory_->velocity(), spec);
+    memory_->sent(mine->decoded);
+    std::vector<float> sum = gather_sum(e, MessageKind::kGradient, mine, step, 0);
+    const float rate = lr * sync_lr_scale(peers, step, linear_lr_, warmup_steps_) / static_cast<float>(peers);
+    e.axpy_params(-static_cast<double>(rate), sum);
+    return s;
+  }
+
+  std::string save() const override {
+    if (!memory_) return {};
+    return StateWriter().put(memory_->momentum()).put(memory_->velocity()).str();
+  }
+  void load(const std::string& state, GossipEngine& e) override {
+    if (state.empty()) return;
+    const size_t n = e.model().num_params();
+    memory_ = std::make_unique<DgcMemory>(n, settings_);
+    StateReader r(state);
+    memory_->momentum_mut() = r.get_floats(n);
+    memory_->velocity_mut() = r.get_floats(n);
+    if (!r.done()) throw InputError("checkpoint: dgc state has bytes left over");
+  }
+
+ private:
+  DgcSettings settings_;
+  CodecSpec codec_;
+  bool linear_lr_;
+  int warmup_steps_;
+  std::unique_ptr<DgcMemory> memory_;
+};
+
+const bool registered = register_algorithm<algorithms::DgcOptions>({
+    .name = "dgc",
+    .synchronous = true,
+    .collective = true,
+    .owns_update = true,
+    .check =
+        [](const algorithms::DgcOptions& o, const GossipSpec& s, int) {
+          if (!(o.momentum() >= 0 && o.momentum() < 1)) throw OptionError("momentum", "must be in [0, 1), got " + std::to_string(o.momentum()));
+          if (o.nesterov() && o.momentum() == 0) throw OptionError("nesterov", "needs momentum > 0");
+          if (!(o.weight_decay() >= 0) || !std::isfinite(o.weight_decay())) throw OptionError("weight_decay", "must be >= 0");
+          if (!(o.clip_norm() >= 0) || !std::isfinite(o.clip_norm())) throw OptionError("clip_norm", "must be >= 0 (0: no clipping)");
+          if (o.warmup_steps() < 0) throw OptionError("warmup_steps", "must be >= 0 (0: no warm-up of sparsity)");
+          if (!(o.warmup_density() > 0 && o.warmup_density() <= 1)) {
+            throw OptionError("warmup_density", "must be in (0, 1], got " + std::to_string(o.warmup_density()));
+          }
+          check_sync_lr_options(o.sync_lr_scaling(), o.sync_lr_warmup_steps());
+          if (s.codec.name != "topk") {
+            throw InputError("dgc: sparsifies with top-k; set cluster.gossip.codec { name: \"topk\" density: ... } (got '" +
+                             s.codec.name + "')");
+          }
+          if (s.adaptive.enabled) throw InputError("dgc: adaptive compression is for the asynchronous algorithms; its density is its own");
+          if (s.site_replicas) {
+            throw InputError("dgc: an all-gather over every peer; cluster.site_replicas (a site's peers as one replica) is not "
+                             "supported with it");
+          }
+        },
+    .make = [](const GossipSpec& s, const algorithms::DgcOptions& o) { return std::make_unique<Dgc>(s, o); },
+});
+
+}  // namespace
+}  // namespace hearsay

@@ -1,0 +1,48 @@
+// The sparse all-gather of dgc and demo, as their papers synchronise: every peer's
+// compressed update to every other peer directly (one hop; a sparse payload cannot be
+// summed on the way, so a ring would forward n-1 of them), summed in peer order on
+// arrival; and the learning-rate scaling every synchronous mean shares.
+#include <algorithm>
+
+#include "../algorithm.h"
+#include "../algorithm_registry.h"
+
+namespace hearsay {
+
+std::vector<float> gather_sum(GossipEngine& e, MessageKind kind, const std::shared_ptr<const GossipEngine::Encoded>& mine,
+                              uint64_t round, uint32_t phase) {
+  const int n = static_cast<int>(e.peers().size());
+  const size_t len = mine->decoded.size();
+  for (int j = 0; j < n; ++j) {
+    if (j != e.me()) e.send_encoded(j, {.kind = kind, .synchronous = true, .round = round, .phase = phase, .total = len}, mine);
+  }
+  std::vector<float> sum(len, 0.0f);
+  for (int j = 0; j < n; ++j) {
+    if (j == e.me()) {
+      for (size_t i = 0; i < len; ++i) sum[i] += mine->decoded[i];
+      continue;
+    }
+    const GossipEngine::Message m = e.wait_sync(j, round, phase);
+    if (m.offset != 0 || m.data.size() != len) {
+      throw InputError("gather_sum: peer " + e.peers()[static_cast<size_t>(j)] + " sent " + std::to_string(m.data.size()) +
+                       " values at offset " + std::to_string(m.offset) + " for round " + std::to_string(round) + "; expected " +
+                       std::to_string(len) + " at 0");
+    }
+    for (size_t i = 0; i < len; ++i) sum[i] += m.data[i];
+  }
+  return sum;
+}
+
+float sync_lr_scale(int peers, uint64_t step, bool linear, int warmup_steps) {
+  if (!linear) return 1.0f;
+  const double n = static_cast<double>(peers);
+  const double ramp = warmup_steps > 0 ? std::min(1.0, static_cast<double>(step) / warmup_steps) : 1.0;
+  return static_cast<float>(1.0 + (n - 1.0) * ramp);
+}
+
+void check_sync_lr_options(const std::string& scaling, int warmup_steps) {
+  if (scaling != "linear" && scaling != "none") throw OptionError("sync_lr_scaling", "'" + scaling + "': use linear or none");
+  if (warmup_steps < 0) throw OptionError("sync_lr_warmup_steps", "must be >= 0, got " + std::to_string(warmup_steps));
+}
+
+}  // namespace hearsay
