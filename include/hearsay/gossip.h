@@ -92,6 +92,10 @@ struct GossipSpec {
   bool site_replicas = false;
   std::string site_codec;
   std::string site_split = "speed";  // "speed" or "equal": each peer's share of its site's batch
+  // The peers' optimizer (optim), for an algorithm that applies it itself: dgc's momentum
+  // correction takes its momentum, Nesterov, weight decay and clipping norm. The peer
+  // fills it in from its own spec; the config loader for the algorithms' checks.
+  OptimizerSpec optimizer;
 };
 
 // Throws InputError naming the problem (the algorithm's own options are checked where the

@@ -107,11 +107,13 @@ class Locator {
 // options may stand beside them (a sweep over algorithms keeps each one's); they apply
 // only when that algorithm is chosen.
 template <class Fail>
-void check_algorithm_options(const config::ClusterConfig& cl, const AlgorithmEntry& algorithm, const Fail& fail) {
+void check_algorithm_options(const config::Config& c, const AlgorithmEntry& algorithm, const Fail& fail) {
+  const config::ClusterConfig& cl = c.cluster();
   const pb::FieldDescriptor* field = algorithm_options_field(cl.gossip(), algorithm);
   const std::string at = field == nullptr ? "cluster.gossip" : "cluster.gossip.[" + field->full_name() + "]";
   if (!algorithm.check) return;
-  const GossipSpec spec = gossip_spec(cl);
+  GossipSpec spec = gossip_spec(cl);
+  spec.optimizer = optimizer_spec(c.optim());
   try {
     algorithm.check(*parse_algorithm_options(algorithm, spec.options), spec, std::max(2, cl.peers_size()));
   } catch (const OptionError& e) {
@@ -358,18 +360,19 @@ void validate(const config::Config& c, const Locator& at) {
     if (algorithm == nullptr) {
       fail("cluster.gossip.algorithm", "unknown '" + g.algorithm() + "'; use " + join(gossip_algorithms()));
     }
-    check_algorithm_options(cl, *algorithm, fail);
+    check_algorithm_options(c, *algorithm, fail);
     if (algorithm->owns_update) {
-      // Its momentum is its own (momentum correction, decoupled momentum) and it never
-      // calls the optimizer: a momentum, decay or clip set in optim would silently not apply.
+      // Its momentum is its own (DeMo's decoupled momentum) and it never calls the
+      // optimizer: a momentum, decay or clip set in optim would silently not apply.
       const auto& o = c.optim();
       const std::string why = "algorithm '" + g.algorithm() + "' keeps its own momentum and takes its own step, so optim's " +
-                              "would not apply: remove it and set it in [hearsay.algorithms." + g.algorithm() + "] { ... }";
+                              "would not apply: set it to 0 (or remove it) and set the algorithm's in [hearsay.algorithms." +
+                              g.algorithm() + "] { ... }";
       if (o.has_optimizer() && optimizer_name(o) != "sgd") fail("optim.optimizer", "'" + optimizer_name(o) + "': " + why);
-      if (o.has_momentum()) fail("optim.momentum", why);
-      if (o.has_nesterov()) fail("optim.nesterov", why);
-      if (o.has_weight_decay()) fail("optim.weight_decay", why);
-      if (o.has_grad_clip_norm()) fail("optim.grad_clip_norm", why + " (dgc: clip_norm)");
+      if (o.has_momentum() && o.momentum() != 0) fail("optim.momentum", why);
+      if (o.nesterov()) fail("optim.nesterov", why);
+      if (o.weight_decay() != 0) fail("optim.weight_decay", why);
+      if (o.grad_clip_norm() != 0) fail("optim.grad_clip_norm", why);
     }
     const auto topologies = hearsay::topologies().names();
     if (std::find(topologies.begin(), topologies.end(), g.topology()) == topologies.end()) {

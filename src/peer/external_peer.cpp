@@ -91,6 +91,7 @@ void ExternalPeer::attach(ExternalModel m, bool join) {
     optimizer_ = clip_gradient_norm(std::move(optimizer_), *backend_, m.num_params, spec_.optimizer.grad_clip_norm);
   }
   if (in_cluster_) {
+    network_.gossip.optimizer = spec_.optimizer;
     engine_ = std::make_unique<GossipEngine>(network_.gossip, network_.peers, network_.me, *network_.transport, *model_,
                                              *optimizer_, clock_, *log_, spec_.seed);
     // The framework computes each gradient between two steps without writing the

@@ -72,7 +72,7 @@ ClusterResult run(const std::string& algorithm, const std::string& options, int 
                   float momentum = 0.0f) {
   ClusterSpec s;
   s.base = peer_spec(parse_config(kSmall, "dgc-test", {"train { max_steps: " + std::to_string(steps) + " }"}));
-  s.base.optimizer.momentum = momentum;  // dgc never uses the optimizer; allreduce does
+  s.base.optimizer.momentum = momentum;  // allreduce steps with it; dgc takes it for its momentum correction
   s.peers = 4;
   s.gossip.algorithm = algorithm;
   s.gossip.options = options;
@@ -171,11 +171,11 @@ TEST_CASE("dgc memory: local gradient clipping holds each peer's gradient to cli
 }
 
 TEST_CASE("dgc: every peer holds the same model bit for bit after its steps, and sends about its density's bytes") {
-  const ClusterResult sparse = run("dgc", "momentum: 0.9 warmup_steps: 4 warmup_density: 0.25", 12, topk(0.01));
+  const ClusterResult sparse = run("dgc", "warmup_steps: 4 warmup_density: 0.25", 12, topk(0.01), 0.9f);
   REQUIRE(sparse.final_params.size() == 4);
   CHECK(!same_bits(sparse.initial_params[0], sparse.final_params[0]));
   for (int i = 1; i < 4; ++i) CHECK(same_bits(sparse.final_params[0], sparse.final_params[i]));
-  const ClusterResult dense = run("dgc", "momentum: 0.9", 12, topk(1.0, 32));
+  const ClusterResult dense = run("dgc", "", 12, topk(1.0, 32), 0.9f);
   for (int i = 1; i < 4; ++i) CHECK(same_bits(dense.final_params[0], dense.final_params[i]));
   // 1% of the values (bf16 and a varint each) against all of them as fp32 and a bitmap,
   // warm-up included, frames' headers on both: at least 10x fewer bytes.
@@ -186,7 +186,7 @@ TEST_CASE("dgc: every peer holds the same model bit for bit after its steps, and
 }
 
 TEST_CASE("dgc: at density 1 without masking it trains as allreduce with momentum SGD (the same steps, sums in another order)") {
-  const ClusterResult dgc = run("dgc", "momentum: 0.9 momentum_masking: false", 10, topk(1.0, 32));
+  const ClusterResult dgc = run("dgc", "momentum_masking: false", 10, topk(1.0, 32), 0.9f);
   CodecSpec none;
   const ClusterResult ar = run("allreduce", "", 10, none, 0.9f);
   REQUIRE(dgc.final_params.size() == 4);
@@ -199,7 +199,7 @@ TEST_CASE("dgc: at density 1 without masking it trains as allreduce with momentu
   CHECK(moved > 1e-2);
   CHECK(most < 1e-5);
   // With masking on (the paper's rule) it is no longer allreduce's momentum SGD.
-  const ClusterResult masked = run("dgc", "momentum: 0.9", 10, topk(1.0, 32));
+  const ClusterResult masked = run("dgc", "", 10, topk(1.0, 32), 0.9f);
   double apart = 0;
   for (size_t i = 0; i < masked.final_params[0].size(); ++i) {
     apart = std::max(apart, static_cast<double>(std::fabs(masked.final_params[0][i] - ar.final_params[0][i])));
@@ -207,7 +207,7 @@ TEST_CASE("dgc: at density 1 without masking it trains as allreduce with momentu
   CHECK(apart > 1e-3);
 }
 
-TEST_CASE("dgc and demo: a config that keeps momentum in optim, or dgc without top-k, is refused at the field") {
+TEST_CASE("dgc and demo: dgc takes optim's momentum but not adamw or a codec other than top-k; demo refuses optim's momentum, at the field") {
   const std::string base = R"(
     name: "c" seed: 1 model { kind: MLP hidden: [8] }
     data { format: SYNTHETIC synthetic_train: 64 synthetic_test: 16 synthetic_dim: 4 num_classes: 2 }
@@ -223,18 +223,19 @@ TEST_CASE("dgc and demo: a config that keeps momentum in optim, or dgc without t
     return std::string("accepted");
   };
   const std::string dgc = R"(gossip { algorithm: "dgc" codec { name: "topk" density: 0.01 } })";
-  CHECK(error("optim { optimizer: \"sgd\" lr: 0.1 }", dgc) == "accepted");
-  const std::string momentum = error("optim { optimizer: \"sgd\" lr: 0.1 momentum: 0.9 }", dgc);
-  CHECK(momentum.find("bad.textproto:") != std::string::npos);
-  CHECK(momentum.find("optim.momentum") != std::string::npos);
-  CHECK(momentum.find("keeps its own momentum") != std::string::npos);
-  CHECK(error("optim { optimizer: \"adamw\" lr: 0.1 }", dgc).find("optim.optimizer") != std::string::npos);
-  CHECK(error("optim { lr: 0.1 weight_decay: 0.01 }", dgc).find("optim.weight_decay") != std::string::npos);
+  CHECK(error("optim { optimizer: \"sgd\" lr: 0.1 momentum: 0.9 nesterov: true weight_decay: 0.0001 }", dgc) == "accepted");
+  const std::string adamw = error("optim { optimizer: \"adamw\" lr: 0.1 }", dgc);
+  CHECK(adamw.find("bad.textproto:") != std::string::npos);
+  CHECK(adamw.find("optim.optimizer must be sgd") != std::string::npos);
   const std::string no_topk = error("optim { optimizer: \"sgd\" lr: 0.1 }", R"(gossip { algorithm: "dgc" })");
   CHECK(no_topk.find("top-k") != std::string::npos);
-  const std::string demo = error("optim { optimizer: \"sgd\" lr: 0.1 nesterov: true momentum: 0.9 }", R"(gossip { algorithm: "demo" })");
+  const std::string plain = "optim { optimizer: \"sgd\" lr: 0.01 momentum: 0 }";
+  CHECK(error(plain, R"(gossip { algorithm: "demo" })") == "accepted");
+  const std::string demo = error("optim { optimizer: \"sgd\" lr: 0.1 momentum: 0.9 }", R"(gossip { algorithm: "demo" })");
+  CHECK(demo.find("bad.textproto:") != std::string::npos);
   CHECK(demo.find("optim.momentum") != std::string::npos);
-  const std::string chunk = error("optim { optimizer: \"sgd\" lr: 0.1 }", R"(gossip { algorithm: "demo" [hearsay.algorithms.demo] { chunk: 0 } })");
+  CHECK(demo.find("keeps its own momentum") != std::string::npos);
+  const std::string chunk = error(plain, R"(gossip { algorithm: "demo" [hearsay.algorithms.demo] { chunk: 0 } })");
   CHECK(chunk.find("chunk") != std::string::npos);
   CHECK(chunk.find("bad.textproto:") != std::string::npos);
 }

@@ -1,5 +1,7 @@
 // dgc: Deep Gradient Compression (Lin et al., ICLR 2018) as its paper states it, on the
-// top-k codec. Each step every peer takes its gradient, clips it locally, folds it into
+// top-k codec, with the peers' optimizer's settings (sgd: momentum, Nesterov, weight
+// decay, grad_clip_norm), applied here rather than by the optimizer, since the momentum
+// must sit before the sparsifier. Each step every peer takes its gradient, clips it locally, folds it into
 // its momentum u and its velocity v (momentum correction: the velocity, not the gradient,
 // is what accumulates), and sends the top-k of v (gossip.codec's density after the
 // warm-up of sparsity) to every other peer; v keeps the rest, u is masked where v was
@@ -17,10 +19,10 @@ namespace {
 
 DgcSettings settings(const GossipSpec& s, const algorithms::DgcOptions& o) {
   DgcSettings d;
-  d.momentum = static_cast<float>(o.momentum());
-  d.nesterov = o.nesterov();
-  d.weight_decay = static_cast<float>(o.weight_decay());
-  d.clip_norm = o.clip_norm();
+  d.momentum = s.optimizer.momentum;
+  d.nesterov = s.optimizer.nesterov;
+  d.weight_decay = s.optimizer.weight_decay;
+  d.clip_norm = s.optimizer.grad_clip_norm;
   d.momentum_masking = o.momentum_masking();
   d.warmup_steps = o.warmup_steps();
   d.warmup_density = o.warmup_density();
@@ -80,13 +82,11 @@ const bool registered = register_algorithm<algorithms::DgcOptions>({
     .name = "dgc",
     .synchronous = true,
     .collective = true,
-    .owns_update = true,
     .check =
         [](const algorithms::DgcOptions& o, const GossipSpec& s, int) {
-          if (!(o.momentum() >= 0 && o.momentum() < 1)) throw OptionError("momentum", "must be in [0, 1), got " + std::to_string(o.momentum()));
-          if (o.nesterov() && o.momentum() == 0) throw OptionError("nesterov", "needs momentum > 0");
-          if (!(o.weight_decay() >= 0) || !std::isfinite(o.weight_decay())) throw OptionError("weight_decay", "must be >= 0");
-          if (!(o.clip_norm() >= 0) || !std::isfinite(o.clip_norm())) throw OptionError("clip_norm", "must be >= 0 (0: no clipping)");
+          if (s.optimizer.name != "sgd") {
+            throw InputError("dgc: its momentum correction is momentum SGD's; optim.optimizer must be sgd, got '" + s.optimizer.name + "'");
+          }
           if (o.warmup_steps() < 0) throw OptionError("warmup_steps", "must be >= 0 (0: no warm-up of sparsity)");
           if (!(o.warmup_density() > 0 && o.warmup_density() <= 1)) {
             throw OptionError("warmup_density", "must be in (0, 1], got " + std::to_string(o.warmup_density()));
