@@ -13,6 +13,11 @@
 //   local_sgd    H local steps, then a synchronous model average (baseline)
 //   diloco       H local steps, then an outer Nesterov step on the averaged delta
 //                (Douillard et al., 2023)
+//   streaming_diloco  diloco by fragments, each all-reduce overlapping inner steps
+//   dgc          Deep Gradient Compression: momentum-corrected top-k, sparse all-gather
+//                (Lin et al., ICLR 2018)
+//   demo         DeMo: top-k of a block DCT of each peer's own momentum, sparse
+//                all-gather, signum step (Peng, Quesnelle, Kingma, 2024)
 //
 // Threads: the step loop calls before_step/step/after_step from one thread; arrivals come
 // on the transport's threads and are queued, then applied on the step loop's thread

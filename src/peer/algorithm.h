@@ -136,9 +136,11 @@ std::vector<int> my_site(const GossipEngine& e);
 bool summable_codec(const std::string& codec);
 // diloco's and streaming_diloco's `replica` (only "peer": a site as one replica is
 // cluster.site_replicas now) and codecs: `outer_codec` (empty: gossip.codec) carries the
-// outer all-reduce and must be summable (a sparse codec would drop most of every sum,
-// silently).
-void check_diloco_replica_and_codecs(const GossipSpec& s, const std::string& replica, const std::string& outer_codec);
+// outer all-reduce; with `any_codec` (diloco) a codec that cannot be summed goes through
+// a CompressedSum, else it must be summable (streaming_diloco's overlapped all-reduce;
+// a sparse codec there would drop most of every sum, silently).
+void check_diloco_replica_and_codecs(const GossipSpec& s, const std::string& replica, const std::string& outer_codec,
+                                     bool any_codec = false);
 // Whom a collective sums over: every peer, or only this peer's site.
 enum class ReduceScope { kCluster, kSite };
 // Sum of `v` (messages of `kind`) over all peers (collectives.cpp): a ring within one
@@ -189,6 +191,22 @@ class AllReduce {
 // the others (gossip.sync_timeout_s).
 std::vector<float> gather_sum(GossipEngine& e, MessageKind kind, const std::shared_ptr<const GossipEngine::Encoded>& mine,
                               uint64_t round, uint32_t phase);
+// The sum over every peer of a vector under a codec that cannot be summed on the way
+// (topk, randomk, sign, qsgd, powersgd), with error feedback across calls: each peer
+// encodes v + r once, keeps r <- v + r - what it sent, and gather_sum adds every peer's
+// decoded vector in peer order (the same sum, bit for bit, on every peer). diloco's outer
+// gradient under such a codec: local steps composed with compression.
+class CompressedSum {
+ public:
+  explicit CompressedSum(std::string codec) : codec_(std::move(codec)) {}
+  std::vector<float> sum(GossipEngine& e, MessageKind kind, std::vector<float> v, uint64_t round, uint32_t phase);
+  const std::vector<float>& residual() const { return residual_; }
+  std::vector<float>& residual() { return residual_; }
+
+ private:
+  std::string codec_;
+  std::vector<float> residual_;
+};
 // The learning rate's factor for the mean of n peers' updates (allreduce, dgc): linear
 // (1 growing to n over warmup_steps; Goyal et al., 2017) or 1.
 float sync_lr_scale(int peers, uint64_t step, bool linear, int warmup_steps);

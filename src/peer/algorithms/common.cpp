@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include "../algorithm.h"
 #include "../algorithm_registry.h"
 
@@ -13,12 +15,21 @@ bool summable_codec(const std::string& codec) {
   return codec == "none" || codec == "fp16" || codec == "bf16" || codec == "int8" || codec == "int4";
 }
 
-void check_diloco_replica_and_codecs(const GossipSpec& s, const std::string& replica, const std::string& outer_codec) {
+void check_diloco_replica_and_codecs(const GossipSpec& s, const std::string& replica, const std::string& outer_codec,
+                                     bool any_codec) {
   if (replica == "site") {
     throw OptionError("replica", "'site' moved: a site as one data-parallel replica is cluster { site_replicas: true } "
                                  "now, for every algorithm (its gradient sums under cluster.site_codec, empty: gossip.codec)");
   }
   if (replica != "peer") throw OptionError("replica", "'" + replica + "': use peer (a site as one replica: cluster.site_replicas)");
+  if (any_codec) {
+    const auto names = codec_names();
+    if (!outer_codec.empty() && std::find(names.begin(), names.end(), outer_codec) == names.end()) {
+      throw OptionError("outer_codec", "unknown '" + outer_codec + "'; use a codec's name (none, fp16, bf16, int8, int4, qsgd, " +
+                                           "topk, randomk, sign, powersgd), or leave it empty");
+    }
+    return;
+  }
   if (!outer_codec.empty() && !summable_codec(outer_codec)) {
     throw OptionError("outer_codec", "'" + outer_codec + "': use none, fp16, bf16, int8 or int4 (summed on the way), or leave it empty");
   }

@@ -2,7 +2,10 @@
 // optimizer is optim: AdamW in the paper); then the outer gradient delta = mean over the
 // peers of (a - x), all-reduced through gossip.codec (hierarchically across sites);
 // v <- mu v + delta; a <- a - outer_lr (delta + mu v) (outer Nesterov); x <- a. Every peer
-// waits for the others at each outer step. Under cluster.site_replicas a site's peers
+// waits for the others at each outer step. Under a codec that cannot be summed on the way
+// (topk, randomk, sign, qsgd, powersgd) the outer gradient travels as a sparse all-gather
+// with error feedback across outer steps (CompressedSum): local steps composed with
+// compression. Under cluster.site_replicas a site's peers
 // average their gradients every inner step (site_gradient) and so train as one replica.
 #include <cmath>
 
@@ -15,17 +18,21 @@ namespace {
 
 class Diloco final : public Algorithm {
  public:
-  explicit Diloco(const algorithms::DilocoOptions& o)
+  Diloco(const GossipSpec& s, const algorithms::DilocoOptions& o)
       : h_(static_cast<uint64_t>(o.local_steps())), outer_lr_(o.outer_lr()), mu_(o.outer_momentum()),
-        outer_codec_(o.outer_codec()) {}
+        outer_codec_(o.outer_codec()) {
+    const std::string codec = outer_codec_.empty() ? s.codec.name : outer_codec_;
+    if (!summable_codec(codec)) compressed_ = std::make_unique<CompressedSum>(codec);
+  }
   BatchStats step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) override {
     if (anchor_.empty()) anchor_ = e.params_host();
     const BatchStats s = local_step(e, batch, lr, step);
     if (step % h_ != h_ - 1) return s;
     std::vector<float> delta = e.params_host();
     for (size_t i = 0; i < delta.size(); ++i) delta[i] = anchor_[i] - delta[i];
-    const auto sum = allreduce_sum(e, MessageKind::kModelDelta, std::move(delta), step / h_, 0, true, ReduceScope::kCluster,
-                                   outer_codec_);
+    const auto sum = compressed_ ? compressed_->sum(e, MessageKind::kModelDelta, std::move(delta), step / h_, 0)
+                                 : allreduce_sum(e, MessageKind::kModelDelta, std::move(delta), step / h_, 0, true,
+                                                 ReduceScope::kCluster, outer_codec_);
     if (velocity_.empty()) velocity_.assign(sum.size(), 0.0f);
     const float inv = 1.0f / static_cast<float>(e.peers().size());
     for (size_t i = 0; i < sum.size(); ++i) {
@@ -40,6 +47,7 @@ class Diloco final : public Algorithm {
   std::string save() const override {
     StateWriter w;
     w.put_optional(anchor_).put_optional(velocity_);
+    if (compressed_) w.put_optional(compressed_->residual());
     return w.str();
   }
   void load(const std::string& state, GossipEngine& e) override {
@@ -47,6 +55,7 @@ class Diloco final : public Algorithm {
     StateReader r(state);
     r.get_optional(&anchor_, e.model().num_params());
     r.get_optional(&velocity_, e.model().num_params());
+    if (compressed_ && !r.done()) r.get_optional(&compressed_->residual(), e.model().num_params());
     if (!r.done()) throw InputError("checkpoint: diloco state has bytes left over");
   }
 
@@ -54,6 +63,7 @@ class Diloco final : public Algorithm {
   uint64_t h_;
   double outer_lr_, mu_;
   std::string outer_codec_;
+  std::unique_ptr<CompressedSum> compressed_;  // an outer codec that cannot be summed: a sparse all-gather
   std::vector<float> anchor_, velocity_;
 };
 
@@ -66,9 +76,9 @@ const bool registered = register_algorithm<algorithms::DilocoOptions>({
           if (o.local_steps() < 1) throw OptionError("local_steps", "must be >= 1, got " + std::to_string(o.local_steps()));
           if (!(o.outer_lr() > 0) || !std::isfinite(o.outer_lr())) throw OptionError("outer_lr", "must be a positive number");
           if (!(o.outer_momentum() >= 0 && o.outer_momentum() < 1)) throw OptionError("outer_momentum", "must be in [0, 1)");
-          check_diloco_replica_and_codecs(s, o.replica(), o.outer_codec());
+          check_diloco_replica_and_codecs(s, o.replica(), o.outer_codec(), true);
         },
-    .make = [](const GossipSpec&, const algorithms::DilocoOptions& o) { return std::make_unique<Diloco>(o); },
+    .make = [](const GossipSpec& s, const algorithms::DilocoOptions& o) { return std::make_unique<Diloco>(s, o); },
 });
 
 }  // namespace

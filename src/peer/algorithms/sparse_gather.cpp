@@ -1,4 +1,5 @@
-// The sparse all-gather of dgc and demo, as their papers synchronise: every peer's
+// The sparse all-gather of dgc, demo and diloco's outer gradient under a codec that cannot
+// be summed, as DGC's and DeMo's papers synchronise: every peer's
 // compressed update to every other peer directly (one hop; a sparse payload cannot be
 // summed on the way, so a ring would forward n-1 of them), summed in peer order on
 // arrival; and the learning-rate scaling every synchronous mean shares.
@@ -31,6 +32,14 @@ std::vector<float> gather_sum(GossipEngine& e, MessageKind kind, const std::shar
     for (size_t i = 0; i < len; ++i) sum[i] += m.data[i];
   }
   return sum;
+}
+
+std::vector<float> CompressedSum::sum(GossipEngine& e, MessageKind kind, std::vector<float> v, uint64_t round, uint32_t phase) {
+  if (residual_.size() != v.size()) residual_.assign(v.size(), 0.0f);
+  for (size_t i = 0; i < v.size(); ++i) v[i] += residual_[i];
+  const auto mine = e.encode_once(v, 0, codec_);
+  for (size_t i = 0; i < v.size(); ++i) residual_[i] = v[i] - mine->decoded[i];
+  return gather_sum(e, kind, mine, round, phase);
 }
 
 float sync_lr_scale(int peers, uint64_t step, bool linear, int warmup_steps) {
