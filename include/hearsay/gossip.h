@@ -18,6 +18,8 @@
 //                (Lin et al., ICLR 2018)
 //   demo         DeMo: top-k of a block DCT of each peer's own momentum, sparse
 //                all-gather, signum step (Peng, Quesnelle, Kingma, 2024)
+//   delta_gossip H local steps, then the H-step delta gossiped under the codec (error
+//                feedback across rounds) and averaged with staleness weights
 //
 // Threads: the step loop calls before_step/step/after_step from one thread; arrivals come
 // on the transport's threads and are queued, then applied on the step loop's thread

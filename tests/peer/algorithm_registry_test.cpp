@@ -83,19 +83,19 @@ TEST_CASE("registry: an algorithm's options are checked where it declares them, 
   CHECK(gossip_spec(both.cluster()).options.empty());
   // An unknown algorithm's error lists the registered ones, the test's among them.
   CHECK_THROWS_WITH_AS(parse_config(config_text("    algorithm: \"nope\"\n"), "n.textproto"),
-                       doctest::Contains("unknown 'nope'; use adpsgd, allreduce, choco, demo, dgc, diloco, dpsgd, gossip_grad, local_sgd, "
+                       doctest::Contains("unknown 'nope'; use adpsgd, allreduce, choco, delta_gossip, demo, dgc, diloco, dpsgd, gossip_grad, local_sgd, "
                                          "never_communicate, sgp, streaming_diloco"),
                        InputError);
 }
 
 TEST_CASE("registry: it is the one list of algorithms, with what each declares") {
   const auto names = gossip_algorithms();
-  CHECK(names == std::vector<std::string>{"adpsgd", "allreduce", "choco", "demo", "dgc", "diloco", "dpsgd", "gossip_grad", "local_sgd",
+  CHECK(names == std::vector<std::string>{"adpsgd", "allreduce", "choco", "delta_gossip", "demo", "dgc", "diloco", "dpsgd", "gossip_grad", "local_sgd",
                                           "never_communicate", "sgp", "streaming_diloco"});
   for (const char* sync : {"allreduce", "dpsgd", "local_sgd", "diloco", "streaming_diloco", "dgc", "demo"}) CHECK(is_synchronous(sync));
   CHECK(find_algorithm("demo")->owns_update);
   CHECK_FALSE(find_algorithm("dgc")->owns_update);
-  for (const char* async : {"adpsgd", "gossip_grad", "sgp", "choco", "never_communicate"}) CHECK_FALSE(is_synchronous(async));
+  for (const char* async : {"adpsgd", "gossip_grad", "sgp", "choco", "never_communicate", "delta_gossip"}) CHECK_FALSE(is_synchronous(async));
   CHECK(find_algorithm("dpsgd")->undirected_topology);
   CHECK(find_algorithm("choco")->undirected_topology);
   CHECK_FALSE(find_algorithm("adpsgd")->undirected_topology);

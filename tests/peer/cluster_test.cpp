@@ -47,8 +47,16 @@ ClusterResult cluster(const std::string& algorithm, int n, const config::Config&
   s.base = peer_spec(c);
   s.peers = n;
   s.gossip.algorithm = algorithm;
-  s.gossip.topology.kind = algorithm == "sgp" ? "exponential" : algorithm == "adpsgd" ? "random" : "ring";
-  if (algorithm == "local_sgd" || algorithm == "diloco") s.gossip.options = "local_steps: 4";
+  s.gossip.topology.kind = algorithm == "sgp"            ? "exponential"
+                           : algorithm == "adpsgd"       ? "random"
+                           : algorithm == "delta_gossip" ? "complete"  // the only graph it takes
+                                                         : "ring";
+  if (algorithm == "local_sgd" || algorithm == "diloco" || algorithm == "delta_gossip") s.gossip.options = "local_steps: 4";
+  // dgc sparsifies with top-k: 7 of logistic regression's 68 parameters a step.
+  if (algorithm == "dgc") {
+    s.gossip.codec.name = "topk";
+    s.gossip.codec.density = 0.1;
+  }
   // Logistic regression is one unit: one fragment.
   if (algorithm == "streaming_diloco") s.gossip.options = "local_steps: 4 fragments: 1 overlap_steps: 1";
   s.slowdown = std::move(slowdown);

@@ -122,7 +122,7 @@ TEST_CASE("dgc memory: with momentum factor masking, every element sent is plain
   CHECK(same_bits(dgc_alone(s, w0, grads, 0.05f), sgd(0.0f, false, w0, grads, 0.05f)));
 }
 
-TEST_CASE("dgc memory: what is not sent stays in the velocity; what is sent leaves it, and masking zeroes its momentum") {
+TEST_CASE("dgc memory: what is not sent stays in the velocity, what is sent leaves it, and masking zeroes its momentum") {
   DgcSettings s;
   s.momentum = 0.5f;
   DgcMemory mem(4, s);
@@ -207,7 +207,7 @@ TEST_CASE("dgc: at density 1 without masking it trains as allreduce with momentu
   CHECK(apart > 1e-3);
 }
 
-TEST_CASE("dgc and demo: dgc takes optim's momentum but not adamw or a codec other than top-k; demo refuses optim's momentum, at the field") {
+TEST_CASE("dgc and demo: dgc takes optim's momentum but not adamw or a codec other than top-k, demo refuses optim's momentum, at the field") {
   const std::string base = R"(
     name: "c" seed: 1 model { kind: MLP hidden: [8] }
     data { format: SYNTHETIC synthetic_train: 64 synthetic_test: 16 synthetic_dim: 4 num_classes: 2 }

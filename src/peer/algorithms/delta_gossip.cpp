@@ -1,0 +1,100 @@
+// delta_gossip: local steps composed with compressed gossip, the asynchronous counterpart of
+// diloco with a compressed outer gradient. A round is H local steps with optim from the
+// anchor a (the model at the round's start); then the peer's pseudo-gradient
+// delta_i = a - x goes to its neighbours under gossip.codec (each link's encoder keeps
+// what the codec left out, so error feedback spans rounds), and the peer moves to
+// a - (delta_i + sum_j f(tau_j) delta_j) / n: the mean over the n peers of its own delta
+// and those the others sent since its last round, each weighted by the staleness
+// weighting (tau in logical steps; a delta not yet arrived counts as zero now and is
+// taken in when it comes). On the complete graph (the only one it accepts: deltas, not
+// models, are averaged, so nothing pulls apart copies back together) every peer takes in
+// every delta once, so with constant weighting the copies differ only by what is in
+// flight. No peer waits for another (docs/ALGORITHMS.md, "delta_gossip").
+#include "../algorithm.h"
+#include "../algorithm_registry.h"
+#include "hearsay/algorithms/delta_gossip.pb.h"
+
+namespace hearsay {
+namespace {
+
+class DeltaGossip final : public Algorithm {
+ public:
+  explicit DeltaGossip(int local_steps) : h_(static_cast<uint64_t>(local_steps)) {}
+
+  BatchStats step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) override {
+    if (anchor_.empty()) anchor_ = e.params_host();
+    const BatchStats s = local_step(e, batch, lr, step);
+    if (step % h_ != h_ - 1) return s;
+    const std::vector<float> x = e.params_host();
+    std::vector<float> delta(x.size());
+    for (size_t i = 0; i < x.size(); ++i) delta[i] = anchor_[i] - x[i];
+    e.note_own_gradient(delta);
+    for (int t : e.live_targets(static_cast<int64_t>(step))) e.send(t, {.kind = MessageKind::kModelDelta}, delta);
+    std::vector<double> sum(delta.begin(), delta.end());
+    add_arrivals(e, sum);
+    const double inv = 1.0 / static_cast<double>(e.peers().size());
+    for (size_t i = 0; i < x.size(); ++i) anchor_[i] = static_cast<float>(anchor_[i] - inv * sum[i]);
+    e.set_params_host(anchor_);
+    return s;
+  }
+
+  // After the run: the deltas that arrived since the last round, so that with every
+  // delta delivered every peer has taken in each one once.
+  void settle(GossipEngine& e) override {
+    if (anchor_.empty()) return;
+    std::vector<double> sum(anchor_.size(), 0.0);
+    if (!add_arrivals(e, sum)) return;
+    std::vector<float> x = e.params_host();
+    const double inv = 1.0 / static_cast<double>(e.peers().size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      x[i] = static_cast<float>(x[i] - inv * sum[i]);
+      anchor_[i] = static_cast<float>(anchor_[i] - inv * sum[i]);
+    }
+    e.set_params_host(x);
+  }
+
+  std::string save() const override { return StateWriter().put_optional(anchor_).str(); }
+  void load(const std::string& state, GossipEngine& e) override {
+    if (state.empty()) return;
+    StateReader r(state);
+    r.get_optional(&anchor_, e.model().num_params());
+    if (!r.done()) throw InputError("checkpoint: delta_gossip state has bytes left over");
+  }
+
+ private:
+  // sum += f(tau) delta_j for every delta that has arrived (several from one neighbour
+  // fold into their sum: none is lost); whether any did.
+  bool add_arrivals(GossipEngine& e, std::vector<double>& sum) {
+    bool any = false;
+    for (const auto& m : e.take_async()) {
+      if (m.kind != MessageKind::kModelDelta || m.data.size() != sum.size()) continue;
+      const auto d = e.mixer().gradient(e.clock(), m.clock);
+      if (d.drop) continue;
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] += d.weight * m.data[i];
+      any = true;
+    }
+    return any;
+  }
+
+  uint64_t h_;
+  std::vector<float> anchor_;
+};
+
+const bool registered = register_algorithm<algorithms::DeltaGossipOptions>({
+    .name = "delta_gossip",
+    .joins_from_neighbour = true,
+    .sends = {{MessageKind::kModelDelta, Compression::kUpdate}},
+    .check =
+        [](const algorithms::DeltaGossipOptions& o, const GossipSpec& s, int) {
+          if (o.local_steps() < 1) throw OptionError("local_steps", "must be >= 1, got " + std::to_string(o.local_steps()));
+          if (s.topology.kind != "complete") {
+            throw InputError("delta_gossip: averages deltas, not models, so its peers agree only if every peer takes in every "
+                             "delta: use topology \"complete\" (got '" + s.topology.kind + "'); on a sparser graph use choco, or "
+                             "gossip_grad with model averaging");
+          }
+        },
+    .make = [](const GossipSpec&, const algorithms::DeltaGossipOptions& o) { return std::make_unique<DeltaGossip>(o.local_steps()); },
+});
+
+}  // namespace
+}  // namespace hearsay
