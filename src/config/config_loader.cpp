@@ -368,7 +368,7 @@ void validate(const config::Config& c, const Locator& at) {
       const std::string why = "algorithm '" + g.algorithm() + "' keeps its own momentum and takes its own step, so optim's " +
                               "would not apply: set it to 0 (or remove it) and set the algorithm's in [hearsay.algorithms." +
                               g.algorithm() + "] { ... }";
-      if (o.has_optimizer() && optimizer_name(o) != "sgd") fail("optim.optimizer", "'" + optimizer_name(o) + "': " + why);
+      if (optimizer_name(o) != "sgd") fail("optim.optimizer", "'" + optimizer_name(o) + "': " + why);
       if (o.has_momentum() && o.momentum() != 0) fail("optim.momentum", why);
       if (o.nesterov()) fail("optim.nesterov", why);
       if (o.weight_decay() != 0) fail("optim.weight_decay", why);

@@ -54,10 +54,13 @@ struct AlgorithmEntry {
   // A peer that starts late or restarts first copies a neighbour's trained model
   // (GossipEngine::join): for asynchronous algorithms, whose peers never start together.
   bool joins_from_neighbour = false;
-  // It keeps its own momentum and applies its own update (dgc, demo): the peer's
-  // optimizer must be plain sgd (no momentum, Nesterov, weight decay or clipping), which
-  // the config loader checks; the algorithm's options carry those settings.
+  // It keeps its own momentum and applies its own update without the optimizer (demo):
+  // optim must be plain sgd with no momentum, Nesterov, weight decay or clipping set (they
+  // would not apply), which the config loader checks; its options carry its own.
   bool owns_update = false;
+  // It applies its step itself and never calls the peer's optimizer (dgc, demo): a peer
+  // whose framework owns the optimizer (a torch peer) cannot run it.
+  bool steps_without_optimizer = false;
   // The options message's default instance (its type is what the config's extension
   // holds); never null.
   const google::protobuf::Message* options = nullptr;
@@ -82,6 +85,7 @@ struct AlgorithmDefinition {
   bool undirected_topology = false;
   bool joins_from_neighbour = false;
   bool owns_update = false;
+  bool steps_without_optimizer = false;
   std::vector<SendRule> sends;
   std::function<void(const Options&, const GossipSpec&, int peers)> check;
   std::function<std::unique_ptr<Algorithm>(const GossipSpec&, const Options&)> make;
@@ -100,6 +104,7 @@ bool register_algorithm(AlgorithmDefinition<Options> d) {
   e.undirected_topology = d.undirected_topology;
   e.joins_from_neighbour = d.joins_from_neighbour;
   e.owns_update = d.owns_update;
+  e.steps_without_optimizer = d.steps_without_optimizer;
   e.options = &Options::default_instance();
   e.sends = std::move(d.sends);
   if (d.check) {

@@ -13,6 +13,7 @@
 #include "../model/external.h"
 #include "../optim/callback_optimizer.h"
 #include "algorithm.h"
+#include "algorithm_registry.h"
 #include "emulated_time.h"
 #include "run_plan.h"
 
@@ -35,6 +36,13 @@ ExternalPeer::ExternalPeer(const ExternalPeerOptions& o) {
   log_ = std::make_unique<EventLog>(log_path, name);
   if (!o.quiet) progress_ = std::make_unique<Progress>(stderr, name);
   if (cluster) {
+    // Before joining: no neighbour need be up to be told this.
+    const std::string& algorithm = cfg.cluster().gossip().algorithm();
+    if (algorithm_entry(algorithm).steps_without_optimizer) {
+      throw InputError("peer " + name + ": algorithm '" + algorithm + "' takes its step itself, without the optimizer, and a " +
+                       "torch peer steps with its framework's optimizer; run it with native peers (hearsay-peer), or choose " +
+                       "another algorithm");
+    }
     ClusterMembership m = join_cluster(cfg, name, *log_, &stop_);
     transport_ = std::move(m.transport);
     network_ = m.network;

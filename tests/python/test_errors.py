@@ -37,6 +37,19 @@ class Errors(unittest.TestCase):
         with self.assertRaisesRegex(hearsay.InputError, "HEARSAY_TEST_NO_SUCH_SECRET"):
             ht.Peer(path, name="a", argv=[], handle_signals=False)
 
+    def test_an_algorithm_that_steps_without_the_optimizer_is_refused_before_joining(self):
+        # dgc and demo apply their own update; a torch peer's step is its framework's.
+        for algorithm, extra in (("dgc", ' codec { name: "topk" }'), ("demo", "")):
+            path = write('name: "x"\ndata { format: SYNTHETIC synthetic_dim: 8 num_classes: 3 }\noptim { momentum: 0 }\n'
+                         'cluster {\n  id: "c"\n  secret_env: "HEARSAY_TEST_LONE_SECRET"\n'
+                         '  gossip { algorithm: "%s"%s }\n'
+                         '  peers { name: "a" address: "127.0.0.1:17486" }\n  peers { name: "b" address: "127.0.0.1:17487" }\n}\n'
+                         % (algorithm, extra))
+            os.environ["HEARSAY_TEST_LONE_SECRET"] = "a secret of the lone peer test"
+            with self.assertRaisesRegex(hearsay.InputError, r"peer a: algorithm '%s' takes its step itself, without the "
+                                        r"optimizer.*run it with native peers" % algorithm):
+                ht.Peer(path, name="a", argv=[], quiet=True, handle_signals=False)
+
     def test_unknown_peer_name_is_refused(self):
         path = write('name: "x"\ncluster {\n  id: "c"\n  secret_env: "HEARSAY_SECRET"\n'
                      '  peers { name: "a" address: "127.0.0.1:17455" }\n  peers { name: "b" address: "127.0.0.1:17456" }\n}\n')

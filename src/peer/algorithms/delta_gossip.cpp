@@ -87,6 +87,10 @@ const bool registered = register_algorithm<algorithms::DeltaGossipOptions>({
     .check =
         [](const algorithms::DeltaGossipOptions& o, const GossipSpec& s, int) {
           if (o.local_steps() < 1) throw OptionError("local_steps", "must be >= 1, got " + std::to_string(o.local_steps()));
+          if (s.site_replicas) {
+            throw InputError("delta_gossip: its mean is over every peer's delta; cluster.site_replicas (only the sites' leaders "
+                             "taking part) is not supported with it");
+          }
           if (s.topology.kind != "complete") {
             throw InputError("delta_gossip: averages deltas, not models, so its peers agree only if every peer takes in every "
                              "delta: use topology \"complete\" (got '" + s.topology.kind + "'); on a sparser graph use choco, or "

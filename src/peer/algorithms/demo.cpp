@@ -88,6 +88,7 @@ const bool registered = register_algorithm<algorithms::DemoOptions>({
     .synchronous = true,
     .collective = true,
     .owns_update = true,
+    .steps_without_optimizer = true,
     .check =
         [](const algorithms::DemoOptions& o, const GossipSpec& s, int) {
           if (!(o.momentum() >= 0 && o.momentum() < 1)) throw OptionError("momentum", "must be in [0, 1), got " + std::to_string(o.momentum()));

@@ -82,6 +82,7 @@ const bool registered = register_algorithm<algorithms::DgcOptions>({
     .name = "dgc",
     .synchronous = true,
     .collective = true,
+    .steps_without_optimizer = true,
     .check =
         [](const algorithms::DgcOptions& o, const GossipSpec& s, int) {
           if (s.optimizer.name != "sgd") {
