@@ -199,13 +199,15 @@ std::vector<float> gather_sum(GossipEngine& e, MessageKind kind, const std::shar
 class CompressedSum {
  public:
   explicit CompressedSum(std::string codec) : codec_(std::move(codec)) {}
-  std::vector<float> sum(GossipEngine& e, MessageKind kind, std::vector<float> v, uint64_t round, uint32_t phase);
-  const std::vector<float>& residual() const { return residual_; }
-  std::vector<float>& residual() { return residual_; }
+  std::vector<float> sum(GossipEngine& e, MessageKind kind, const std::vector<float>& v, uint64_t round, uint32_t phase);
+  // What the codec has not sent yet (empty before the first sum), for checkpoints.
+  const std::vector<float>& residual() const;
+  std::vector<float>& residual(GossipEngine& e);
 
  private:
+  void start(GossipEngine& e);
   std::string codec_;
-  std::vector<float> residual_;
+  std::unique_ptr<LinkEncoder> encoder_;  // gossip.codec's settings under codec_, error feedback on
 };
 // The learning rate's factor for the mean of n peers' updates (allreduce, dgc): linear
 // (1 growing to n over warmup_steps; Goyal et al., 2017) or 1.

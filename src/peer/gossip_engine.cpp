@@ -519,17 +519,27 @@ std::shared_ptr<const GossipEngine::Encoded> GossipEngine::encode_once(const std
     s.error_feedback = "on";  // picks random-k unscaled (a contraction); no residual is kept here
     once_codec = make_codec(s, model_.param_views(), rng_.next_u64());
   }
-  auto out = std::make_shared<Encoded>();
-  out->decoded.assign(data.size(), 0.0f);
-  for (const auto& [begin, len] : once_codec->segments(data.size(), spec_.segment_elements)) {
-    Encoded::Segment s;
+  Codec& codec = *once_codec;
+  return build_encoded(data.size(), codec.segments(data.size(), spec_.segment_elements),
+                       [&](size_t begin, size_t len, std::vector<uint8_t>& payload, CodecParams& params) {
+                         codec.encode(data.data() + begin, len, offset + begin, payload, params);
+                       });
+}
+
+std::shared_ptr<const GossipEngine::Encoded> build_encoded(
+    size_t n, const std::vector<std::pair<size_t, size_t>>& segments,
+    const std::function<void(size_t offset, size_t length, std::vector<uint8_t>& payload, CodecParams& params)>& encode) {
+  auto out = std::make_shared<GossipEngine::Encoded>();
+  out->decoded.assign(n, 0.0f);
+  for (const auto& [begin, len] : segments) {
+    GossipEngine::Encoded::Segment s;
     s.offset = begin;
     s.length = len;
     auto payload = std::make_shared<std::vector<uint8_t>>();
-    once_codec->encode(data.data() + begin, len, offset + begin, *payload, s.params);
+    encode(begin, len, *payload, s.params);
     // Decoded exactly as a receiver's inbox decodes it: into zeros, scale 1.
     const std::string err = decode_accumulate(s.params, payload->data(), payload->size(), 1.0f, out->decoded.data() + begin, len);
-    HEARSAY_CHECK(err.empty(), "encode_once: the payload just encoded does not decode: " + err);
+    HEARSAY_CHECK(err.empty(), "an update just encoded does not decode: " + err);
     s.payload = std::move(payload);
     out->segments.push_back(std::move(s));
   }

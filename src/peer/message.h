@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -68,6 +69,14 @@ struct GossipEngine::Encoded {
   // What a receiver decodes from the segments, bit for bit (the same decoder, into zeros).
   std::vector<float> decoded;
 };
+
+// An Encoded of a tensor of n elements cut into `segments` ((offset, length) pairs):
+// encode(offset, length, payload, params) writes each segment's payload; what a receiver
+// decodes from them is filled in (the inbox's decoder, into zeros, scale 1) and checked.
+// The one place encode_once, demo and CompressedSum build the bytes they send to many.
+std::shared_ptr<const GossipEngine::Encoded> build_encoded(
+    size_t n, const std::vector<std::pair<size_t, size_t>>& segments,
+    const std::function<void(size_t offset, size_t length, std::vector<uint8_t>& payload, CodecParams& params)>& encode);
 
 // A tensor snapshot in device memory (GossipEngine::snapshot_device), complete: no device
 // work is pending on it when it is handed over, so any thread may read it.

@@ -54,29 +54,19 @@ class Demo final : public Algorithm {
   // The coefficients y[idx] as top-k payloads over the engine's segments, and what a
   // receiver decodes from them.
   std::shared_ptr<const GossipEngine::Encoded> encode(GossipEngine& e, const std::vector<float>& y, const std::vector<uint32_t>& idx) {
-    auto out = std::make_shared<GossipEngine::Encoded>();
-    out->decoded.assign(y.size(), 0.0f);
     size_t j = 0;
     std::vector<uint32_t> local;
     std::vector<float> values;
-    for (const auto& [begin, len] : even_segments(y.size(), e.spec().segment_elements)) {
-      local.clear();
-      values.clear();
-      for (; j < idx.size() && idx[j] < begin + len; ++j) {
-        local.push_back(static_cast<uint32_t>(idx[j] - begin));
-        values.push_back(y[idx[j]]);
-      }
-      GossipEngine::Encoded::Segment seg;
-      seg.offset = begin;
-      seg.length = len;
-      auto payload = std::make_shared<std::vector<uint8_t>>();
-      encode_sparse(local, values.data(), len, o_.value_bits(), *payload, seg.params);
-      const std::string err = decode_accumulate(seg.params, payload->data(), payload->size(), 1.0f, out->decoded.data() + begin, len);
-      HEARSAY_CHECK(err.empty(), "demo: the payload just encoded does not decode: " + err);
-      seg.payload = std::move(payload);
-      out->segments.push_back(std::move(seg));
-    }
-    return out;
+    return build_encoded(y.size(), even_segments(y.size(), e.spec().segment_elements),
+                         [&](size_t begin, size_t len, std::vector<uint8_t>& payload, CodecParams& params) {
+                           local.clear();
+                           values.clear();
+                           for (; j < idx.size() && idx[j] < begin + len; ++j) {
+                             local.push_back(static_cast<uint32_t>(idx[j] - begin));
+                             values.push_back(y[idx[j]]);
+                           }
+                           encode_sparse(local, values.data(), len, o_.value_bits(), payload, params);
+                         });
   }
 
   algorithms::DemoOptions o_;

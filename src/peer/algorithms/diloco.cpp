@@ -30,7 +30,7 @@ class Diloco final : public Algorithm {
     if (step % h_ != h_ - 1) return s;
     std::vector<float> delta = e.params_host();
     for (size_t i = 0; i < delta.size(); ++i) delta[i] = anchor_[i] - delta[i];
-    const auto sum = compressed_ ? compressed_->sum(e, MessageKind::kModelDelta, std::move(delta), step / h_, 0)
+    const auto sum = compressed_ ? compressed_->sum(e, MessageKind::kModelDelta, delta, step / h_, 0)
                                  : allreduce_sum(e, MessageKind::kModelDelta, std::move(delta), step / h_, 0, true,
                                                  ReduceScope::kCluster, outer_codec_);
     if (velocity_.empty()) velocity_.assign(sum.size(), 0.0f);
@@ -55,7 +55,7 @@ class Diloco final : public Algorithm {
     StateReader r(state);
     r.get_optional(&anchor_, e.model().num_params());
     r.get_optional(&velocity_, e.model().num_params());
-    if (compressed_ && !r.done()) r.get_optional(&compressed_->residual(), e.model().num_params());
+    if (compressed_ && !r.done()) r.get_optional(&compressed_->residual(e), e.model().num_params());
     if (!r.done()) throw InputError("checkpoint: diloco state has bytes left over");
   }
 

@@ -34,11 +34,31 @@ std::vector<float> gather_sum(GossipEngine& e, MessageKind kind, const std::shar
   return sum;
 }
 
-std::vector<float> CompressedSum::sum(GossipEngine& e, MessageKind kind, std::vector<float> v, uint64_t round, uint32_t phase) {
-  if (residual_.size() != v.size()) residual_.assign(v.size(), 0.0f);
-  for (size_t i = 0; i < v.size(); ++i) v[i] += residual_[i];
-  const auto mine = e.encode_once(v, 0, codec_);
-  for (size_t i = 0; i < v.size(); ++i) residual_[i] = v[i] - mine->decoded[i];
+void CompressedSum::start(GossipEngine& e) {
+  if (encoder_) return;
+  CodecSpec spec = e.spec().codec;
+  spec.name = codec_;
+  spec.error_feedback = "on";  // random-k unscaled too: the residual keeps what it left
+  encoder_ = std::make_unique<LinkEncoder>(spec, e.model().param_views(), e.rng().next_u64());
+}
+
+const std::vector<float>& CompressedSum::residual() const {
+  static const std::vector<float> none;
+  return encoder_ ? encoder_->residual() : none;
+}
+
+std::vector<float>& CompressedSum::residual(GossipEngine& e) {
+  start(e);
+  return encoder_->residual();
+}
+
+std::vector<float> CompressedSum::sum(GossipEngine& e, MessageKind kind, const std::vector<float>& v, uint64_t round,
+                                      uint32_t phase) {
+  start(e);
+  const auto mine = build_encoded(v.size(), encoder_->codec().segments(v.size(), e.spec().segment_elements),
+                                  [&](size_t begin, size_t len, std::vector<uint8_t>& payload, CodecParams& params) {
+                                    encoder_->encode(v.data() + begin, len, begin, v.size(), payload, params);
+                                  });
   return gather_sum(e, kind, mine, round, phase);
 }
 
