@@ -63,14 +63,17 @@ class DeltaGossip final : public Algorithm {
 
  private:
   // sum += f(tau) delta_j for every delta that has arrived (several from one neighbour
-  // fold into their sum: none is lost); whether any did.
+  // fold into their sum: none is lost; none is dropped for its age); whether any did.
   bool add_arrivals(GossipEngine& e, std::vector<double>& sum) {
     bool any = false;
     for (const auto& m : e.take_async()) {
       if (m.kind != MessageKind::kModelDelta || m.data.size() != sum.size()) continue;
-      const auto d = e.mixer().gradient(e.clock(), m.clock);
-      if (d.drop) continue;
-      for (size_t i = 0; i < sum.size(); ++i) sum[i] += d.weight * m.data[i];
+      // Weighted by staleness, never dropped for it: a delta left out is progress its
+      // sender made and this peer never takes in, and the copies part for good.
+      const uint64_t mine = e.clock();
+      const double w = e.mixer().staleness_weight(mine > m.clock ? static_cast<int64_t>(mine - m.clock) : 0);
+      e.mixer().applied(mine, m.clock);
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] += w * m.data[i];
       any = true;
     }
     return any;
