@@ -42,7 +42,7 @@ test: build test-deps
 test-asan: test-deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DHEARSAY_SANITIZE=ON -DHEARSAY_CUDA=OFF $(CMAKE_FLAGS)
 	cmake --build build-asan -j $(JOBS)
-	cd build-asan && ctest --output-on-failure -j $(JOBS) -E 'convergence_test|10x slower|consensus distance falls|Byzantine peer|measured speeds|sim_network_test|simulator:|report:'
+	cd build-asan && ctest --output-on-failure -j $(JOBS) -E 'convergence_test|10x slower|consensus distance falls|Byzantine peer|measured speeds|on non-IID shards|sim_network_test|simulator:|report:'
 
 # The tests again under ThreadSanitizer (CPU only; -O1, since TSan slows code 5-15x and
 # -O0 doubles that); any report fails the test. TSAN_OPTIONS (with tests/tsan.supp, for
@@ -66,10 +66,16 @@ test-asan: test-deps
 #                              them all), which TSan reads as races it cannot follow.
 #   'report:'                  the report's test draws a simulated sweep (hearsay-sim, as
 #                              'simulator:'); the report itself is Python.
+#   'on non-IID shards'        cluster_test's 13 algorithms against peers alone: the
+#                              asynchronous ones' accuracy after a fixed schedule depends on
+#                              the same ratio (1 of 3 runs under ASan with ctest -j 2 missed
+#                              the bound by 0.02 of accuracy at a loss of 1.88, as sgp's,
+#                              whose margin is the thinnest); the every-algorithm convergence
+#                              test beside it still runs each algorithm.
 test-tsan: test-deps
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG='-g -O1' -DHEARSAY_SANITIZE=thread -DHEARSAY_CUDA=OFF $(CMAKE_FLAGS)
 	cmake --build build-tsan -j $(JOBS)
-	cd build-tsan && ctest --output-on-failure -j $(JOBS) -E 'convergence_test|10x slower|consensus distance falls|Byzantine peer|measured speeds|sim_network_test|simulator:|report:'
+	cd build-tsan && ctest --output-on-failure -j $(JOBS) -E 'convergence_test|10x slower|consensus distance falls|Byzantine peer|measured speeds|on non-IID shards|sim_network_test|simulator:|report:'
 
 
 # Peers on separate hosts: 3 sites as network namespaces on a bridge, each site's link
