@@ -1,9 +1,10 @@
-// Helpers shared by the tests: temporary directories and file writing.
+// Helpers shared by the tests: temporary directories, file writing, bitwise equality.
 #pragma once
 
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -45,6 +46,11 @@ inline void write_file(const std::string& path, const std::string& bytes) {
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Whether two tensors are equal bit for bit (the equal-copies invariants).
+inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), 4 * a.size()) == 0;
 }
 
 }  // namespace hearsay::test

@@ -10,8 +10,10 @@
 #include "hearsay/cluster.h"
 #include "hearsay/config.h"
 #include "hearsay/error.h"
+#include "test_util.h"
 
 using namespace hearsay;
+using hearsay::test::same_bits;
 
 namespace {
 
@@ -34,10 +36,6 @@ const char* kSmall = R"(
   train { batch_size: 16 epochs: 2 eval_every_steps: 1000000 }
   log { every_steps: 16 }
 )";
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), 4 * a.size()) == 0;
-}
 
 }  // namespace
 

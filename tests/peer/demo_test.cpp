@@ -13,8 +13,10 @@
 #include "hearsay/cluster.h"
 #include "hearsay/config.h"
 #include "hearsay/config.pb.h"
+#include "test_util.h"
 
 using namespace hearsay;
+using hearsay::test::same_bits;
 
 namespace {
 
@@ -168,10 +170,6 @@ ClusterResult run(const std::string& options, int steps) {
   s.gossip.topology.kind = "ring";
   s.gossip.topology.site_of = {0, 0, 1, 1};
   return run_cluster(s);
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), 4 * a.size()) == 0;
 }
 
 }  // namespace

@@ -17,8 +17,10 @@
 #include "hearsay/config.pb.h"
 #include "hearsay/error.h"
 #include "hearsay/optim.h"
+#include "test_util.h"
 
 using namespace hearsay;
+using hearsay::test::same_bits;
 
 namespace {
 
@@ -53,10 +55,6 @@ std::vector<float> sgd(float momentum, bool nesterov, std::vector<float> w, cons
   auto opt = create_optimizer(*backend, w.size(), spec);
   for (const auto& g : grads) opt->step(w.data(), g.data(), lr);
   return w;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), 4 * a.size()) == 0;
 }
 
 const char* kSmall = R"(

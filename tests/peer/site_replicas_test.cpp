@@ -17,6 +17,7 @@
 #include "test_util.h"
 
 using namespace hearsay;
+using hearsay::test::same_bits;
 
 namespace {
 
@@ -47,10 +48,6 @@ ClusterResult run(const std::string& algorithm, const std::string& options, int 
   s.gossip.site_replicas = site_replicas;
   s.log_dir = log_dir;
   return run_cluster(s);
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), 4 * a.size()) == 0;
 }
 
 // Each peer's `site` event: its role.
