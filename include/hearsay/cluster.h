@@ -26,6 +26,10 @@ struct ClusterSpec {
   LinkModel link;                                // every directed link
   std::map<std::pair<int, int>, LinkModel> links;  // (from, to) overrides
   std::string log_dir;                           // per-peer JSON Lines logs; empty: none
+  // Per peer: after this many steps the peer dies as a killed process would (its
+  // transport closed, nothing more sent or answered); 0 or empty: never. Its result is
+  // the state it died with; the run fails only if a live peer does.
+  std::vector<int64_t> crash_after_steps;
   // Tests of averaging invariants: every peer initialises its model from its own seed
   // (base seed + index), and none copies a neighbour's model at start (no join).
   bool distinct_init = false;

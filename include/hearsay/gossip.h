@@ -41,6 +41,7 @@
 
 #include "hearsay/clock.h"
 #include "hearsay/codec.h"
+#include "hearsay/error.h"
 #include "hearsay/log.h"
 #include "hearsay/metrics.h"
 #include "hearsay/mixer.h"
@@ -58,6 +59,14 @@ class Checkpoint;  // proto/hearsay/checkpoint.proto: what save_state fills in
 // Thrown out of a step when stop() interrupted a wait: the run ends, it did not fail.
 struct StopRequested : std::runtime_error {
   StopRequested() : std::runtime_error("stop requested") {}
+};
+
+// Thrown by GossipEngine::wait_sync when peer index `peer` sent nothing for the round
+// within gossip.sync_timeout_s. A site's peers catch it to elect a new leader
+// (site_replicas.cpp); everywhere else it is the InputError it always was.
+struct PeerTimeout : InputError {
+  PeerTimeout(const std::string& what, int peer_index) : InputError(what), peer(peer_index) {}
+  int peer;
 };
 
 // Checks on what neighbours send (src/peer/update_guard.h, docs/ALGORITHMS.md).
@@ -290,6 +299,12 @@ class GossipEngine {
   // The same without waiting: the message when it has arrived, else nullopt (a refused
   // one throws as wait_sync does).
   std::optional<Message> poll_sync(int from, uint64_t round, uint32_t phase);
+  // The same, waiting at most timeout_s (nullopt when nothing came; a refused one throws).
+  std::optional<Message> wait_sync_for(int from, uint64_t round, uint32_t phase, double timeout_s);
+  // Drops the synchronous messages held for which stale(from, round, phase) is true: those
+  // of a site's attempt that its view change gave up (they would count against the inbox's
+  // bound on held rounds for good).
+  void forget_sync(const std::function<bool(int from, uint64_t round, uint32_t phase)>& stale);
   // Host copy of the parameters, and writing them back.
   std::vector<float> params_host();
   void set_params_host(const std::vector<float>& p);
@@ -410,9 +425,21 @@ class GossipEngine {
   };
   SiteSplit& site_split() { return site_split_; }
   const SiteSplit& site_split() const { return site_split_; }
+  // The site's peers that are alive as its last view change agreed (cluster order, the
+  // leader first; empty: the config's site, before any change), that change's number, and
+  // what is added to a step's number to give the site's round (peers that gave up steps
+  // at different rounds meet at the same one after).
+  struct SiteView {
+    std::vector<int> members;
+    uint32_t epoch = 0;
+    uint64_t round_offset = 0;
+  };
+  SiteView& site_view() { return site_view_; }
+  const SiteView& site_view() const { return site_view_; }
 
  private:
   SiteSplit site_split_;
+  SiteView site_view_;
   std::atomic<uint64_t> next_update_id_{1};  // outboxes send from the step loop and transport threads
   std::atomic<bool> stopped_{false};
   double work_s_ = 0, work_since_ = 0;  // step-loop thread only: last_work_s, and when its current span began

@@ -113,6 +113,19 @@ enum class SiteRole { kNone, kLeader, kMember };
 SiteRole site_role(const GossipEngine& e);
 // The `site` event (docs/LOGS.md): this peer's site, role, leader and the site's size.
 void log_site(GossipEngine& e, SiteRole role);
+// Whether a site can go on without a peer that stopped answering: its live peers agree on
+// a new view, the first of them leads (docs/ALGORITHMS.md, "A leader's death"). Only where
+// the leaders run an algorithm whose state a new leader may start afresh.
+bool elects_new_leader(const GossipSpec& s);
+// Thrown out of a site's step when the site's view changed during it: the step is given
+// up, every live peer of the site holds the new leader's model. `stats`: this peer's batch.
+struct SiteViewChanged {
+  BatchStats stats;
+};
+// An asynchronous update from peer `from` passed the checks: where it comes from a peer
+// of another site that is not that site's leader as this peer knows it, and that leader
+// is no longer connected, `from` is the site's new leader (the `site_leader` event).
+void note_site_leader(GossipEngine& e, int from);
 // The rows of `total` each peer takes, in proportion to its speed (1 / its seconds per
 // sample), none more than `cap` (the rest shared by speed among the others), whole rows
 // by largest remainder, at least 1 each; they sum to `total` (when n x cap >= total).
@@ -129,7 +142,8 @@ void send_site_model(GossipEngine& e, uint64_t step);
 // The peers of each site in cluster order, by site index (all in site 0 where the topology
 // names no sites); the one place site membership is derived, for site_step and AllReduce.
 std::map<int, std::vector<int>> peers_by_site(const GossipEngine& e);
-// This peer's site: its peers in cluster order, this peer among them.
+// This peer's site: its peers in cluster order (after a view change, those still
+// alive, site_replicas.cpp), this peer among them.
 std::vector<int> my_site(const GossipEngine& e);
 // Whether allreduce_sum can carry a codec's payloads: a dense codec whose hops are
 // decoded, summed in fp32 and encoded again (none, fp16, bf16, int8, int4).

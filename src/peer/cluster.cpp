@@ -56,7 +56,7 @@ class ConsensusMonitor {
 // What was still in outboxes or on the wire when the peers stopped is let arrive and taken
 // in, so that what the peers hold at the end is all there is (sgp's mass is counted whole).
 // Bounded: a few rounds of at most 10 s each.
-void settle(std::vector<std::unique_ptr<Peer>>& peers) {
+void settle(const std::vector<Peer*>& peers) {
   for (int round = 0; round < 3; ++round) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     auto all_idle = [&] {
@@ -81,6 +81,11 @@ ClusterResult run_cluster(const ClusterSpec& spec) {
   if (!spec.slowdown.empty() && static_cast<int>(spec.slowdown.size()) != n) {
     throw InputError("cluster: slowdown lists " + std::to_string(spec.slowdown.size()) + " peers, the cluster has " + std::to_string(n));
   }
+  if (!spec.crash_after_steps.empty() && static_cast<int>(spec.crash_after_steps.size()) != n) {
+    throw InputError("cluster: crash_after_steps lists " + std::to_string(spec.crash_after_steps.size()) +
+                     " peers, the cluster has " + std::to_string(n));
+  }
+  const auto crashes = [&](int i) { return !spec.crash_after_steps.empty() && spec.crash_after_steps[i] > 0; };
   std::vector<std::string> ids;
   for (int i = 0; i < n; ++i) ids.push_back("peer" + std::to_string(i));
 
@@ -122,6 +127,7 @@ ClusterResult run_cluster(const ClusterSpec& spec) {
   std::vector<std::unique_ptr<Peer>> peers;
   for (int i = 0; i < n; ++i) {
     PeerSpec c = spec.base;
+    if (crashes(i)) c.train.max_steps = spec.crash_after_steps[i];  // its schedule as for a run of that length
     c.name = ids[i];
     c.num_shards = n;
     c.shard = i;
@@ -155,6 +161,7 @@ ClusterResult run_cluster(const ClusterSpec& spec) {
           std::this_thread::sleep_for(std::chrono::duration<double>(spec.start_delay_s[i]));
         }
         result.peers[i] = peers[i]->run();
+        if (crashes(i)) transports[i]->close();  // dead: the others hear nothing more from it
       } catch (...) {
         {
           std::lock_guard<std::mutex> lock(error_mu);
@@ -173,7 +180,13 @@ ClusterResult run_cluster(const ClusterSpec& spec) {
       cluster_log.write(cluster_log.event("consensus").add("step", step).add("distance", d));
     }
   }
-  if (!first_error) settle(peers);
+  if (!first_error) {
+    std::vector<Peer*> live;
+    for (int i = 0; i < n; ++i) {
+      if (!crashes(i)) live.push_back(peers[i].get());
+    }
+    settle(live);
+  }
   // Transports stop delivering before the engines they deliver to go away.
   for (auto& t : transports) t->close();
   for (auto& p : peers) {

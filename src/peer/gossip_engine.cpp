@@ -384,6 +384,7 @@ std::vector<GossipEngine::Message> GossipEngine::screen(std::vector<Message> arr
       continue;
     }
     guard_->pass(m.from);
+    note_site_leader(*this, m.from);
     mixed_this_step_.push_back(peers_[m.from]);
     out.push_back(std::move(m));
   }
@@ -479,8 +480,12 @@ BatchStats GossipEngine::step(const Batch& batch, float lr) {
   BatchStats s;
   in_step_ = true;
   try {
-    s = role == SiteRole::kMember ? site_member_step(*this, batch, steps_) : algorithm_->step(*this, batch, lr, steps_);
-    if (role == SiteRole::kLeader) send_site_model(*this, steps_);
+    try {
+      s = role == SiteRole::kMember ? site_member_step(*this, batch, steps_) : algorithm_->step(*this, batch, lr, steps_);
+      if (role == SiteRole::kLeader) send_site_model(*this, steps_);
+    } catch (const SiteViewChanged& changed) {
+      s = changed.stats;  // the step is given up: the site holds its new leader's model
+    }
   } catch (...) {
     start_snapshot_.reset();
     if (!owner_ends_steps_) end_step();  // what the step sent before it stopped still goes
@@ -953,11 +958,28 @@ GossipEngine::Message GossipEngine::wait_sync(int from, uint64_t round, uint32_t
   if (!m) {
     if (stopped_) throw StopRequested();
     if (!refused.empty()) throw_refused_sync(from, round, refused);
-    throw InputError("peer " + peers_[me_] + ": " + spec_.algorithm + " waited " + std::to_string(spec_.sync_timeout_s) +
-                     " s for peer " + peers_[from] + " (round " + std::to_string(round) +
-                     "); synchronous algorithms do not tolerate a missing peer");
+    throw PeerTimeout("peer " + peers_[me_] + ": " + spec_.algorithm + " waited " + std::to_string(spec_.sync_timeout_s) +
+                          " s for peer " + peers_[from] + " (round " + std::to_string(round) +
+                          "); synchronous algorithms do not tolerate a missing peer",
+                      from);
   }
   return std::move(*m);
+}
+
+std::optional<GossipEngine::Message> GossipEngine::wait_sync_for(int from, uint64_t round, uint32_t phase, double timeout_s) {
+  std::string refused;
+  std::optional<Message> m;
+  {
+    const WaitSpan waiting(*this);
+    m = inbox_->wait_sync(from, round, phase, timeout_s, stopped_, &refused);
+  }
+  if (!m && !refused.empty()) throw_refused_sync(from, round, refused);
+  if (!m && stopped_) throw StopRequested();
+  return m;
+}
+
+void GossipEngine::forget_sync(const std::function<bool(int from, uint64_t round, uint32_t phase)>& stale) {
+  inbox_->forget_sync(stale);
 }
 
 std::optional<GossipEngine::Message> GossipEngine::poll_sync(int from, uint64_t round, uint32_t phase) {

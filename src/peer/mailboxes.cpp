@@ -407,6 +407,14 @@ std::optional<GossipEngine::Message> Inbox::wait_sync(int from, uint64_t round, 
   return m;
 }
 
+void Inbox::forget_sync(const std::function<bool(int, uint64_t, uint32_t)>& stale) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = sync_.begin(); it != sync_.end();) {
+    const auto& [from, round, phase] = it->first;
+    it = stale(from, round, phase) ? sync_.erase(it) : std::next(it);
+  }
+}
+
 std::vector<int> Inbox::take_senders_of(uint64_t round, uint32_t phase) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<int> from;

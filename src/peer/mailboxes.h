@@ -72,6 +72,8 @@ class Inbox {
   std::optional<GossipEngine::Message> wait_sync(int from, uint64_t round, uint32_t phase, double timeout_s,
                                                  const std::atomic<bool>& stop, std::string* refused = nullptr);
   void wake();
+  // Drops the synchronous messages held for which stale(from, round, phase) is true.
+  void forget_sync(const std::function<bool(int, uint64_t, uint32_t)>& stale);
   // Senders whose synchronous (round, phase) message is waiting; takes those messages.
   std::vector<int> take_senders_of(uint64_t round, uint32_t phase);
   size_t buffered_bytes() const;

@@ -7,9 +7,14 @@
 // (SiteLeaderTopology): the algorithm sees one peer per site and is not rewritten for it;
 // after its step the leader sends its model to the rest of its site, which took the same
 // averaged gradient and adopts the model as it is, so the site holds it bit for bit.
+//
+// A peer of the site that stops answering (a wait for it runs out at sync_timeout_s) ends
+// the site's view: its live peers agree on a new one (change_view), the first of them
+// leads, the step is given up, and the site goes on (docs/ALGORITHMS.md, "A leader's death").
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "algorithm.h"
@@ -57,6 +62,10 @@ class SiteLeaderTopology final : public Topology {
   std::vector<int> neighbours(int peer) const override {
     return is_leader(peer) ? leaders(sites_->neighbours(site_of_[static_cast<size_t>(peer)])) : std::vector<int>{};
   }
+  int site_of(int peer) const { return site_of_[static_cast<size_t>(peer)]; }
+  int leader(int site) const { return leader_of_.at(static_cast<size_t>(site)); }
+  // A site's new leader: its view changed (this peer's own site), or it was heard from.
+  void set_leader(int site, int peer) { leader_of_.at(static_cast<size_t>(site)) = peer; }
   void observe_throughput(int peer, int other, double bytes_per_s) override {
     if (is_leader(peer) && is_leader(other)) {
       sites_->observe_throughput(site_of_[static_cast<size_t>(peer)], site_of_[static_cast<size_t>(other)], bytes_per_s);
@@ -79,6 +88,194 @@ class SiteLeaderTopology final : public Topology {
 constexpr uint32_t kSiteModelPhase = kSiteStepPhase + (1u << 19);
 // The site's speeds, summed every kSplitEvery steps (fp32, one float a peer).
 constexpr uint32_t kSiteSplitPhase = kSiteStepPhase + (1u << 18);
+// A view change's messages (round kViewRound): each live peer's "alive", with the round it
+// was in, and the first live peer's decision (the view, the round, its model).
+constexpr uint32_t kSiteAlivePhase = kSiteStepPhase + (1u << 17);
+constexpr uint32_t kSiteDecisionPhase = kSiteStepPhase + (1u << 16);
+constexpr uint64_t kViewRound = ~uint64_t{0} - 1;
+// Every site phase carries its view's epoch from this bit up, so that what an attempt given
+// up left in flight never meets the next attempt's messages. Site phases have bit 20 set
+// (kSiteStepPhase); an external peer's buffer phases (bit 21) and the algorithms' own
+// (below bit 20) never collide with them.
+constexpr uint32_t kEpochShift = 22;
+constexpr uint32_t kMaxEpoch = (1u << (32 - kEpochShift)) - 1;
+
+uint32_t site_phase(const GossipEngine& e, uint32_t base) { return base + (e.site_view().epoch << kEpochShift); }
+uint64_t site_round(const GossipEngine& e, uint64_t step) { return step + e.site_view().round_offset; }
+bool is_site_phase(uint32_t phase) { return (phase & kSiteStepPhase) != 0; }
+uint32_t epoch_of(uint32_t phase) { return phase >> kEpochShift; }
+const std::string& name_of(const GossipEngine& e, int peer) { return e.peers()[static_cast<size_t>(peer)]; }
+
+// A round as four floats of 16 bits each (exact in fp32), and back.
+std::vector<float> round_as_floats(uint64_t r) {
+  std::vector<float> out(4);
+  for (int k = 0; k < 4; ++k) out[static_cast<size_t>(k)] = static_cast<float>((r >> (16 * k)) & 0xffffu);
+  return out;
+}
+std::optional<uint64_t> round_from_floats(const std::vector<float>& v) {
+  if (v.size() < 4) return std::nullopt;
+  uint64_t r = 0;
+  for (int k = 0; k < 4; ++k) {
+    const float f = v[static_cast<size_t>(k)];
+    if (!(f >= 0 && f <= 65535.0f) || f != std::floor(f)) return std::nullopt;
+    r |= static_cast<uint64_t>(f) << (16 * k);
+  }
+  return r;
+}
+
+std::vector<std::string> names_of(const GossipEngine& e, const std::vector<int>& peers) {
+  std::vector<std::string> out;
+  for (int i : peers) out.push_back(name_of(e, i));
+  return out;
+}
+
+// Adopts a view change's outcome: the view (its first peer leads), its epoch, the round in
+// which the site's peers gave up their steps (each peer's next step is the round after),
+// and, where this peer did not decide it, the new leader's model.
+void adopt_view(GossipEngine& e, uint32_t epoch, const std::vector<int>& members, uint64_t gave_up_round, uint64_t step,
+                const std::vector<float>* params) {
+  auto& v = e.site_view();
+  const std::vector<int> before = my_site(e);
+  v.members = members;
+  v.epoch = epoch;
+  v.round_offset = gave_up_round - step;
+  if (params != nullptr) e.set_params_host(*params);
+  e.site_split().rows.clear();  // equal shares until the new site has measured itself
+  if (auto* t = dynamic_cast<SiteLeaderTopology*>(&e.topology())) t->set_leader(t->site_of(e.me()), members.front());
+  // What the given-up attempts left: ring hops and models of earlier epochs, and the alive
+  // messages of late peers (they are not in the view; their decision wait runs out).
+  e.forget_sync([epoch](int, uint64_t round, uint32_t phase) {
+    return is_site_phase(phase) && (epoch_of(phase) < epoch || (round == kViewRound && epoch_of(phase) <= epoch));
+  });
+  std::vector<int> left;
+  for (int i : before) {
+    if (std::find(members.begin(), members.end(), i) == members.end()) left.push_back(i);
+  }
+  auto ev = e.log().event("site_view");
+  ev.add("step", static_cast<int64_t>(step)).add("epoch", static_cast<int64_t>(epoch)).add("leader", name_of(e, members.front()));
+  e.log().write(ev.add("peers", names_of(e, members)).add("left", names_of(e, left)));
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+// The site's view change, started by this peer at `step` when peer `silent` of its site
+// did not answer: every live peer tells every other one it is alive (and the round it was
+// in); those heard from within sync_timeout_s are the new view; its first peer decides:
+// it sends the view, the latest round any of them was in, and its model to the others,
+// who adopt them. Each peer of the site reaches this on its own wait's timeout, within
+// about one sync_timeout_s of the others (they all wait, directly or not, on the same
+// lost peer). A peer that the decision leaves out (it answered too late), or that hears
+// no decision from the first live peer, fails saying so: the site never splits in two.
+void change_view(GossipEngine& e, uint64_t step, int silent) {
+  const std::vector<int> view = my_site(e);
+  const std::string& me = name_of(e, e.me());
+  const uint32_t epoch = e.site_view().epoch + 1;
+  if (epoch > kMaxEpoch) {
+    throw InputError("peer " + me + ": its site changed its view " + std::to_string(kMaxEpoch) +
+                     " times; no more are counted (restart the site)");
+  }
+  const uint64_t my_round = site_round(e, step);
+  const uint32_t alive_phase = kSiteAlivePhase + (epoch << kEpochShift);
+  const uint32_t decision_phase = kSiteDecisionPhase + (epoch << kEpochShift);
+  const GossipEngine::Message alive{.kind = MessageKind::kModel, .synchronous = true, .round = kViewRound, .phase = alive_phase,
+                                    .total = 4};
+  for (int j : view) {
+    if (j != e.me()) e.send(j, GossipEngine::Message(alive), round_as_floats(my_round));
+  }
+  const double window = e.spec().sync_timeout_s;
+  const double deadline = e.time().now() + window;
+  std::vector<int> live{e.me()};
+  uint64_t gave_up = my_round;
+  for (int j : view) {
+    if (j == e.me()) continue;
+    const auto m = e.wait_sync_for(j, kViewRound, alive_phase, std::max(0.0, deadline - e.time().now()));
+    if (!m) continue;
+    const auto r = round_from_floats(m->data);
+    if (!r || m->data.size() != 4) {
+      throw InputError("peer " + me + ": peer " + name_of(e, j) + "'s alive message in its site's view change " +
+                       std::to_string(epoch) + " is malformed (" + std::to_string(m->data.size()) +
+                       " values; a round is 4 floats of 16 bits)");
+    }
+    live.push_back(j);
+    gave_up = std::max(gave_up, *r);
+  }
+  std::sort(live.begin(), live.end());
+  const int first = live.front();
+  // The decision as two messages: the view (a round, a count, the peers), then the model.
+  const GossipEngine::Message model{.kind = MessageKind::kModel, .synchronous = true, .round = kViewRound,
+                                    .phase = decision_phase + 1};
+  if (first == e.me()) {
+    std::vector<float> d = round_as_floats(gave_up);
+    d.push_back(static_cast<float>(live.size()));
+    for (int i : live) d.push_back(static_cast<float>(i));
+    const GossipEngine::Message decision{.kind = MessageKind::kModel, .synchronous = true, .round = kViewRound,
+                                         .phase = decision_phase, .total = d.size()};
+    const std::vector<float> params = e.params_host();
+    for (int j : live) {
+      if (j == e.me()) continue;
+      e.send(j, GossipEngine::Message(decision), d);
+      e.send(j, GossipEngine::Message(model), params);
+    }
+    adopt_view(e, epoch, live, gave_up, step, nullptr);
+    return;
+  }
+  const auto m = e.wait_sync_for(first, kViewRound, decision_phase, 2 * window);
+  const auto params = m ? e.wait_sync_for(first, kViewRound, decision_phase + 1, window) : std::nullopt;
+  const std::string& from = name_of(e, first);
+  if (!m || !params) {
+    throw InputError("peer " + me + ": in its site's view change " + std::to_string(epoch) + " (peer " + name_of(e, silent) +
+                     " stopped answering), " + from + ", the first live peer, sent no decision within " +
+                     std::to_string(2 * window) + " s: the site's peers disagree on who is alive (restart the site)");
+  }
+  // Checked before anything is taken: a round, a count, that many peers of this view in
+  // order led by the sender, then the model.
+  const std::vector<float>& d = m->data;
+  const auto r = round_from_floats(d);
+  const bool counted = d.size() >= 5 && d[4] >= 1 && d[4] <= static_cast<float>(view.size()) && d[4] == std::floor(d[4]);
+  const size_t n = counted ? static_cast<size_t>(d[4]) : 0;
+  std::vector<int> members;
+  for (size_t k = 0; k < n && 5 + k < d.size(); ++k) {
+    const float f = d[5 + k];
+    const bool index = f == std::floor(f) && f >= 0 && f < static_cast<float>(e.peers().size());
+    const int i = index ? static_cast<int>(f) : -1;
+    if (i < 0 || std::find(view.begin(), view.end(), i) == view.end() || (!members.empty() && i <= members.back())) break;
+    members.push_back(i);
+  }
+  if (!r || n == 0 || members.size() != n || d.size() != 5 + n || members.front() != first ||
+      params->data.size() != e.model().num_params()) {
+    throw InputError("peer " + me + ": the decision of its site's view change " + std::to_string(epoch) + " from " + from +
+                     " is malformed (" + std::to_string(d.size()) + " values and a model of " +
+                     std::to_string(params->data.size()) + "; a round, a count, the view's peers in order led by the "
+                     "sender, then the model's " + std::to_string(e.model().num_params()) + ")");
+  }
+  if (std::find(members.begin(), members.end(), e.me()) == members.end()) {
+    throw InputError("peer " + me + ": its site's view change " + std::to_string(epoch) + " left it out (" + from +
+                     " heard from " + joined(names_of(e, members)) + " within sync_timeout_s, " + std::to_string(window) +
+                     " s, and not from this peer); the site goes on without it (restart the whole site to bring it back)");
+  }
+  adopt_view(e, epoch, members, *r, step, &params->data);
+}
+
+// Runs one of the site's synchronous exchanges. When a peer of the site does not answer,
+// under an algorithm that can take a new leader the site changes its view and the step is
+// given up (SiteViewChanged); else the timeout stands, saying why.
+template <class F>
+auto site_exchange(GossipEngine& e, uint64_t step, const BatchStats& s, F&& exchange) -> decltype(exchange()) {
+  try {
+    return exchange();
+  } catch (const PeerTimeout& t) {
+    if (!elects_new_leader(e.spec())) {
+      if (!leaders_run(e.spec())) throw;
+      throw PeerTimeout(std::string(t.what()) + "; a site elects a new leader only under adpsgd, gossip_grad and sgp", t.peer);
+    }
+    change_view(e, step, t.peer);
+    throw SiteViewChanged{s};
+  }
+}
 constexpr uint64_t kSplitEvery = 10;
 // A new split is taken when some peer's share would move by more than this (relative).
 constexpr double kSplitHysteresis = 0.1;
@@ -87,12 +284,15 @@ constexpr double kSplitHysteresis = 0.1;
 // exact: each slot has one writer); when every peer has measured, the split that the
 // speeds give, taken if it moves a share by more than kSplitHysteresis. Every peer of
 // the site computes the same split from the same sums.
-void update_split(GossipEngine& e, const std::vector<int>& site, uint64_t step) {
+void update_split(GossipEngine& e, const std::vector<int>& site, uint64_t step, const BatchStats& s) {
   auto& split = e.site_split();
   const int k = static_cast<int>(std::find(site.begin(), site.end(), e.me()) - site.begin());
   std::vector<float> slots(site.size(), 0.0f);
   slots[static_cast<size_t>(k)] = static_cast<float>(split.seconds_per_sample);
-  slots = allreduce_sum(e, MessageKind::kGradient, std::move(slots), step, kSiteSplitPhase, false, ReduceScope::kSite);
+  slots = site_exchange(e, step, s, [&] {
+    return allreduce_sum(e, MessageKind::kGradient, std::move(slots), site_round(e, step), site_phase(e, kSiteSplitPhase),
+                         false, ReduceScope::kSite);
+  });
   std::vector<double> seconds(slots.begin(), slots.end());
   if (std::any_of(seconds.begin(), seconds.end(), [](double v) { return !(v > 0); })) return;
   int total = 0;
@@ -157,6 +357,27 @@ std::vector<int> split_rows(const std::vector<double>& seconds_per_sample, int t
 }
 
 bool leaders_run(const GossipSpec& s) { return s.site_replicas && !algorithm_entry(s.algorithm).collective; }
+
+// A new leader runs the algorithm with a fresh peer's state. adpsgd and gossip_grad keep
+// nothing a neighbour relies on; sgp's push-sum weight starts again at 1 (the dead
+// leader's mass is lost in any case). choco's public copies must stay in step with each
+// neighbour's copy of them, and dpsgd's leaders wait on each other every round (a dead
+// leader stops its neighbours' sites as well): neither can take one.
+bool elects_new_leader(const GossipSpec& s) {
+  return leaders_run(s) && (s.algorithm == "adpsgd" || s.algorithm == "gossip_grad" || s.algorithm == "sgp");
+}
+
+void note_site_leader(GossipEngine& e, int from) {
+  if (!elects_new_leader(e.spec())) return;
+  auto* t = dynamic_cast<SiteLeaderTopology*>(&e.topology());
+  if (t == nullptr) return;
+  const int site = t->site_of(from), was = t->leader(site);
+  if (was == from || site == t->site_of(e.me()) || e.connected(was)) return;
+  t->set_leader(site, from);
+  auto ev = e.log().event("site_leader");
+  ev.add("site", static_cast<int64_t>(site)).add("leader", name_of(e, from));
+  e.log().write(ev.add("was", name_of(e, was)));
+}
 
 void check_site_replicas(const GossipSpec& s, int peers) {
   if (!s.site_replicas) return;
@@ -240,13 +461,16 @@ BatchStats site_gradient(GossipEngine& e, const Batch& batch, uint64_t step) {
     const float w = static_cast<float>(batch.rows) / static_cast<float>(total);
     for (auto& v : g) v *= w;
   }
-  g = allreduce_sum(e, MessageKind::kGradient, std::move(g), step, kSiteStepPhase, true, ReduceScope::kSite, e.spec().site_codec);
+  g = site_exchange(e, step, s, [&] {
+    return allreduce_sum(e, MessageKind::kGradient, std::move(g), site_round(e, step), site_phase(e, kSiteStepPhase), true,
+                         ReduceScope::kSite, e.spec().site_codec);
+  });
   if (equal) {
     const float inv = 1.0f / static_cast<float>(site_peers);
     for (auto& v : g) v *= inv;
   }
   b.upload(e.model().grads(), g.data(), sizeof(float) * g.size());
-  if (e.spec().site_split == "speed" && step % kSplitEvery == kSplitEvery - 1) update_split(e, site, step);
+  if (e.spec().site_split == "speed" && site_round(e, step) % kSplitEvery == kSplitEvery - 1) update_split(e, site, step, s);
   return s;
 }
 
@@ -262,7 +486,7 @@ int site_batch_rows(const GossipEngine& e, int batch_size) {
 BatchStats site_member_step(GossipEngine& e, const Batch& batch, uint64_t step) {
   const BatchStats s = site_gradient(e, batch, step);
   const int leader = my_site(e).front();
-  const auto m = e.wait_sync(leader, step, kSiteModelPhase);
+  const auto m = site_exchange(e, step, s, [&] { return e.wait_sync(leader, site_round(e, step), site_phase(e, kSiteModelPhase)); });
   e.set_params_host(m.data);
   return s;
 }
@@ -271,8 +495,8 @@ void send_site_model(GossipEngine& e, uint64_t step) {
   const auto site = my_site(e);
   if (site.size() < 2) return;
   const std::vector<float> params = e.params_host();
-  const GossipEngine::Message header{.kind = MessageKind::kModel, .synchronous = true, .round = step, .phase = kSiteModelPhase,
-                                     .offset = 0, .total = params.size()};
+  const GossipEngine::Message header{.kind = MessageKind::kModel, .synchronous = true, .round = site_round(e, step),
+                                     .phase = site_phase(e, kSiteModelPhase), .offset = 0, .total = params.size()};
   for (size_t k = 1; k < site.size(); ++k) e.send(site[k], header, params);
 }
 

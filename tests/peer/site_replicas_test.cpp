@@ -218,3 +218,84 @@ TEST_CASE("site replicas: a site's batch is split by its peers' measured speeds,
   CHECK(all.find("\"event\":\"split\"") == std::string::npos);
 }
 
+
+namespace {
+
+// Each event of `kind` in a peer's log.
+std::vector<nlohmann::json> events(const std::string& dir, const std::string& peer, const std::string& kind) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(dir + "/" + peer + ".jsonl");
+  for (std::string line; std::getline(in, line);) {
+    auto e = nlohmann::json::parse(line);
+    if (e.value("event", "") == kind) out.push_back(std::move(e));
+  }
+  return out;
+}
+
+// Site 0: peer0 (its leader), peer1, peer2; site 1: peer3 (its leader), peer4. `crash`
+// dies after 4 of the 80 steps of 50 ms (emulated); a wait for a peer runs out after 1 s,
+// so the site's view has changed about 2 s in, and site 1 trains on 2 s more beside it.
+ClusterResult run_with_crash(const std::string& algorithm, int crash, const std::string& log_dir) {
+  ClusterSpec s;
+  s.base = peer_spec(parse_config(kSmall, "site-crash-test", {"train { max_steps: 80 emulated_step_s: 0.05 }"}));
+  s.peers = 5;
+  s.gossip.algorithm = algorithm;
+  s.gossip.topology.kind = "ring";
+  s.gossip.topology.site_of = {0, 0, 0, 1, 1};
+  s.gossip.site_replicas = true;
+  s.gossip.sync_timeout_s = 1;
+  s.crash_after_steps.assign(5, 0);
+  s.crash_after_steps[static_cast<size_t>(crash)] = 4;
+  s.log_dir = log_dir;
+  return run_cluster(s);
+}
+
+}  // namespace
+
+TEST_CASE("site replicas: a killed leader is replaced by its site's first live peer, and training goes on") {
+  for (const std::string algorithm : {"adpsgd", "gossip_grad", "sgp"}) {
+    CAPTURE(algorithm);
+    test::TempDir dir;
+    const ClusterResult r = run_with_crash(algorithm, 0, dir.path());
+    REQUIRE(r.final_params.size() == 5);
+    CHECK(same_bits(r.final_params[1], r.final_params[2]));  // the site is one replica again
+    CHECK(same_bits(r.final_params[3], r.final_params[4]));
+    CHECK_FALSE(same_bits(r.final_params[1], r.final_params[0]));  // and trained on after its leader died
+    for (const char* peer : {"peer1", "peer2"}) {
+      CAPTURE(peer);
+      const auto view = events(dir.path(), peer, "site_view");
+      REQUIRE(view.size() == 1);
+      CHECK(view[0]["epoch"] == 1);
+      CHECK(view[0]["leader"] == "peer1");
+      CHECK(view[0]["peers"] == nlohmann::json::array({"peer1", "peer2"}));
+      CHECK(view[0]["left"] == nlohmann::json::array({"peer0"}));
+    }
+    // The other site's leader heard from the new one, and gossips with it.
+    const auto heard = events(dir.path(), "peer3", "site_leader");
+    REQUIRE(heard.size() == 1);
+    CHECK(heard[0]["leader"] == "peer1");
+    CHECK(heard[0]["was"] == "peer0");
+    const auto sent = bytes_sent(dir.path());
+    constexpr int64_t kModelBytes = 276 * 4;
+    CHECK(sent.at("peer1").at("peer3") > 2 * kModelBytes);
+    CHECK(sent.at("peer3").at("peer1") > 2 * kModelBytes);
+  }
+}
+
+TEST_CASE("site replicas: a killed member leaves its site to the others, the leader stays") {
+  test::TempDir dir;
+  const ClusterResult r = run_with_crash("adpsgd", 1, dir.path());
+  CHECK(same_bits(r.final_params[0], r.final_params[2]));
+  CHECK_FALSE(same_bits(r.final_params[0], r.final_params[1]));
+  const auto view = events(dir.path(), "peer0", "site_view");
+  REQUIRE(view.size() == 1);
+  CHECK(view[0]["leader"] == "peer0");
+  CHECK(view[0]["left"] == nlohmann::json::array({"peer1"}));
+  CHECK(events(dir.path(), "peer3", "site_leader").empty());  // nothing changed for the other site
+}
+
+TEST_CASE("site replicas: where a new leader cannot take over, a dead leader's site stops with the reason") {
+  test::TempDir dir;
+  CHECK_THROWS_WITH_AS(run_with_crash("choco", 0, dir.path()),
+                       doctest::Contains("a site elects a new leader only under adpsgd, gossip_grad and sgp"), InputError);
+}

@@ -49,6 +49,8 @@ std::map<int, std::vector<int>> peers_by_site(const GossipEngine& e) {
 }
 
 std::vector<int> my_site(const GossipEngine& e) {
+  // After a view change (a peer of the site stopped answering), the peers still alive.
+  if (!e.site_view().members.empty()) return e.site_view().members;
   const auto& site_of = e.spec().topology.site_of;
   const int n = static_cast<int>(e.peers().size());
   std::vector<int> site;
