@@ -203,6 +203,16 @@ void change_view(GossipEngine& e, uint64_t step, int silent) {
     live.push_back(j);
     gave_up = std::max(gave_up, *r);
   }
+  // Alone, while a peer of the view is still connected: that peer is alive and did not
+  // answer, so it holds a view without this peer (this one came back after a crash, or
+  // answered too late). Going on alone would make the site two replicas.
+  for (int j : view) {
+    if (live.size() == 1 && j != e.me() && e.connected(j)) {
+      throw InputError("peer " + me + ": in its site's view change " + std::to_string(epoch) + " no peer of its site answered, "
+                       "yet " + name_of(e, j) + " is connected: the site goes on without this peer (it came back after "
+                       "the others changed their view, or answered too late); restart the whole site to bring it back");
+    }
+  }
   std::sort(live.begin(), live.end());
   const int first = live.front();
   // The decision as two messages: the view (a round, a count, the peers), then the model.
