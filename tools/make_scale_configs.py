@@ -1,8 +1,9 @@
 #!/usr/bin/python3
-"""Writes configs/scale-{16,64,256,1024}.textproto: the simulator's scale configs
-(docs/SIMULATION.md, "Scale"). Run from the repository root after changing the geography:
+"""Writes configs/scale-{16,64,256,1024}.textproto, scale-256-faults and sites-16x8: the
+simulator's scale configs (docs/SIMULATION.md, "Scale"). Run from the repository root after
+changing the geography:
 
-    tools/make_scale_configs.py            # writes the four configs
+    tools/make_scale_configs.py            # writes the configs
     tools/make_scale_configs.py --check    # exit 1 when a config differs from what it would write
 
 The geography: 16 sites in real cloud regions. The one-way latency between two sites is
@@ -159,12 +160,44 @@ def faults_config():
     return text
 
 
+def sites_config():
+    """16 sites x 8 peers (issue 23's table in the simulator): per-GPU gossip against site
+    replicas (each site one data-parallel replica, its batch split by speed, its leader
+    gossiping for it), adpsgd and gossip_grad, on scale-128's geography and GPU mix; the
+    same config, codecs, rates and gossip period on both sides of the comparison."""
+    text = config(128).replace('name: "scale-128"', 'name: "sites-16x8"').replace('id: "scale-128"', 'id: "sites-16x8"')
+    head = ["# 16 sites x 8 peers (tools/make_scale_configs.py writes this file): each GPU a peer against",
+            "# site replicas (cluster.site_replicas: a site's 8 GPUs average their gradients over its 10",
+            "# Gbit/s LAN every step, the batch split by their speeds, and only its leader gossips across",
+            "# the WAN), for adpsgd and gossip_grad; scale-128's geography, GPU mix, codecs and rates.",
+            "#   build/bin/hearsay-run --simulate configs/sites-16x8.textproto"]
+    body = [line for line in text.split("\n") if not line.startswith("#")]
+    out, skip = [], False
+    for line in body:
+        if line.startswith("  sweep {"):
+            skip = True
+            out += ["  sweep {",
+                    '    field: "cluster.gossip.algorithm"',
+                    '    values: ["adpsgd", "gossip_grad"]',
+                    '    also_set: ["", "cluster { gossip { topology: \\"random_regular\\" degree: 4 } }"]',
+                    "  }",
+                    "  sweep {",
+                    '    field: "cluster.site_replicas"',
+                    '    values: ["false", "true"]',
+                    "  }"]
+        if not skip:
+            out.append(line)
+        if skip and line == "  }":
+            skip = False
+    return "\n".join(head + out)
+
+
 def main():
     check = "--check" in sys.argv[1:]
     stale = []
-    for n in SIZES + ["256-faults"]:
-        path = os.path.join(OUT, f"scale-{n}.textproto")
-        text = faults_config() if n == "256-faults" else config(n)
+    for n in SIZES + ["256-faults", "sites-16x8"]:
+        path = os.path.join(OUT, "sites-16x8.textproto" if n == "sites-16x8" else f"scale-{n}.textproto")
+        text = faults_config() if n == "256-faults" else sites_config() if n == "sites-16x8" else config(n)
         if check:
             if not os.path.exists(path) or open(path, encoding="utf-8").read() != text:
                 stale.append(path)

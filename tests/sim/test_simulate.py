@@ -214,6 +214,7 @@ class Simulate(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         configs = sorted(glob.glob(os.path.join(root, "configs", "scale-*.textproto")))
         self.assertEqual(len(configs), 5, configs)
+        configs.append(os.path.join(root, "configs", "sites-16x8.textproto"))
         for path in configs:
             r = subprocess.run([os.path.join(BIN, "hearsay-peer"), "--config", path, "--plan"], capture_output=True,
                                text=True, timeout=120)
