@@ -12,6 +12,7 @@
 // the site's view: its live peers agree on a new one (change_view), the first of them
 // leads, the step is given up, and the site goes on (docs/ALGORITHMS.md, "A leader's death").
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -45,6 +46,8 @@ TopologySpec site_level(const TopologySpec& t) {
 
 // The cluster's topology for an algorithm the leaders run: the gossip topology among the
 // sites, each site's node played by its leader; a site's other peers gossip with no one.
+// A site's leader changes when its view does (set_leader, on the step loop's thread) while
+// transport threads read it (observe_throughput): each site's leader is an atomic.
 class SiteLeaderTopology final : public Topology {
  public:
   SiteLeaderTopology(const TopologySpec& spec, int n) : Topology(n) {
@@ -52,7 +55,7 @@ class SiteLeaderTopology final : public Topology {
     site_of_ = site;
     std::map<int, int> leader;
     for (int i = 0; i < n; ++i) leader.emplace(site[static_cast<size_t>(i)], i);  // the first peer of each site
-    leader_of_.assign(leader.size(), -1);
+    leader_of_ = std::vector<std::atomic<int>>(leader.size());
     for (const auto& [s, i] : leader) leader_of_.at(static_cast<size_t>(s)) = i;
     sites_ = make_topology(site_level(spec), static_cast<int>(leader_of_.size()));
   }
@@ -63,7 +66,7 @@ class SiteLeaderTopology final : public Topology {
     return is_leader(peer) ? leaders(sites_->neighbours(site_of_[static_cast<size_t>(peer)])) : std::vector<int>{};
   }
   int site_of(int peer) const { return site_of_[static_cast<size_t>(peer)]; }
-  int leader(int site) const { return leader_of_.at(static_cast<size_t>(site)); }
+  int leader(int site) const { return leader_of_.at(static_cast<size_t>(site)).load(); }
   // A site's new leader: its view changed (this peer's own site), or it was heard from.
   void set_leader(int site, int peer) { leader_of_.at(static_cast<size_t>(site)) = peer; }
   void observe_throughput(int peer, int other, double bytes_per_s) override {
@@ -80,7 +83,8 @@ class SiteLeaderTopology final : public Topology {
     for (int s : sites) out.push_back(leader_of_[static_cast<size_t>(s)]);
     return out;
   }
-  std::vector<int> site_of_, leader_of_;
+  std::vector<int> site_of_;
+  std::vector<std::atomic<int>> leader_of_;
   std::unique_ptr<Topology> sites_;
 };
 
