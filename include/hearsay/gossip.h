@@ -37,6 +37,7 @@
 #include <optional>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "hearsay/clock.h"
@@ -427,19 +428,22 @@ class GossipEngine {
   const SiteSplit& site_split() const { return site_split_; }
   // The site's peers that are alive as its last view change agreed (cluster order, the
   // leader first; empty: the config's site, before any change), that change's number, and
-  // what is added to a step's number to give the site's round (peers that gave up steps
-  // at different rounds meet at the same one after).
+  // the steps this peer skips after it (it was behind the newest peer of the site).
   struct SiteView {
     std::vector<int> members;
     uint32_t epoch = 0;
-    uint64_t round_offset = 0;
+    uint64_t skip = 0;
   };
+  // Steps skipped since the last call (a site's view change put this peer behind the
+  // others): the step loop adds them to its count, so the site's peers end together.
+  int64_t take_skipped_steps() { return std::exchange(skipped_steps_, 0); }
   SiteView& site_view() { return site_view_; }
   const SiteView& site_view() const { return site_view_; }
 
  private:
   SiteSplit site_split_;
   SiteView site_view_;
+  int64_t skipped_steps_ = 0;
   std::atomic<uint64_t> next_update_id_{1};  // outboxes send from the step loop and transport threads
   std::atomic<bool> stopped_{false};
   double work_s_ = 0, work_since_ = 0;  // step-loop thread only: last_work_s, and when its current span began

@@ -122,10 +122,10 @@ bool elects_new_leader(const GossipSpec& s);
 struct SiteViewChanged {
   BatchStats stats;
 };
-// An asynchronous update from peer `from` passed the checks: where it comes from a peer
-// of another site that is not that site's leader as this peer knows it, and that leader
-// is no longer connected, `from` is the site's new leader (the `site_leader` event).
-void note_site_leader(GossipEngine& e, int from);
+// A leader's view of the other sites' leaders, before its step: a site whose leader is no
+// longer connected is led by its first peer still connected (its view's rule), which
+// this leader gossips with from then on (the `site_leader` event).
+void refresh_site_leaders(GossipEngine& e);
 // The rows of `total` each peer takes, in proportion to its speed (1 / its seconds per
 // sample), none more than `cap` (the rest shared by speed among the others), whole rows
 // by largest remainder, at least 1 each; they sum to `total` (when n x cap >= total).

@@ -207,6 +207,7 @@ void ExternalPeer::run_step(const ExternalStepStats& stats, float lr) {
     }
   }
   ++steps_;
+  if (engine_) steps_ += engine_->take_skipped_steps();  // a site's view changed with this peer behind
   evaluated_last_ = false;
   window_loss_ += loss;
   window_s_ += step_s;

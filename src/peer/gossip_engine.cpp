@@ -384,7 +384,6 @@ std::vector<GossipEngine::Message> GossipEngine::screen(std::vector<Message> arr
       continue;
     }
     guard_->pass(m.from);
-    note_site_leader(*this, m.from);
     mixed_this_step_.push_back(peers_[m.from]);
     out.push_back(std::move(m));
   }
@@ -481,10 +480,16 @@ BatchStats GossipEngine::step(const Batch& batch, float lr) {
   in_step_ = true;
   try {
     try {
+      if (role == SiteRole::kLeader) refresh_site_leaders(*this);
       s = role == SiteRole::kMember ? site_member_step(*this, batch, steps_) : algorithm_->step(*this, batch, lr, steps_);
       if (role == SiteRole::kLeader) send_site_model(*this, steps_);
     } catch (const SiteViewChanged& changed) {
-      s = changed.stats;  // the step is given up: the site holds its new leader's model
+      // The step is given up: the site holds its decider's model, and a peer that was
+      // behind the newest skips to its step.
+      s = changed.stats;
+      steps_ += site_view_.skip;
+      skipped_steps_ += static_cast<int64_t>(site_view_.skip);
+      site_view_.skip = 0;
     }
   } catch (...) {
     start_snapshot_.reset();

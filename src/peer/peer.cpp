@@ -253,6 +253,7 @@ TrainResult Peer::run() {
     if (engine_) {
       try {
         s = engine_->step(Batch{batch_x_.f32(), batch_y_.i32(), rows}, lr);
+        step += engine_->take_skipped_steps();  // the site's view changed with this peer behind
       } catch (const StopRequested&) {
         break;  // stopped mid-round: end the run normally, with its end event
       }

@@ -67,6 +67,7 @@ class SiteLeaderTopology final : public Topology {
   }
   int site_of(int peer) const { return site_of_[static_cast<size_t>(peer)]; }
   int leader(int site) const { return leader_of_.at(static_cast<size_t>(site)).load(); }
+  int sites() const { return static_cast<int>(leader_of_.size()); }
   // A site's new leader: its view changed (this peer's own site), or it was heard from.
   void set_leader(int site, int peer) { leader_of_.at(static_cast<size_t>(site)) = peer; }
   void observe_throughput(int peer, int other, double bytes_per_s) override {
@@ -93,7 +94,7 @@ constexpr uint32_t kSiteModelPhase = kSiteStepPhase + (1u << 19);
 // The site's speeds, summed every kSplitEvery steps (fp32, one float a peer).
 constexpr uint32_t kSiteSplitPhase = kSiteStepPhase + (1u << 18);
 // A view change's messages (round kViewRound): each live peer's "alive", with the round it
-// was in, and the first live peer's decision (the view, the round, its model).
+// was in, and the decision of the live peer with the newest model (the view, the step, the model).
 constexpr uint32_t kSiteAlivePhase = kSiteStepPhase + (1u << 17);
 constexpr uint32_t kSiteDecisionPhase = kSiteStepPhase + (1u << 16);
 constexpr uint64_t kViewRound = ~uint64_t{0} - 1;
@@ -105,7 +106,6 @@ constexpr uint32_t kEpochShift = 22;
 constexpr uint32_t kMaxEpoch = (1u << (32 - kEpochShift)) - 1;
 
 uint32_t site_phase(const GossipEngine& e, uint32_t base) { return base + (e.site_view().epoch << kEpochShift); }
-uint64_t site_round(const GossipEngine& e, uint64_t step) { return step + e.site_view().round_offset; }
 bool is_site_phase(uint32_t phase) { return (phase & kSiteStepPhase) != 0; }
 uint32_t epoch_of(uint32_t phase) { return phase >> kEpochShift; }
 const std::string& name_of(const GossipEngine& e, int peer) { return e.peers()[static_cast<size_t>(peer)]; }
@@ -133,16 +133,18 @@ std::vector<std::string> names_of(const GossipEngine& e, const std::vector<int>&
   return out;
 }
 
-// Adopts a view change's outcome: the view (its first peer leads), its epoch, the round in
-// which the site's peers gave up their steps (each peer's next step is the round after),
-// and, where this peer did not decide it, the new leader's model.
-void adopt_view(GossipEngine& e, uint32_t epoch, const std::vector<int>& members, uint64_t gave_up_round, uint64_t step,
+// Adopts a view change's outcome: the view (its first peer leads), its epoch, the step in
+// which the newest of the site's peers gave up (each peer's next step is the one after:
+// a peer that was behind skips the steps between, so that every peer of the site counts
+// the same steps to the run's end), and, where this peer did not decide it, the model of
+// the peer that decided.
+void adopt_view(GossipEngine& e, uint32_t epoch, const std::vector<int>& members, uint64_t gave_up_step, uint64_t step,
                 const std::vector<float>* params) {
   auto& v = e.site_view();
   const std::vector<int> before = my_site(e);
   v.members = members;
   v.epoch = epoch;
-  v.round_offset = gave_up_round - step;
+  v.skip = gave_up_step - step;
   if (params != nullptr) e.set_params_host(*params);
   e.site_split().rows.clear();  // equal shares until the new site has measured itself
   if (auto* t = dynamic_cast<SiteLeaderTopology*>(&e.topology())) t->set_leader(t->site_of(e.me()), members.front());
@@ -167,13 +169,14 @@ std::string joined(const std::vector<std::string>& names) {
 }
 
 // The site's view change, started by this peer at `step` when peer `silent` of its site
-// did not answer: every live peer tells every other one it is alive (and the round it was
-// in); those heard from within sync_timeout_s are the new view; its first peer decides:
-// it sends the view, the latest round any of them was in, and its model to the others,
-// who adopt them. Each peer of the site reaches this on its own wait's timeout, within
-// about one sync_timeout_s of the others (they all wait, directly or not, on the same
-// lost peer). A peer that the decision leaves out (it answered too late), or that hears
-// no decision from the first live peer, fails saying so: the site never splits in two.
+// did not answer: every live peer tells every other one it is alive (and the step it was
+// in); those heard from within sync_timeout_s are the new view, led by its first peer.
+// The first of those in the latest step (the newest model: after a whole site's restart
+// from checkpoints of different ages, not the oldest) decides: it sends the view, that
+// step, and its model to the others, who adopt them. Each peer of the site reaches this
+// on its own wait's timeout, within about one sync_timeout_s of the others (they all
+// wait, directly or not, on the same lost peer). A peer that hears no decision, or that
+// finds itself alone while a peer of its site is still connected, fails saying so.
 void change_view(GossipEngine& e, uint64_t step, int silent) {
   const std::vector<int> view = my_site(e);
   const std::string& me = name_of(e, e.me());
@@ -182,7 +185,7 @@ void change_view(GossipEngine& e, uint64_t step, int silent) {
     throw InputError("peer " + me + ": its site changed its view " + std::to_string(kMaxEpoch) +
                      " times; no more are counted (restart the site)");
   }
-  const uint64_t my_round = site_round(e, step);
+  const uint64_t my_round = step;  // a site's exchanges are numbered by the step
   const uint32_t alive_phase = kSiteAlivePhase + (epoch << kEpochShift);
   const uint32_t decision_phase = kSiteDecisionPhase + (epoch << kEpochShift);
   const GossipEngine::Message alive{.kind = MessageKind::kModel, .synchronous = true, .round = kViewRound, .phase = alive_phase,
@@ -193,7 +196,7 @@ void change_view(GossipEngine& e, uint64_t step, int silent) {
   const double window = e.spec().sync_timeout_s;
   const double deadline = e.time().now() + window;
   std::vector<int> live{e.me()};
-  uint64_t gave_up = my_round;
+  std::map<int, uint64_t> round_of{{e.me(), my_round}};
   for (int j : view) {
     if (j == e.me()) continue;
     const auto m = e.wait_sync_for(j, kViewRound, alive_phase, std::max(0.0, deadline - e.time().now()));
@@ -205,7 +208,7 @@ void change_view(GossipEngine& e, uint64_t step, int silent) {
                        " values; a round is 4 floats of 16 bits)");
     }
     live.push_back(j);
-    gave_up = std::max(gave_up, *r);
+    round_of[j] = *r;
   }
   // Alone, while a peer of the view is still connected: that peer is alive and did not
   // answer, so it holds a view without this peer (this one came back after a crash, or
@@ -218,11 +221,16 @@ void change_view(GossipEngine& e, uint64_t step, int silent) {
     }
   }
   std::sort(live.begin(), live.end());
-  const int first = live.front();
+  uint64_t gave_up = 0;
+  for (const auto& [j, r] : round_of) gave_up = std::max(gave_up, r);
+  int decider = -1;
+  for (const auto& [j, r] : round_of) {
+    if (r == gave_up && decider < 0) decider = j;  // the map is in peer order
+  }
   // The decision as two messages: the view (a round, a count, the peers), then the model.
   const GossipEngine::Message model{.kind = MessageKind::kModel, .synchronous = true, .round = kViewRound,
                                     .phase = decision_phase + 1};
-  if (first == e.me()) {
+  if (decider == e.me()) {
     std::vector<float> d = round_as_floats(gave_up);
     d.push_back(static_cast<float>(live.size()));
     for (int i : live) d.push_back(static_cast<float>(i));
@@ -237,16 +245,16 @@ void change_view(GossipEngine& e, uint64_t step, int silent) {
     adopt_view(e, epoch, live, gave_up, step, nullptr);
     return;
   }
-  const auto m = e.wait_sync_for(first, kViewRound, decision_phase, 2 * window);
-  const auto params = m ? e.wait_sync_for(first, kViewRound, decision_phase + 1, window) : std::nullopt;
-  const std::string& from = name_of(e, first);
+  const auto m = e.wait_sync_for(decider, kViewRound, decision_phase, 2 * window);
+  const auto params = m ? e.wait_sync_for(decider, kViewRound, decision_phase + 1, window) : std::nullopt;
+  const std::string& from = name_of(e, decider);
   if (!m || !params) {
     throw InputError("peer " + me + ": in its site's view change " + std::to_string(epoch) + " (peer " + name_of(e, silent) +
-                     " stopped answering), " + from + ", the first live peer, sent no decision within " +
+                     " stopped answering), " + from + ", the live peer with the newest model, sent no decision within " +
                      std::to_string(2 * window) + " s: the site's peers disagree on who is alive (restart the site)");
   }
-  // Checked before anything is taken: a round, a count, that many peers of this view in
-  // order led by the sender, then the model.
+  // Checked before anything is taken: a step no older than this peer's, a count, that many
+  // peers of this view in order (the sender among them), then the model.
   const std::vector<float>& d = m->data;
   const auto r = round_from_floats(d);
   const bool counted = d.size() >= 5 && d[4] >= 1 && d[4] <= static_cast<float>(view.size()) && d[4] == std::floor(d[4]);
@@ -259,12 +267,13 @@ void change_view(GossipEngine& e, uint64_t step, int silent) {
     if (i < 0 || std::find(view.begin(), view.end(), i) == view.end() || (!members.empty() && i <= members.back())) break;
     members.push_back(i);
   }
-  if (!r || n == 0 || members.size() != n || d.size() != 5 + n || members.front() != first ||
+  const bool sender_in = std::find(members.begin(), members.end(), decider) != members.end();
+  if (!r || *r < my_round || n == 0 || members.size() != n || d.size() != 5 + n || !sender_in ||
       params->data.size() != e.model().num_params()) {
     throw InputError("peer " + me + ": the decision of its site's view change " + std::to_string(epoch) + " from " + from +
                      " is malformed (" + std::to_string(d.size()) + " values and a model of " +
-                     std::to_string(params->data.size()) + "; a round, a count, the view's peers in order led by the "
-                     "sender, then the model's " + std::to_string(e.model().num_params()) + ")");
+                     std::to_string(params->data.size()) + "; a step no older than this peer's, a count, the view's "
+                     "peers in order with the sender, then the model's " + std::to_string(e.model().num_params()) + ")");
   }
   if (std::find(members.begin(), members.end(), e.me()) == members.end()) {
     throw InputError("peer " + me + ": its site's view change " + std::to_string(epoch) + " left it out (" + from +
@@ -304,7 +313,7 @@ void update_split(GossipEngine& e, const std::vector<int>& site, uint64_t step, 
   std::vector<float> slots(site.size(), 0.0f);
   slots[static_cast<size_t>(k)] = static_cast<float>(split.seconds_per_sample);
   slots = site_exchange(e, step, s, [&] {
-    return allreduce_sum(e, MessageKind::kGradient, std::move(slots), site_round(e, step), site_phase(e, kSiteSplitPhase),
+    return allreduce_sum(e, MessageKind::kGradient, std::move(slots), step, site_phase(e, kSiteSplitPhase),
                          false, ReduceScope::kSite);
   });
   std::vector<double> seconds(slots.begin(), slots.end());
@@ -381,16 +390,26 @@ bool elects_new_leader(const GossipSpec& s) {
   return leaders_run(s) && (s.algorithm == "adpsgd" || s.algorithm == "gossip_grad" || s.algorithm == "sgp");
 }
 
-void note_site_leader(GossipEngine& e, int from) {
+void refresh_site_leaders(GossipEngine& e) {
   if (!elects_new_leader(e.spec())) return;
   auto* t = dynamic_cast<SiteLeaderTopology*>(&e.topology());
   if (t == nullptr) return;
-  const int site = t->site_of(from), was = t->leader(site);
-  if (was == from || site == t->site_of(e.me()) || e.connected(was)) return;
-  t->set_leader(site, from);
-  auto ev = e.log().event("site_leader");
-  ev.add("site", static_cast<int64_t>(site)).add("leader", name_of(e, from));
-  e.log().write(ev.add("was", name_of(e, was)));
+  const int mine = t->site_of(e.me());
+  const int n = static_cast<int>(e.peers().size());
+  for (int site = 0; site < t->sites(); ++site) {
+    const int was = t->leader(site);
+    if (site == mine || e.connected(was)) continue;
+    // A site's view is led by its first live peer: the first of its peers still connected.
+    int now = -1;
+    for (int i = 0; i < n && now < 0; ++i) {
+      if (t->site_of(i) == site && e.connected(i)) now = i;
+    }
+    if (now < 0) continue;  // none reachable: keep the last known
+    t->set_leader(site, now);
+    auto ev = e.log().event("site_leader");
+    ev.add("site", static_cast<int64_t>(site)).add("leader", name_of(e, now));
+    e.log().write(ev.add("was", name_of(e, was)));
+  }
 }
 
 void check_site_replicas(const GossipSpec& s, int peers) {
@@ -476,7 +495,7 @@ BatchStats site_gradient(GossipEngine& e, const Batch& batch, uint64_t step) {
     for (auto& v : g) v *= w;
   }
   g = site_exchange(e, step, s, [&] {
-    return allreduce_sum(e, MessageKind::kGradient, std::move(g), site_round(e, step), site_phase(e, kSiteStepPhase), true,
+    return allreduce_sum(e, MessageKind::kGradient, std::move(g), step, site_phase(e, kSiteStepPhase), true,
                          ReduceScope::kSite, e.spec().site_codec);
   });
   if (equal) {
@@ -484,7 +503,7 @@ BatchStats site_gradient(GossipEngine& e, const Batch& batch, uint64_t step) {
     for (auto& v : g) v *= inv;
   }
   b.upload(e.model().grads(), g.data(), sizeof(float) * g.size());
-  if (e.spec().site_split == "speed" && site_round(e, step) % kSplitEvery == kSplitEvery - 1) update_split(e, site, step, s);
+  if (e.spec().site_split == "speed" && step % kSplitEvery == kSplitEvery - 1) update_split(e, site, step, s);
   return s;
 }
 
@@ -500,7 +519,7 @@ int site_batch_rows(const GossipEngine& e, int batch_size) {
 BatchStats site_member_step(GossipEngine& e, const Batch& batch, uint64_t step) {
   const BatchStats s = site_gradient(e, batch, step);
   const int leader = my_site(e).front();
-  const auto m = site_exchange(e, step, s, [&] { return e.wait_sync(leader, site_round(e, step), site_phase(e, kSiteModelPhase)); });
+  const auto m = site_exchange(e, step, s, [&] { return e.wait_sync(leader, step, site_phase(e, kSiteModelPhase)); });
   e.set_params_host(m.data);
   return s;
 }
@@ -509,7 +528,7 @@ void send_site_model(GossipEngine& e, uint64_t step) {
   const auto site = my_site(e);
   if (site.size() < 2) return;
   const std::vector<float> params = e.params_host();
-  const GossipEngine::Message header{.kind = MessageKind::kModel, .synchronous = true, .round = site_round(e, step),
+  const GossipEngine::Message header{.kind = MessageKind::kModel, .synchronous = true, .round = step,
                                      .phase = site_phase(e, kSiteModelPhase), .offset = 0, .total = params.size()};
   for (size_t k = 1; k < site.size(); ++k) e.send(site[k], header, params);
 }
