@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <cstring>
+#include <functional>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -235,7 +236,8 @@ std::vector<nlohmann::json> events(const std::string& dir, const std::string& pe
 // Site 0: peer0 (its leader), peer1, peer2; site 1: peer3 (its leader), peer4. `crash`
 // dies after 4 of the 80 steps of 50 ms (emulated); a wait for a peer runs out after 1 s,
 // so the site's view has changed about 2 s in, and site 1 trains on 2 s more beside it.
-ClusterResult run_with_crash(const std::string& algorithm, int crash, const std::string& log_dir) {
+ClusterResult run_with_crash(const std::string& algorithm, int crash, const std::string& log_dir,
+                             const std::function<void(ClusterSpec&)>& more = {}) {
   ClusterSpec s;
   s.base = peer_spec(parse_config(kSmall, "site-crash-test", {"train { max_steps: 80 emulated_step_s: 0.05 }"}));
   s.peers = 5;
@@ -247,6 +249,7 @@ ClusterResult run_with_crash(const std::string& algorithm, int crash, const std:
   s.crash_after_steps.assign(5, 0);
   s.crash_after_steps[static_cast<size_t>(crash)] = 4;
   s.log_dir = log_dir;
+  if (more) more(s);
   return run_cluster(s);
 }
 
@@ -298,4 +301,24 @@ TEST_CASE("site replicas: where a new leader cannot take over, a dead leader's s
   test::TempDir dir;
   CHECK_THROWS_WITH_AS(run_with_crash("choco", 0, dir.path()),
                        doctest::Contains("a site elects a new leader only under adpsgd, gossip_grad and sgp"), InputError);
+}
+
+TEST_CASE("site replicas: a leader that dies with its model still on the way to one member: that member skips to the "
+          "newest step, and the site ends together") {
+  // The leader's model takes 0.4 s to reach peer2 (its link from peer0 only: the ring runs
+  // 0 -> 1 -> 2 -> 0), so when peer0 dies after its 4th step peer2 has not got that step's
+  // model, which dies with peer0's transport, while peer1 has and is a step ahead.
+  test::TempDir dir;
+  const ClusterResult r = run_with_crash("adpsgd", 0, dir.path(), [](ClusterSpec& s) {
+    s.links[{0, 2}] = LinkModel{.latency_s = 0.4};
+  });
+  CHECK(same_bits(r.final_params[1], r.final_params[2]));
+  CHECK(r.peers[1].steps == 80);  // both count every step to the run's end
+  CHECK(r.peers[2].steps == 80);
+  const auto ahead = events(dir.path(), "peer1", "site_view"), behind = events(dir.path(), "peer2", "site_view");
+  REQUIRE(ahead.size() == 1);
+  REQUIRE(behind.size() == 1);
+  CHECK(ahead[0]["step"] == 4);  // gave up its 5th step (0-based 4) in the ring
+  CHECK(behind[0]["step"] == 3);  // still waiting for the 4th step's model: skips one step
+  CHECK(behind[0]["leader"] == "peer1");
 }
