@@ -427,12 +427,10 @@ class GossipEngine {
   SiteSplit& site_split() { return site_split_; }
   const SiteSplit& site_split() const { return site_split_; }
   // The site's peers that are alive as its last view change agreed (cluster order, the
-  // leader first; empty: the config's site, before any change), that change's number, and
-  // the steps this peer skips after it (it was behind the newest peer of the site).
+  // leader first; empty: the config's site, before any change), and that change's number.
   struct SiteView {
     std::vector<int> members;
     uint32_t epoch = 0;
-    uint64_t skip = 0;
   };
   // Steps skipped since the last call (a site's view change put this peer behind the
   // others): the step loop adds them to its count, so the site's peers end together.

@@ -118,9 +118,11 @@ void log_site(GossipEngine& e, SiteRole role);
 // the leaders run an algorithm whose state a new leader may start afresh.
 bool elects_new_leader(const GossipSpec& s);
 // Thrown out of a site's step when the site's view changed during it: the step is given
-// up, every live peer of the site holds the new leader's model. `stats`: this peer's batch.
+// up, every live peer of the site holds the decider's model. `stats`: this peer's batch;
+// `skip`: the steps this peer was behind the decider, which it skips.
 struct SiteViewChanged {
   BatchStats stats;
+  uint64_t skip = 0;
 };
 // A leader's view of the other sites' leaders, before its step: a site whose leader is no
 // longer connected is led by its first peer still connected (its view's rule), which

@@ -487,9 +487,8 @@ BatchStats GossipEngine::step(const Batch& batch, float lr) {
       // The step is given up: the site holds its decider's model, and a peer that was
       // behind the newest skips to its step.
       s = changed.stats;
-      steps_ += site_view_.skip;
-      skipped_steps_ += static_cast<int64_t>(site_view_.skip);
-      site_view_.skip = 0;
+      steps_ += changed.skip;
+      skipped_steps_ += static_cast<int64_t>(changed.skip);
     }
   } catch (...) {
     start_snapshot_.reset();

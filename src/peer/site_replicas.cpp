@@ -137,14 +137,13 @@ std::vector<std::string> names_of(const GossipEngine& e, const std::vector<int>&
 // which the newest of the site's peers gave up (each peer's next step is the one after:
 // a peer that was behind skips the steps between, so that every peer of the site counts
 // the same steps to the run's end), and, where this peer did not decide it, the model of
-// the peer that decided.
-void adopt_view(GossipEngine& e, uint32_t epoch, const std::vector<int>& members, uint64_t gave_up_step, uint64_t step,
+// the peer that decided. Returns the steps this peer skips.
+uint64_t adopt_view(GossipEngine& e, uint32_t epoch, const std::vector<int>& members, uint64_t gave_up_step, uint64_t step,
                 const std::vector<float>* params) {
   auto& v = e.site_view();
   const std::vector<int> before = my_site(e);
   v.members = members;
   v.epoch = epoch;
-  v.skip = gave_up_step - step;
   if (params != nullptr) e.set_params_host(*params);
   e.site_split().rows.clear();  // equal shares until the new site has measured itself
   if (auto* t = dynamic_cast<SiteLeaderTopology*>(&e.topology())) t->set_leader(t->site_of(e.me()), members.front());
@@ -160,6 +159,7 @@ void adopt_view(GossipEngine& e, uint32_t epoch, const std::vector<int>& members
   auto ev = e.log().event("site_view");
   ev.add("step", static_cast<int64_t>(step)).add("epoch", static_cast<int64_t>(epoch)).add("leader", name_of(e, members.front()));
   e.log().write(ev.add("peers", names_of(e, members)).add("left", names_of(e, left)));
+  return gave_up_step - step;
 }
 
 std::string joined(const std::vector<std::string>& names) {
@@ -177,7 +177,8 @@ std::string joined(const std::vector<std::string>& names) {
 // on its own wait's timeout, within about one sync_timeout_s of the others (they all
 // wait, directly or not, on the same lost peer). A peer that hears no decision, or that
 // finds itself alone while a peer of its site is still connected, fails saying so.
-void change_view(GossipEngine& e, uint64_t step, int silent) {
+// Returns the steps this peer skips (adopt_view).
+uint64_t change_view(GossipEngine& e, uint64_t step, int silent) {
   const std::vector<int> view = my_site(e);
   const std::string& me = name_of(e, e.me());
   const uint32_t epoch = e.site_view().epoch + 1;
@@ -242,8 +243,7 @@ void change_view(GossipEngine& e, uint64_t step, int silent) {
       e.send(j, GossipEngine::Message(decision), d);
       e.send(j, GossipEngine::Message(model), params);
     }
-    adopt_view(e, epoch, live, gave_up, step, nullptr);
-    return;
+    return adopt_view(e, epoch, live, gave_up, step, nullptr);
   }
   const auto m = e.wait_sync_for(decider, kViewRound, decision_phase, 2 * window);
   const auto params = m ? e.wait_sync_for(decider, kViewRound, decision_phase + 1, window) : std::nullopt;
@@ -280,7 +280,7 @@ void change_view(GossipEngine& e, uint64_t step, int silent) {
                      " heard from " + joined(names_of(e, members)) + " within sync_timeout_s, " + std::to_string(window) +
                      " s, and not from this peer); the site goes on without it (restart the whole site to bring it back)");
   }
-  adopt_view(e, epoch, members, *r, step, &params->data);
+  return adopt_view(e, epoch, members, *r, step, &params->data);
 }
 
 // Runs one of the site's synchronous exchanges. When a peer of the site does not answer,
@@ -295,8 +295,7 @@ auto site_exchange(GossipEngine& e, uint64_t step, const BatchStats& s, F&& exch
       if (!leaders_run(e.spec())) throw;
       throw PeerTimeout(std::string(t.what()) + "; a site elects a new leader only under adpsgd, gossip_grad and sgp", t.peer);
     }
-    change_view(e, step, t.peer);
-    throw SiteViewChanged{s};
+    throw SiteViewChanged{s, change_view(e, step, t.peer)};
   }
 }
 constexpr uint64_t kSplitEvery = 10;
