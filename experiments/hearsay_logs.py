@@ -84,30 +84,44 @@ def first_at_or_above(evals, target):
 def mean_accuracy_series(peer_events):
     """The peers' mean test accuracy over time, the one curve time to target is read from
     (docs/LOGS.md, "Time to target"): after each eval event of any peer, once every peer
-    has one, the mean of each peer's latest test accuracy. Times are seconds since the
-    earliest peer's start; each "start" event's unix_time places its incarnation's t among
-    the other peers' (without it in every log, all peers count as starting together).
-    peer_events: {name: [events]}."""
+    has one, the mean of each peer's latest test accuracy. A peer that a simulated crash
+    took down (its "fault" event, kind crash or churn, state begin) is left out of both
+    until it starts again: one that never comes back must not hold the run from its target.
+    Times are seconds since the earliest peer's start; each "start" event's unix_time places
+    its incarnation's t among the other peers' (without it in every log, all peers count as
+    starting together). peer_events: {name: [events]}."""
     # A simulated peer that never evaluates (simulation.eval_peers) is not waited for.
     peer_events = {name: events for name, events in peer_events.items()
                    if not any(e.get("event") == "start" and e.get("evaluates") is False for e in events)}
     aligned = all(any(e.get("event") == "start" and _is_number(e.get("unix_time")) for e in events)
                   for events in peer_events.values())
     points, origins = [], []
+    down = {name: [] for name in peer_events}  # [begin, end) a crash held each peer down
     for name, events in peer_events.items():
         origin = 0.0  # this incarnation's t = 0, in unix time when aligned
         for e in events:
-            if e.get("event") == "start" and aligned and _is_number(e.get("unix_time")):
-                origin = e["unix_time"] - e["t"]
-                origins.append(origin)
+            if e.get("event") == "start":
+                if aligned and _is_number(e.get("unix_time")):
+                    origin = e["unix_time"] - e["t"]
+                    origins.append(origin)
+                if down[name] and down[name][-1][1] is None:
+                    down[name][-1][1] = origin + e["t"]  # back
             elif e.get("event") == "eval" and _is_number(e.get("test_acc")):
                 points.append((origin + e["t"], name, e["test_acc"]))
+            elif (e.get("event") == "fault" and e.get("kind") in ("crash", "churn") and e.get("state") == "begin"
+                  and e.get("target") == name and _is_number(e.get("t"))):
+                down[name].append([origin + e["t"], None])
     base = min(origins) if aligned and origins else 0.0
+
+    def up_at(name, t):
+        return not any(b <= t and (end is None or t < end) for b, end in down[name])
+
     latest, series = {}, []
     for t, name, acc in sorted(points, key=lambda p: p[0]):
         latest[name] = acc
-        if len(latest) == len(peer_events):
-            series.append((t - base, sum(latest.values()) / len(latest)))
+        live = [n for n in peer_events if up_at(n, t)]
+        if live and all(n in latest for n in live):
+            series.append((t - base, sum(latest[n] for n in live) / len(live)))
     return series
 
 

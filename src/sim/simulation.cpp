@@ -301,6 +301,10 @@ void Simulation::monitor_body() {
     int scored = 0;
     for (const auto& slot : slots_) {
       if (!slot.spec.train.evaluates) continue;
+      // A crashed peer not yet back is not part of the cluster's accuracy (as the logs'
+      // time to target, hearsay_logs.py): one that never comes back (a site's dead leader)
+      // must not hold the run from its target.
+      if (!slot.running && !slot.finished && !slot.crash_kind.empty()) continue;
       any = true;
       if (!slot.last_acc) {
         all_scored = false;

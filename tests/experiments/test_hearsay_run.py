@@ -324,6 +324,28 @@ class HearsayPlot(unittest.TestCase):
             del events[0]["unix_time"]
         self.assertAlmostEqual(hearsay_logs.time_to_target(hearsay_logs.mean_accuracy_series(logs), 0.85), 2.0)
 
+    def test_a_peer_down_for_good_after_a_simulated_crash_leaves_the_mean_and_does_not_hold_the_target(self):
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "experiments"))
+        import hearsay_logs
+
+        def ev(t, acc):
+            return {"t": t, "event": "eval", "test_acc": acc}
+        crash = {"t": 0.5, "event": "fault", "kind": "crash", "state": "begin", "target": "c", "until_s": 1000.0}
+        # c crashed before it ever scored, and never came back: a and b alone make the mean.
+        logs = {"a": [{"t": 0.0, "event": "start"}, ev(1.0, 0.80), ev(2.0, 0.86)],
+                "b": [{"t": 0.0, "event": "start"}, ev(1.0, 0.82), ev(2.0, 0.88)],
+                "c": [{"t": 0.0, "event": "start"}, crash]}
+        series = hearsay_logs.mean_accuracy_series(logs)
+        self.assertAlmostEqual(series[-1][1], 0.87)
+        self.assertAlmostEqual(hearsay_logs.time_to_target(series, 0.85), 2.0)
+        # Without the crash event, c is waited for: no target.
+        logs["c"] = [{"t": 0.0, "event": "start"}]
+        self.assertIsNone(hearsay_logs.time_to_target(hearsay_logs.mean_accuracy_series(logs), 0.85))
+        # Back at 1.5 s (its next incarnation's start) and scoring 0.70: in the mean again.
+        logs["c"] = [{"t": 0.0, "event": "start"}, crash, {"t": 1.5, "event": "start"}, ev(1.8, 0.70)]
+        series = hearsay_logs.mean_accuracy_series(logs)
+        self.assertAlmostEqual(series[-1][1], (0.86 + 0.88 + 0.70) / 3)
+
     def test_bytes_to_target_are_every_peers_bytes_when_the_mean_reached_it(self):
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "experiments"))
         import hearsay_logs
