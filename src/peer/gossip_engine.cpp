@@ -953,15 +953,8 @@ void GossipEngine::throw_refused_sync(int from, uint64_t round, const std::strin
 }
 
 GossipEngine::Message GossipEngine::wait_sync(int from, uint64_t round, uint32_t phase) {
-  std::string refused;
-  std::optional<Message> m;
-  {
-    const WaitSpan waiting(*this);
-    m = inbox_->wait_sync(from, round, phase, spec_.sync_timeout_s, stopped_, &refused);
-  }
+  auto m = wait_sync_for(from, round, phase, spec_.sync_timeout_s);
   if (!m) {
-    if (stopped_) throw StopRequested();
-    if (!refused.empty()) throw_refused_sync(from, round, refused);
     throw PeerTimeout("peer " + peers_[me_] + ": " + spec_.algorithm + " waited " + std::to_string(spec_.sync_timeout_s) +
                           " s for peer " + peers_[from] + " (round " + std::to_string(round) +
                           "); synchronous algorithms do not tolerate a missing peer",
@@ -977,8 +970,8 @@ std::optional<GossipEngine::Message> GossipEngine::wait_sync_for(int from, uint6
     const WaitSpan waiting(*this);
     m = inbox_->wait_sync(from, round, phase, timeout_s, stopped_, &refused);
   }
-  if (!m && !refused.empty()) throw_refused_sync(from, round, refused);
   if (!m && stopped_) throw StopRequested();
+  if (!m && !refused.empty()) throw_refused_sync(from, round, refused);
   return m;
 }
 
