@@ -208,7 +208,9 @@ class GossipEngine {
   struct Encoded;
   struct DeviceSnapshot;
   Trainable& model() { return model_; }
-  Optimizer& optimizer() { return optimizer_; }
+  // The peer's optimizer; under site replicas, seen through the leader's record of its
+  // step (src/peer/site_replay.cpp).
+  Optimizer& optimizer() { return site_optimizer_ ? *site_optimizer_ : optimizer_; }
   Mixer& mixer() { return mixer_; }
   Topology& topology() { return *topology_; }
   EventLog& log() { return log_; }
@@ -437,10 +439,29 @@ class GossipEngine {
   int64_t take_skipped_steps() { return std::exchange(skipped_steps_, 0); }
   SiteView& site_view() { return site_view_; }
   const SiteView& site_view() const { return site_view_; }
+  // A leader's record of its step, so that its site's members repeat the step rather
+  // than receive its model (src/peer/site_replay.cpp): the optimizer's one step, with the
+  // model and gradient it stepped from where they are not what the members hold.
+  struct SiteReplay {
+    bool recording = false;     // a leader, inside its algorithm's step
+    bool whole_models = false;  // the algorithm's step is not one that can be repeated: whole models from now on
+    bool resync = false;        // the next step sends the model and the optimizer's state whole
+    int optimizer_steps = 0;    // this step's
+    bool described = false;     // its one optimizer step was on the model's own buffers
+    bool moved = false;         // the model it stepped from is not the one the members hold
+    bool regraded = false;      // the gradient it stepped with is not the site's
+    float lr = 0;
+    std::vector<float> held;      // the model the members hold (the last step's end); empty: not known
+    std::vector<float> gradient;  // the site's gradient, as site_gradient left it
+    std::vector<float> before, stepped_gradient, after;  // at the optimizer step
+  };
+  SiteReplay& site_replay() { return site_replay_; }
 
  private:
   SiteSplit site_split_;
   SiteView site_view_;
+  SiteReplay site_replay_;
+  std::unique_ptr<Optimizer> site_optimizer_;  // optimizer_ behind a leader's record (site replicas)
   int64_t skipped_steps_ = 0;
   std::atomic<uint64_t> next_update_id_{1};  // outboxes send from the step loop and transport threads
   std::atomic<bool> stopped_{false};

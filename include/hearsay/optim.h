@@ -77,6 +77,10 @@ class Optimizer {
   // keep, or one whose length is not n, or a negative step count; nothing is changed
   // then.
   virtual void load_state(const OptimizerState& state, const std::string& where) = 0;
+  // Whether save_state() holds all of the state its steps depend on (false: another
+  // framework keeps it, as a torch optimizer does), so that a copy loaded elsewhere steps
+  // as this one would.
+  virtual bool state_is_saved() const { return true; }
 };
 
 // Makes an optimizer for n parameters on a backend from a spec whose name is its own.

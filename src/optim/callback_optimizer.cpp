@@ -29,6 +29,7 @@ class CallbackOptimizer final : public Optimizer {
     }
     steps_ = state.steps;
   }
+  bool state_is_saved() const override { return false; }
 
  private:
   const std::string name_ = "external";

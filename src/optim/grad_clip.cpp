@@ -29,6 +29,7 @@ class GlobalNormClip final : public Optimizer {
   int64_t steps() const override { return inner_->steps(); }
   OptimizerState save_state() const override { return inner_->save_state(); }
   void load_state(const OptimizerState& state, const std::string& where) override { inner_->load_state(state, where); }
+  bool state_is_saved() const override { return inner_->state_is_saved(); }
 
  private:
   std::unique_ptr<Optimizer> inner_;

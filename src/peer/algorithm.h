@@ -137,10 +137,29 @@ std::vector<int> split_rows(const std::vector<double>& seconds_per_sample, int t
 inline constexpr int kMaxSiteShare = 4;
 // GossipEngine::batch_rows: this peer's rows of its site's split, else batch_size.
 int site_batch_rows(const GossipEngine& e, int batch_size);
-// A member's step: its part of the site's gradient sum, then the leader's model.
+// A member's step: its part of the site's gradient sum, then its leader's update.
 BatchStats site_member_step(GossipEngine& e, const Batch& batch, uint64_t step);
-// The leader's model to the rest of its site (fp32, exact), after its step.
-void send_site_model(GossipEngine& e, uint64_t step);
+// The leader's update to the rest of its site (fp32, exact), after its step.
+void send_site_update(GossipEngine& e, uint64_t step);
+// The leader's update of its site (site_replay.cpp): its members repeat its step (its
+// optimizer's step, from the model and gradient it stepped from where the algorithm changed
+// them) rather than receive its model; whole models where a step cannot be repeated.
+// The optimizer a leader's algorithm steps: `inner`, recording that step.
+std::unique_ptr<Optimizer> site_replay_optimizer(GossipEngine& e, Optimizer& inner);
+// A leader's step begins, and ends without an update (an exception, a site of one).
+void begin_site_replay(GossipEngine& e);
+void end_site_replay(GossipEngine& e);
+// The site's gradient, as the site's peers hold it after site_gradient (the leader keeps it).
+void note_site_gradient(GossipEngine& e, std::vector<float>&& gradient);
+// After the leader's step: the update's parts, each (its part number, its values).
+std::vector<std::pair<uint32_t, std::vector<float>>> site_update_parts(GossipEngine& e, uint64_t step);
+// After a view change: the next update is whole (the model and the optimizer's state).
+void forget_site_replay(GossipEngine& e);
+// A member's side: takes the update of `step`, each part from receive(part), and applies
+// it. Throws InputError naming the leader and the part when one is malformed; nothing is
+// taken then.
+void follow_site_leader(GossipEngine& e, uint64_t step, const std::string& leader,
+                        const std::function<std::vector<float>(uint32_t part)>& receive);
 // The peers of each site in cluster order, by site index (all in site 0 where the topology
 // names no sites); the one place site membership is derived, for site_step and AllReduce.
 std::map<int, std::vector<int>> peers_by_site(const GossipEngine& e);

@@ -111,6 +111,7 @@ GossipEngine::GossipEngine(const GossipSpec& spec, std::vector<std::string> peer
   entry_ = &algorithm_entry(spec_.algorithm);
   algorithm_ = entry_->make(spec_, *parse_algorithm_options(*entry_, spec_.options));
   scratch_ = DeviceBuffer(model_.backend(), sizeof(float) * model_.num_params());
+  if (leaders_run(spec_)) site_optimizer_ = site_replay_optimizer(*this, optimizer_);
   transport_.set_receiver([this](const std::string& from, InFrame&& f) { on_frame(from, std::move(f)); });
 }
 
@@ -480,10 +481,14 @@ BatchStats GossipEngine::step(const Batch& batch, float lr) {
   in_step_ = true;
   try {
     try {
-      if (role == SiteRole::kLeader) refresh_site_leaders(*this);
+      if (role == SiteRole::kLeader) {
+        refresh_site_leaders(*this);
+        begin_site_replay(*this);
+      }
       s = role == SiteRole::kMember ? site_member_step(*this, batch, steps_) : algorithm_->step(*this, batch, lr, steps_);
-      if (role == SiteRole::kLeader) send_site_model(*this, steps_);
+      if (role == SiteRole::kLeader) send_site_update(*this, steps_);
     } catch (const SiteViewChanged& changed) {
+      end_site_replay(*this);
       // The step is given up: the site holds its decider's model, and a peer that was
       // behind the newest skips to its step.
       s = changed.stats;
@@ -491,6 +496,7 @@ BatchStats GossipEngine::step(const Batch& batch, float lr) {
       skipped_steps_ += static_cast<int64_t>(changed.skip);
     }
   } catch (...) {
+    end_site_replay(*this);
     start_snapshot_.reset();
     if (!owner_ends_steps_) end_step();  // what the step sent before it stopped still goes
     throw;

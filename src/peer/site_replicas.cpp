@@ -89,7 +89,8 @@ class SiteLeaderTopology final : public Topology {
   std::unique_ptr<Topology> sites_;
 };
 
-// The leader's model to its site, after its step: as fp32, exact, so the site holds its bits.
+// The leader's update of its site after its step (site_replay.cpp), in parts from this
+// phase up: fp32, exact, so the site holds its bits.
 constexpr uint32_t kSiteModelPhase = kSiteStepPhase + (1u << 19);
 // The site's speeds, summed every kSplitEvery steps (fp32, one float a peer).
 constexpr uint32_t kSiteSplitPhase = kSiteStepPhase + (1u << 18);
@@ -145,6 +146,7 @@ uint64_t adopt_view(GossipEngine& e, uint32_t epoch, const std::vector<int>& mem
   v.members = members;
   v.epoch = epoch;
   if (params != nullptr) e.set_params_host(*params);
+  forget_site_replay(e);  // the site's next update is whole: model and optimizer state
   e.site_split().rows.clear();  // equal shares until the new site has measured itself
   if (auto* t = dynamic_cast<SiteLeaderTopology*>(&e.topology())) t->set_leader(t->site_of(e.me()), members.front());
   // What the given-up attempts left: ring hops and models of earlier epochs, and the alive
@@ -502,6 +504,7 @@ BatchStats site_gradient(GossipEngine& e, const Batch& batch, uint64_t step) {
     for (auto& v : g) v *= inv;
   }
   b.upload(e.model().grads(), g.data(), sizeof(float) * g.size());
+  note_site_gradient(e, std::move(g));
   if (e.spec().site_split == "speed" && step % kSplitEvery == kSplitEvery - 1) update_split(e, site, step, s);
   return s;
 }
@@ -518,18 +521,20 @@ int site_batch_rows(const GossipEngine& e, int batch_size) {
 BatchStats site_member_step(GossipEngine& e, const Batch& batch, uint64_t step) {
   const BatchStats s = site_gradient(e, batch, step);
   const int leader = my_site(e).front();
-  const auto m = site_exchange(e, step, s, [&] { return e.wait_sync(leader, step, site_phase(e, kSiteModelPhase)); });
-  e.set_params_host(m.data);
+  follow_site_leader(e, step, name_of(e, leader), [&](uint32_t part) {
+    return site_exchange(e, step, s, [&] { return e.wait_sync(leader, step, site_phase(e, kSiteModelPhase) + part).data; });
+  });
   return s;
 }
 
-void send_site_model(GossipEngine& e, uint64_t step) {
+void send_site_update(GossipEngine& e, uint64_t step) {
   const auto site = my_site(e);
-  if (site.size() < 2) return;
-  const std::vector<float> params = e.params_host();
-  const GossipEngine::Message header{.kind = MessageKind::kModel, .synchronous = true, .round = step,
-                                     .phase = site_phase(e, kSiteModelPhase), .offset = 0, .total = params.size()};
-  for (size_t k = 1; k < site.size(); ++k) e.send(site[k], header, params);
+  if (site.size() < 2) return end_site_replay(e);
+  for (auto& [part, values] : site_update_parts(e, step)) {
+    const GossipEngine::Message header{.kind = MessageKind::kModel, .synchronous = true, .round = step,
+                                       .phase = site_phase(e, kSiteModelPhase) + part, .offset = 0, .total = values.size()};
+    for (size_t k = 1; k < site.size(); ++k) e.send(site[k], GossipEngine::Message(header), values);
+  }
 }
 
 }  // namespace hearsay

@@ -324,3 +324,42 @@ TEST_CASE("site replicas: a leader that dies with its model still on the way to 
   CHECK(behind[0]["step"] == 3);  // still waiting for the 4th step's model: skips one step
   CHECK(behind[0]["leader"] == "peer1");
 }
+
+TEST_CASE("site replicas: a member repeats its leader's optimizer step, so the leader sends a model only where its "
+          "algorithm changed one; where a step cannot be repeated, whole models, saying why") {
+  // adpsgd exchanging every 10 steps: most of the leader's steps are its optimizer's alone.
+  auto run_every = [](const std::string& algorithm, const std::string& log_dir) {
+    ClusterSpec s;
+    s.base = peer_spec(parse_config(kSmall, "site-replay-test", {"train { max_steps: 40 }"}));
+    s.peers = 4;
+    s.gossip.algorithm = algorithm;
+    s.gossip.gossip_every = 10;
+    s.gossip.topology.kind = "ring";
+    s.gossip.topology.site_of = {0, 0, 1, 1};
+    s.gossip.site_replicas = true;
+    s.log_dir = log_dir;
+    return run_cluster(s);
+  };
+  constexpr int64_t kModelBytes = 276 * 4;  // this MLP's 276 floats
+  test::TempDir dir;
+  const ClusterResult r = run_every("adpsgd", dir.path());
+  CHECK(same_bits(r.final_params[0], r.final_params[1]));
+  CHECK(same_bits(r.final_params[2], r.final_params[3]));
+  CHECK(events(dir.path(), "peer0", "site_replay").empty());
+  // Inside a site of two the gradient sum's hops are the same both ways; what the leader
+  // sends beyond them is its update: 40 whole models if it sent its model every step.
+  auto sent = bytes_sent(dir.path());
+  const int64_t updates = sent["peer0"]["peer1"] - sent["peer1"]["peer0"];
+  INFO("leader's updates to its member: " << updates << " bytes over 40 steps; a model is " << kModelBytes);
+  CHECK(updates > 2 * kModelBytes);   // the first step's model and momentum, and the exchanges' models
+  CHECK(updates < 15 * kModelBytes);  // not 40
+  // sgp's push-sum moves the model after the optimizer's step: whole models, and the event says why.
+  test::TempDir sgp_dir;
+  const ClusterResult sgp = run_every("sgp", sgp_dir.path());
+  CHECK(same_bits(sgp.final_params[0], sgp.final_params[1]));
+  const auto replay = events(sgp_dir.path(), "peer0", "site_replay");
+  REQUIRE(replay.size() == 1);
+  CHECK(replay[0].value("reason", "") == "the algorithm moved the model after the optimizer's step");
+  auto sgp_sent = bytes_sent(sgp_dir.path());
+  CHECK(sgp_sent["peer0"]["peer1"] - sgp_sent["peer1"]["peer0"] > 38 * kModelBytes);
+}
