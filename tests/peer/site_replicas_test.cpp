@@ -326,7 +326,7 @@ TEST_CASE("site replicas: a leader that dies with its model still on the way to 
 }
 
 TEST_CASE("site replicas: a member repeats its leader's optimizer step, so the leader sends a model only where its "
-          "algorithm changed one; where a step cannot be repeated, whole models, saying why") {
+          "algorithm changed one, and where a step cannot be repeated, whole models, saying why") {
   // adpsgd exchanging every 10 steps: most of the leader's steps are its optimizer's alone.
   auto run_every = [](const std::string& algorithm, const std::string& log_dir) {
     ClusterSpec s;
