@@ -1,6 +1,6 @@
 """hearsay-run and hearsay-plot as a user runs them (run by ctest with /usr/bin/python3).
 
-Small clusters of two peers on loopback ports 17395-17396, a few seconds each."""
+Small clusters of two peers on loopback ports 17495-17496, a few seconds each."""
 import glob
 import json
 import os
@@ -31,8 +31,8 @@ train { batch_size: 16 epochs: 3 eval_every_steps: 20 target_test_acc: 0.8 }
 log { every_steps: 20 }
 cluster {
   secret_env: "HEARSAY_TEST_RUN_SECRET"
-  peers { name: "a" site: "x" address: "127.0.0.1:17395" }
-  peers { name: "b" site: "y" address: "127.0.0.1:17396" }
+  peers { name: "a" site: "x" address: "127.0.0.1:17495" }
+  peers { name: "b" site: "y" address: "127.0.0.1:17496" }
   gossip { algorithm: "adpsgd" topology: "complete" }
   site_links { site_a: "x" site_b: "y" link { latency_ms: 2 bandwidth_mbps: 100 } }
 }
@@ -67,7 +67,7 @@ class HearsayRun(unittest.TestCase):
             "a wrong type": (BASE.replace("batch_size: 16", 'batch_size: "many"'), "c.textproto:6:21"),
             "a link naming no site": (BASE.replace('site_b: "y"', 'site_b: "mars"'), "site 'mars' has no peer"),
             "two peers with one name": (BASE.replace('name: "b"', 'name: "a"'), "name 'a' appears twice"),
-            "a duplicate port": (BASE.replace("17396", "17395"), "is used by two peers"),
+            "a duplicate port": (BASE.replace("17496", "17495"), "is used by two peers"),
             "a sweep of a field that is not there": (BASE + 'experiment { sweep { field: "optim.speed" values: "1" } }\n',
                                                      "has no field 'speed'"),
         }
