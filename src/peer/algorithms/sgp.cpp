@@ -17,9 +17,10 @@
 // codec's rounding of a numerator comes back the same way, so a receiver adds exactly what
 // its sender gave away. Peers never wait for pushes to arrive (the overlap); its delay
 // bound tau is gossip.overlap_tau: a peer does not start step k while a push it made at
-// step k - tau or before is still unsent (0: no bound). A peer whose weight has fallen
-// below 1/16 (its in-neighbours slower than it, or gone) keeps its mass until some
-// arrives: a step of lr g on x moves z by lr g / w, and the paper's analysis assumes w
+// step k - tau or before is still unsent (0: no bound); the paper's OSGP also waits for
+// the pushes its in-neighbours made tau steps before, which is not built (docs/ALGORITHMS.md,
+// "Where the faithful rule loses"). A peer whose push would leave its weight below 1/16
+// (its in-neighbours slower than it, or gone) keeps its mass until some arrives: a step of lr g on x moves z by lr g / w, and the paper's analysis assumes w
 // bounded below (peers in near lock-step); that conserves mass too. Mass is lost only where a
 // receiver refuses a push (the update guard, a quarantine) or where a transport reported a
 // frame sent that its receiver never took in (the receiver crashed).
@@ -68,10 +69,11 @@ class Sgp final : public Algorithm {
   int overlap_tau_;
   // With the model buffer holding x.
   void push(GossipEngine& e, uint64_t step) {
-    if (step % static_cast<uint64_t>(e.spec().gossip_every) != 0 || w_ < kMinWeight) return;
+    if (step % static_cast<uint64_t>(e.spec().gossip_every) != 0) return;
     const auto targets = e.live_targets(static_cast<int64_t>(step));
     if (targets.empty()) return;
     const double keep = 1.0 / (1.0 + static_cast<double>(targets.size()));
+    if (w_ * keep < kMinWeight) return;  // the weight this push would leave: never below the floor
     e.model().backend().scale(e.model().num_params(), static_cast<float>(keep), e.model().params());
     w_ *= keep;
     if (e.gossip_on_device()) {
