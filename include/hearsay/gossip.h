@@ -297,6 +297,10 @@ class GossipEngine {
   bool unsent_since(uint64_t step) const;
   // Waits until unsent_since(step) is false, or stop(); throws StopRequested on stop.
   void wait_sent(uint64_t step);
+  // Waits until ready() holds (checked every 200 us of the peer's clock, virtual time
+  // when simulated) or timeout_s has passed; the wait is not the step's work. Returns
+  // ready(); throws StopRequested on stop().
+  bool wait_until(const std::function<bool()>& ready, double timeout_s);
   // Waits for the synchronous message of (round, phase) from peer index `from`.
   Message wait_sync(int from, uint64_t round, uint32_t phase);
   // The same without waiting: the message when it has arrived, else nullopt (a refused

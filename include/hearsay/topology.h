@@ -43,6 +43,10 @@ class Topology {
   virtual std::vector<int> targets(int peer, int64_t round, Rng& rng) const = 0;
   // Every peer `peer` may ever send to (for heartbeats and failure detection).
   virtual std::vector<int> neighbours(int peer) const = 0;
+  // Rounds after which targets(peer, round) repeat whatever the rng draws: 1 where they do
+  // not depend on the round, 0 where they are drawn at random (so which peers send to a
+  // given one in a round cannot be known; sgp's delay bound needs it).
+  virtual int64_t period() const { return 0; }
   // Bandwidth-aware topologies learn link speeds; others ignore this.
   virtual void observe_throughput(int peer, int other, double bytes_per_s) {}
 

@@ -2,6 +2,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <limits>
 #include <cmath>
 #include <set>
 #include <thread>
@@ -930,12 +931,17 @@ class GossipEngine::WaitSpan {
   GossipEngine& e_;
 };
 
-void GossipEngine::wait_sent(uint64_t step) {
+void GossipEngine::wait_sent(uint64_t step) { wait_until([&] { return !unsent_since(step); }, std::numeric_limits<double>::infinity()); }
+
+bool GossipEngine::wait_until(const std::function<bool()>& ready, double timeout_s) {
   const WaitSpan waiting(*this);
-  while (unsent_since(step)) {
+  const double deadline = clock_.now() + timeout_s;
+  while (!ready()) {
     if (stopped_) throw StopRequested();
+    if (clock_.now() >= deadline) return false;
     clock_.sleep_for(200e-6);
   }
+  return true;
 }
 
 bool GossipEngine::idle() const {

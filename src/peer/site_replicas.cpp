@@ -65,6 +65,7 @@ class SiteLeaderTopology final : public Topology {
   std::vector<int> neighbours(int peer) const override {
     return is_leader(peer) ? leaders(sites_->neighbours(site_of_[static_cast<size_t>(peer)])) : std::vector<int>{};
   }
+  int64_t period() const override { return sites_->period(); }
   int site_of(int peer) const { return site_of_[static_cast<size_t>(peer)]; }
   int leader(int site) const { return leader_of_.at(static_cast<size_t>(site)).load(); }
   int sites() const { return static_cast<int>(leader_of_.size()); }

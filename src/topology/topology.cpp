@@ -27,6 +27,7 @@ int random_other(int n, int peer, Rng& rng) {
 
 class Ring final : public Topology {
  public:
+  int64_t period() const override { return 1; }
   explicit Ring(int n) : Topology(n) {}
   std::vector<int> targets(int peer, int64_t, Rng&) const override { return neighbours(peer); }
   std::vector<int> neighbours(int peer) const override {
@@ -37,6 +38,7 @@ class Ring final : public Topology {
 
 class Torus final : public Topology {
  public:
+  int64_t period() const override { return 1; }
   explicit Torus(int n) : Topology(n) {
     rows_ = static_cast<int>(std::sqrt(static_cast<double>(n)));
     while (n % rows_ != 0) --rows_;
@@ -62,6 +64,7 @@ class Exponential final : public Topology {
   explicit Exponential(int n) : Topology(n) {
     while ((1 << levels_) < n) ++levels_;
   }
+  int64_t period() const override { return levels_; }
   std::vector<int> targets(int peer, int64_t round, Rng&) const override {
     const int hop = 1 << static_cast<int>(round % levels_);
     return {(peer + hop) % n_};
@@ -80,6 +83,7 @@ class Exponential final : public Topology {
 
 class Complete final : public Topology {
  public:
+  int64_t period() const override { return 1; }
   explicit Complete(int n) : Topology(n) {}
   std::vector<int> targets(int peer, int64_t, Rng&) const override { return all_but(n_, peer); }
   std::vector<int> neighbours(int peer) const override { return all_but(n_, peer); }
@@ -87,6 +91,7 @@ class Complete final : public Topology {
 
 class Star final : public Topology {
  public:
+  int64_t period() const override { return 1; }
   explicit Star(int n) : Topology(n) {}
   std::vector<int> targets(int peer, int64_t, Rng&) const override { return neighbours(peer); }
   std::vector<int> neighbours(int peer) const override { return peer == 0 ? all_but(n_, 0) : std::vector<int>{0}; }
@@ -121,6 +126,7 @@ class RandomRegular final : public Topology {
                      std::to_string(n) + " peers; try another degree");
   }
   std::vector<int> targets(int peer, int64_t, Rng&) const override { return adj_[peer]; }
+  int64_t period() const override { return 1; }
   std::vector<int> neighbours(int peer) const override { return adj_[peer]; }
 
  private:

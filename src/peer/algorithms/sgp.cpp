@@ -1,4 +1,4 @@
-// Stochastic Gradient Push (Assran et al., ICML 2019), as the paper states it. A peer keeps
+// Stochastic Gradient Push (Assran et al., ICML 2019), as the paper states it (OSGP's bounded delay). A peer keeps
 // a numerator x and a push-sum weight w (w = 1 at the start); the de-biased model
 // z = x / w is what the model buffer holds between steps, and where gradients are taken.
 // Each step k:
@@ -15,15 +15,22 @@
 // pushes waiting on a slow link fold into one (their sum); a push whose send fails (link
 // down, frame lost) comes back to its sender, who adds it to its own (x, w); a lossy model
 // codec's rounding of a numerator comes back the same way, so a receiver adds exactly what
-// its sender gave away. Peers never wait for pushes to arrive (the overlap); its delay
-// bound tau is gossip.overlap_tau: a peer does not start step k while a push it made at
-// step k - tau or before is still unsent (0: no bound); the paper's OSGP also waits for
-// the pushes its in-neighbours made tau steps before, which is not built (docs/ALGORITHMS.md,
-// "Where the faithful rule loses"). A peer whose push would leave its weight below 1/16
-// (its in-neighbours slower than it, or gone) keeps its mass until some arrives: a step of lr g on x moves z by lr g / w, and the paper's analysis assumes w
-// bounded below (peers in near lock-step); that conserves mass too. Mass is lost only where a
-// receiver refuses a push (the update guard, a quarantine) or where a transport reported a
-// frame sent that its receiver never took in (the receiver crashed).
+// its sender gave away. Peers do not wait for each round's pushes (the overlap, OSGP); the
+// delay is bounded by gossip's overlap_tau, tau (1, the paper's): a peer does not start
+// step k until the pushes its in-neighbours made in rounds k - tau and before have arrived
+// and its own have left. Which peers push to it in a round is the topology's (a fixed
+// one: its targets repeat with its period()); an in-neighbour that is not connected is
+// not waited for, and one that owes a round for longer than sync_timeout_s (it joined
+// late, or restarted from a checkpoint) is not waited for until it has caught up. With
+// tau = 0 (no bound, not the paper's) a peer whose push would leave its weight below 1/16
+// (its in-neighbours slower than it) keeps its mass until some arrives: a step of lr g on
+// x moves z by lr g / w, and the paper's analysis assumes w bounded below, as its delay
+// bound keeps it. Mass is lost only where a receiver refuses a push (the update guard, a
+// quarantine) or where a transport reported a frame sent that its receiver never took in
+// (the receiver crashed).
+#include <algorithm>
+#include <optional>
+
 #include "../algorithm.h"
 #include "../algorithm_registry.h"
 #include "hearsay/algorithms/sgp.pb.h"
@@ -38,7 +45,10 @@ class Sgp final : public Algorithm {
   explicit Sgp(int overlap_tau) : overlap_tau_(overlap_tau) {}
   BatchStats step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) override {
     const uint64_t tau = static_cast<uint64_t>(overlap_tau_);
-    if (tau > 0 && step >= tau) e.wait_sent(step - tau);
+    if (tau > 0 && step >= tau) {
+      e.wait_sent(step - tau);
+      wait_for_in_neighbours(e, step - tau);
+    }
     const BatchStats s = site_gradient(e, batch, step);  // at z
     Backend& b = e.model().backend();
     const size_t n = e.model().num_params();
@@ -73,7 +83,9 @@ class Sgp final : public Algorithm {
     const auto targets = e.live_targets(static_cast<int64_t>(step));
     if (targets.empty()) return;
     const double keep = 1.0 / (1.0 + static_cast<double>(targets.size()));
-    if (w_ * keep < kMinWeight) return;  // the weight this push would leave: never below the floor
+    // Without the delay bound, the weight this push would leave: never below the floor.
+    // (With it a push is never held back: out-neighbours wait for it.)
+    if (overlap_tau_ == 0 && w_ * keep < kMinWeight) return;
     e.model().backend().scale(e.model().num_params(), static_cast<float>(keep), e.model().params());
     w_ *= keep;
     if (e.gossip_on_device()) {
@@ -98,9 +110,79 @@ class Sgp final : public Algorithm {
     }
   }
 
+  // The pushes that arrived: each sender's newest round noted; kept by the caller.
+  std::vector<GossipEngine::Message> arrivals(GossipEngine& e) {
+    auto got = e.take_async();
+    for (const auto& m : got) {
+      if (m.kind != MessageKind::kPushSum || m.from < 0) continue;
+      const auto j = static_cast<size_t>(m.from);
+      if (heard_.size() <= j) heard_.resize(e.peers().size(), -1);
+      heard_[j] = std::max(heard_[j], static_cast<int64_t>(m.step));
+    }
+    return got;
+  }
+
+  // OSGP's bound: the pushes of this peer's in-neighbours in rounds up to `round` have
+  // arrived (what came while waiting is kept for take_in).
+  void wait_for_in_neighbours(GossipEngine& e, uint64_t round) {
+    const size_t n = e.peers().size();
+    heard_.resize(n, -1);
+    owed_.resize(n, -1);
+    lagging_.resize(n, 0);
+    const auto every = static_cast<uint64_t>(e.spec().gossip_every);
+    for (uint64_t q = next_round_; q <= round; ++q) {
+      if (q % every != 0) continue;
+      for (int j : in_neighbours(e, q)) owed_[static_cast<size_t>(j)] = static_cast<int64_t>(q);
+    }
+    next_round_ = round + 1;
+    const auto owing = [&](size_t j) { return owed_[j] > heard_[j] && e.connected(static_cast<int>(j)); };
+    const bool all = e.wait_until(
+        [&] {
+          for (auto& m : arrivals(e)) held_.push_back(std::move(m));
+          for (size_t j = 0; j < n; ++j) {
+            if (lagging_[j] && heard_[j] >= owed_[j]) lagging_[j] = 0;  // caught up: waited for again
+            if (!lagging_[j] && owing(j)) return false;
+          }
+          return true;
+        },
+        e.spec().sync_timeout_s);
+    if (all) return;
+    for (size_t j = 0; j < n; ++j) {
+      if (lagging_[j] || !owing(j)) continue;
+      lagging_[j] = 1;
+      auto ev = e.log().event("sgp_lagging");
+      ev.add("step", static_cast<int64_t>(round) + overlap_tau_).add("neighbour", e.peers()[j]);
+      e.log().write(ev.add("owed_round", owed_[j]).add("heard_round", heard_[j]));
+    }
+  }
+
+  // The peers whose round-q targets include this one (the topology's period keys a cache).
+  const std::vector<int>& in_neighbours(GossipEngine& e, uint64_t q) {
+    const int64_t period = e.topology().period();
+    static const std::vector<int> none;
+    if (period <= 0) return none;
+    const auto key = static_cast<size_t>(q % static_cast<uint64_t>(period));
+    if (in_cache_.size() != static_cast<size_t>(period)) in_cache_.assign(static_cast<size_t>(period), {});
+    auto& slot = in_cache_[key];
+    if (!slot.has_value()) {
+      Rng unused(0, 0);  // a fixed topology's targets draw nothing
+      std::vector<int> in;
+      for (int j = 0; j < static_cast<int>(e.peers().size()); ++j) {
+        if (j == e.me()) continue;
+        const auto t = e.topology().targets(j, static_cast<int64_t>(q), unused);
+        if (std::find(t.begin(), t.end(), e.me()) != t.end()) in.push_back(j);
+      }
+      slot = std::move(in);
+    }
+    return *slot;
+  }
+
   // With the model buffer holding x: the pushes that arrived and the mass given back.
   void take_in(GossipEngine& e) {
-    for (auto& m : e.take_async()) {
+    std::vector<GossipEngine::Message> got = std::move(held_);
+    held_.clear();
+    for (auto& m : arrivals(e)) got.push_back(std::move(m));
+    for (auto& m : got) {
       if (m.kind != MessageKind::kPushSum) continue;
       e.mixer().applied(e.clock(), m.clock);  // staleness recorded; push-sum mass is never dropped
       e.axpy_params(1.0, m);
@@ -112,6 +194,13 @@ class Sgp final : public Algorithm {
   }
 
   double w_ = 1.0;
+  // The delay bound's state, by peer index: the newest round heard from each peer, the
+  // newest round each in-neighbour owes, and whether one is lagging (not waited for).
+  std::vector<int64_t> heard_, owed_;
+  std::vector<char> lagging_;
+  uint64_t next_round_ = 0;  // the first round whose in-neighbours are not yet counted
+  std::vector<GossipEngine::Message> held_;  // taken while waiting, for take_in
+  std::vector<std::optional<std::vector<int>>> in_cache_;
 };
 
 }  // namespace
@@ -120,8 +209,13 @@ const bool registered = register_algorithm<algorithms::SgpOptions>({
     .name = "sgp",
     .joins_from_neighbour = true,
     .sends = {{MessageKind::kPushSum, Compression::kModel}},
-    .check = [](const algorithms::SgpOptions& o, const GossipSpec&, int) {
+    .check = [](const algorithms::SgpOptions& o, const GossipSpec& spec, int peers) {
       if (o.overlap_tau() < 0) throw OptionError("overlap_tau", "must be >= 0 (0: no bound), got " + std::to_string(o.overlap_tau()));
+      if (o.overlap_tau() > 0 && peers >= 2 && make_engine_topology(spec, peers)->period() <= 0) {
+        throw OptionError("overlap_tau", "the delay bound waits for each round's pushes from the peers that send to this one, "
+                          "which topology '" + spec.topology.kind + "' draws at random; use a fixed topology (exponential, "
+                          "the paper's; ring, torus, complete, star, random_regular) or overlap_tau: 0 (no bound)");
+      }
     },
     .make = [](const GossipSpec&, const algorithms::SgpOptions& o) { return std::make_unique<Sgp>(o.overlap_tau()); },
 });
