@@ -79,8 +79,13 @@ TEST_CASE("registry: an algorithm's options are checked where it declares them, 
   const auto c = parse_config(config_text("    algorithm: \"diloco\"\n    [hearsay.algorithms.diloco] { outer_lr: 0.5 }\n"), "ok");
   CHECK(gossip_spec(c.cluster()).options == "outer_lr: 0.5");
   // Another algorithm's options beside the chosen one's apply only when it is chosen.
-  const auto both = parse_config(config_text("    algorithm: \"sgp\"\n    [hearsay.algorithms.diloco] { outer_lr: 0.5 }\n"), "ok");
+  const auto both = parse_config(config_text("    algorithm: \"sgp\" topology: \"exponential\"\n    [hearsay.algorithms.diloco] { outer_lr: 0.5 }\n"), "ok");
   CHECK(gossip_spec(both.cluster()).options.empty());
+  // sgp's delay bound needs to know who pushes to a peer in a round: a random topology is refused, naming the option.
+  CHECK_THROWS_WITH_AS(parse_config(config_text("    algorithm: \"sgp\" topology: \"random\"\n"), "r.textproto"),
+                       doctest::Contains("cluster.gossip.overlap_tau: the delay bound waits for each round's pushes"), InputError);
+  CHECK_NOTHROW(parse_config(config_text("    algorithm: \"sgp\" topology: \"random\"\n    [hearsay.algorithms.sgp] { overlap_tau: 0 }\n"),
+                             "r0.textproto"));
   // An unknown algorithm's error lists the registered ones, the test's among them.
   CHECK_THROWS_WITH_AS(parse_config(config_text("    algorithm: \"nope\"\n"), "n.textproto"),
                        doctest::Contains("unknown 'nope'; use adpsgd, allreduce, choco, delta_gossip, demo, dgc, diloco, dpsgd, gossip_grad, local_sgd, "

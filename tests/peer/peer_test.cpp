@@ -121,7 +121,9 @@ TEST_CASE("peer: shards of a non-IID split train on different data") {
 
 TEST_CASE("peer: with eval_every_s, evaluations follow the clock, not the step count") {
   test::TempDir dir;
-  train("train { epochs: 60 eval_every_s: 0.005 }", dir.file("clock.jsonl"));
+  // 200 epochs: long enough for several 5 ms slots even when the run is descheduled
+  // (60 once gave 2 evaluations beside other tests).
+  train("train { epochs: 200 eval_every_s: 0.005 }", dir.file("clock.jsonl"));
   // When each evaluation began: its event is written after it ran (t), and says how long
   // it took (eval_s); on a loaded machine (a sanitizer build) an evaluation may outlast a
   // 5 ms slot, so its end says nothing about when it was due.

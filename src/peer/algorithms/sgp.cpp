@@ -21,11 +21,11 @@
 // and its own have left. Which peers push to it in a round is the topology's (a fixed
 // one: its targets repeat with its period()); an in-neighbour that is not connected is
 // not waited for, and one that owes a round for longer than sync_timeout_s (it joined
-// late, or restarted from a checkpoint) is not waited for until it has caught up. With
-// tau = 0 (no bound, not the paper's) a peer whose push would leave its weight below 1/16
-// (its in-neighbours slower than it) keeps its mass until some arrives: a step of lr g on
-// x moves z by lr g / w, and the paper's analysis assumes w bounded below, as its delay
-// bound keeps it. Mass is lost only where a receiver refuses a push (the update guard, a
+// late, or restarted from a checkpoint) is not waited for until it has caught up. A peer
+// whose push would leave its weight below 1/16 (its in-neighbours slower than it, with
+// tau = 0, no bound, not the paper's; or gone) keeps its mass until some arrives: a step
+// of lr g on x moves z by lr g / w, and the paper's analysis assumes w bounded below, as
+// its delay bound keeps it while its in-neighbours push. Mass is lost only where a receiver refuses a push (the update guard, a
 // quarantine) or where a transport reported a frame sent that its receiver never took in
 // (the receiver crashed).
 #include <algorithm>
@@ -83,9 +83,10 @@ class Sgp final : public Algorithm {
     const auto targets = e.live_targets(static_cast<int64_t>(step));
     if (targets.empty()) return;
     const double keep = 1.0 / (1.0 + static_cast<double>(targets.size()));
-    // Without the delay bound, the weight this push would leave: never below the floor.
-    // (With it a push is never held back: out-neighbours wait for it.)
-    if (overlap_tau_ == 0 && w_ * keep < kMinWeight) return;
+    // The weight this push would leave: never below the floor. With the delay bound a
+    // weight falls that low only while no in-neighbour is waited for (they are gone, or
+    // lag); its out-neighbours then wait for this peer's push until sync_timeout_s.
+    if (w_ * keep < kMinWeight) return;
     e.model().backend().scale(e.model().num_params(), static_cast<float>(keep), e.model().params());
     w_ *= keep;
     if (e.gossip_on_device()) {
