@@ -139,7 +139,7 @@ class Sgp final : public Algorithm {
     const auto owing = [&](size_t j) { return owed_[j] > heard_[j] && e.connected(static_cast<int>(j)); };
     const bool all = e.wait_until(
         [&] {
-          for (auto& m : arrivals(e)) held_.push_back(std::move(m));
+          for (auto& m : arrivals(e)) hold(std::move(m));
           for (size_t j = 0; j < n; ++j) {
             if (lagging_[j] && heard_[j] >= owed_[j]) lagging_[j] = 0;  // caught up: waited for again
             if (!lagging_[j] && owing(j)) return false;
@@ -155,6 +155,17 @@ class Sgp final : public Algorithm {
       ev.add("step", static_cast<int64_t>(round) + overlap_tau_).add("neighbour", e.peers()[j]);
       e.log().write(ev.add("owed_round", owed_[j]).add("heard_round", heard_[j]));
     }
+  }
+
+  // Keeps an arrival taken while waiting for take_in, a sender's pushes summed into one
+  // (as the inbox folds them), so that what a long wait holds stays one model a sender.
+  void hold(GossipEngine::Message&& m) {
+    if (m.kind == MessageKind::kPushSum) {
+      for (auto& h : held_) {
+        if (h.kind == MessageKind::kPushSum && h.from == m.from) return h.absorb(std::move(m));
+      }
+    }
+    held_.push_back(std::move(m));
   }
 
   // The peers whose round-q targets include this one (the topology's period keys a cache).
