@@ -21,11 +21,11 @@ PEERS = ["a", "b"]
 SECRET = "a secret for the launch tests, long enough"
 
 
-def config(port0, algorithm="adpsgd", extra=""):
+def config(port0, algorithm="adpsgd", extra="", connect_timeout_s=0.3):
     path = os.path.join(tempfile.mkdtemp(), "c.textproto")
     with open(path, "w") as f:
         f.write(f'name: "launch"\nseed: 1\nthreads: 1\ndata {{ format: SYNTHETIC synthetic_dim: 8 num_classes: 4 }}\n{extra}'
-                f'cluster {{\n  id: "launch"\n  secret_env: "HEARSAY_SECRET"\n  connect_timeout_s: 0.3\n'
+                f'cluster {{\n  id: "launch"\n  secret_env: "HEARSAY_SECRET"\n  connect_timeout_s: {connect_timeout_s}\n'
                 f'  gossip {{ algorithm: "{algorithm}" }}\n'
                 f'  peers {{ name: "a" address: "127.0.0.1:{port0}" }}\n  peers {{ name: "b" address: "127.0.0.1:{port0 + 1}" }}\n}}\n')
     return path
@@ -89,8 +89,11 @@ class Environment(unittest.TestCase):
 class Torchrun(unittest.TestCase):
     def test_torchrun_starts_a_peer_per_rank(self):
         d = tempfile.mkdtemp()
+        # Two ranks that each import torch first: on a loaded machine they come up seconds
+        # apart, and allreduce needs both (0.3 s once failed beside other tests).
         path = config(17471, "allreduce", 'optim { optimizer: "sgd" lr: 0.05 momentum: 0.9 }\n'
-                                          'train { batch_size: 32 max_steps: 30 eval_every_steps: 1000 }\n')
+                                          'train { batch_size: 32 max_steps: 30 eval_every_steps: 1000 }\n',
+                      connect_timeout_s=60)
         save = os.path.join(d, "{peer}.pt")
         env = dict(os.environ, HEARSAY_SECRET=SECRET, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(hearsay.__file__))))
         # -r/-t: Debian's torch 1.13 under Python 3.11 cannot parse torchrun's default "0"
