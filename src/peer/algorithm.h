@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -141,6 +142,10 @@ int site_batch_rows(const GossipEngine& e, int batch_size);
 BatchStats site_member_step(GossipEngine& e, const Batch& batch, uint64_t step);
 // The leader's update to the rest of its site (fp32, exact), after its step.
 void send_site_update(GossipEngine& e, uint64_t step);
+// A round or a count as four floats of 16 bits each (exact in fp32), and back (nullopt
+// unless the first four are whole numbers in [0, 65535]); site_replicas.cpp.
+std::vector<float> round_as_floats(uint64_t r);
+std::optional<uint64_t> round_from_floats(const std::vector<float>& v);
 // The leader's update of its site (site_replay.cpp): its members repeat its step (its
 // optimizer's step, from the model and gradient it stepped from where the algorithm changed
 // them) rather than receive its model; whole models where a step cannot be repeated.

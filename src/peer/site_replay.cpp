@@ -46,7 +46,8 @@ void download(GossipEngine& e, std::vector<float>& out, const float* device) {
 
 std::vector<float> header(Form form, float lr, float flags, size_t buffers, int64_t steps) {
   std::vector<float> h{static_cast<float>(form), lr, flags, static_cast<float>(buffers)};
-  for (int k = 0; k < 4; ++k) h.push_back(static_cast<float>((static_cast<uint64_t>(steps) >> (16 * k)) & 0xffffu));
+  const std::vector<float> s = round_as_floats(static_cast<uint64_t>(steps));
+  h.insert(h.end(), s.begin(), s.end());
   return h;
 }
 
@@ -154,9 +155,8 @@ void follow_site_leader(GossipEngine& e, uint64_t step, const std::string& leade
                             std::to_string(step);
   const std::vector<float> h = receive(kHeaderPart);
   const auto whole = [](float f, float hi) { return f >= 0 && f <= hi && f == std::floor(f); };
-  bool ok = h.size() == kHeaderFloats && whole(h[0], 2) && std::isfinite(h[1]) && whole(h[2], 3) && whole(h[3], 16);
-  for (size_t k = 4; ok && k < kHeaderFloats; ++k) ok = whole(h[k], 65535);
-  if (!ok) {
+  const auto steps = h.size() == kHeaderFloats ? round_from_floats({h.begin() + 4, h.end()}) : std::nullopt;
+  if (!steps || !whole(h[0], 2) || !std::isfinite(h[1]) || !whole(h[2], 3) || !whole(h[3], 16)) {
     throw InputError(where + " has a malformed header (" + std::to_string(h.size()) + " values; " +
                      std::to_string(kHeaderFloats) + ": a form 0-2, a learning rate, flags 0-3, a buffer count, 4 x 16 bits of steps)");
   }
@@ -187,8 +187,7 @@ void follow_site_leader(GossipEngine& e, uint64_t step, const std::string& leade
       }
       values = std::move(v);
     }
-    state.steps = 0;
-    for (int k = 0; k < 4; ++k) state.steps |= static_cast<int64_t>(h[4 + static_cast<size_t>(k)]) << (16 * k);
+    state.steps = static_cast<int64_t>(*steps);
     e.optimizer().load_state(state, where);
     return e.set_params_host(params);
   }

@@ -112,23 +112,6 @@ bool is_site_phase(uint32_t phase) { return (phase & kSiteStepPhase) != 0; }
 uint32_t epoch_of(uint32_t phase) { return phase >> kEpochShift; }
 const std::string& name_of(const GossipEngine& e, int peer) { return e.peers()[static_cast<size_t>(peer)]; }
 
-// A round as four floats of 16 bits each (exact in fp32), and back.
-std::vector<float> round_as_floats(uint64_t r) {
-  std::vector<float> out(4);
-  for (int k = 0; k < 4; ++k) out[static_cast<size_t>(k)] = static_cast<float>((r >> (16 * k)) & 0xffffu);
-  return out;
-}
-std::optional<uint64_t> round_from_floats(const std::vector<float>& v) {
-  if (v.size() < 4) return std::nullopt;
-  uint64_t r = 0;
-  for (int k = 0; k < 4; ++k) {
-    const float f = v[static_cast<size_t>(k)];
-    if (!(f >= 0 && f <= 65535.0f) || f != std::floor(f)) return std::nullopt;
-    r |= static_cast<uint64_t>(f) << (16 * k);
-  }
-  return r;
-}
-
 std::vector<std::string> names_of(const GossipEngine& e, const std::vector<int>& peers) {
   std::vector<std::string> out;
   for (int i : peers) out.push_back(name_of(e, i));
@@ -536,6 +519,22 @@ void send_site_update(GossipEngine& e, uint64_t step) {
                                        .phase = site_phase(e, kSiteModelPhase) + part, .offset = 0, .total = values.size()};
     for (size_t k = 1; k < site.size(); ++k) e.send(site[k], GossipEngine::Message(header), values);
   }
+}
+
+std::vector<float> round_as_floats(uint64_t r) {
+  std::vector<float> out(4);
+  for (int k = 0; k < 4; ++k) out[static_cast<size_t>(k)] = static_cast<float>((r >> (16 * k)) & 0xffffu);
+  return out;
+}
+std::optional<uint64_t> round_from_floats(const std::vector<float>& v) {
+  if (v.size() < 4) return std::nullopt;
+  uint64_t r = 0;
+  for (int k = 0; k < 4; ++k) {
+    const float f = v[static_cast<size_t>(k)];
+    if (!(f >= 0 && f <= 65535.0f) || f != std::floor(f)) return std::nullopt;
+    r |= static_cast<uint64_t>(f) << (16 * k);
+  }
+  return r;
 }
 
 }  // namespace hearsay
