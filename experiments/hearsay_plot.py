@@ -292,7 +292,7 @@ def staleness_panel(lines):
             series.append({"line": line.index, "x": [(a + b) / 2 for a, b in zip(edges, edges[1:])],
                            "y": [c / len(taus) for c in counts]})
     return {"id": "staleness", "figure": "staleness", "kind": "bars", "title": "Staleness of applied updates",
-            "xlabel": "staleness (logical steps; median per peer and log window)", "ylabel": "share of windows",
+            "xlabel": "staleness (steps; median of a peer's log window)", "ylabel": "share of windows",
             "xlog": False, "ylog": False, "series": series, "width": width, "hline": None,
             "empty": "no asynchronous updates were applied"}
 

@@ -268,12 +268,15 @@ TEST_CASE("adversary: NaN models, absurd norms and a future-round flood from an 
   poison[n / 2] = std::numeric_limits<float>::quiet_NaN();
   const std::vector<float> huge(n, 1e6f);
   uint64_t id = 1;
-  // c first gets the flood (2,500 full-size updates for rounds nobody will reach: 8 MB if kept).
-  for (uint64_t r = 0; r < 2500; ++r) b->send("c", model_frame(std::vector<float>(n, 1.0f), id++, true, 1000 + r), nullptr);
-  for (const std::string to : {"a", "c"}) {
+  auto poison_then_huge = [&](const std::string& to) {
     b->send(to, model_frame(poison, id++), nullptr);
     for (int i = 0; i < 5; ++i) b->send(to, model_frame(huge, id++), nullptr);
-  }
+  };
+  // a's first: behind c's flood they could arrive after a's last step on a slow machine.
+  poison_then_huge("a");
+  // c gets the flood (2,500 full-size updates for rounds nobody will reach: 8 MB if kept).
+  for (uint64_t r = 0; r < 2500; ++r) b->send("c", model_frame(std::vector<float>(n, 1.0f), id++, true, 1000 + r), nullptr);
+  poison_then_huge("c");
   // Keep at it while they train: everything must be refused without a word from us.
   for (int i = 0; i < 40 && !(a.poll(0.05) && c.poll(0.05)); ++i) {
     for (const std::string to : {"a", "c"}) b->send(to, model_frame(huge, id++), nullptr);

@@ -61,8 +61,17 @@ TEST_CASE("transports: updates and credits round-trip, heartbeats measure the RT
       CHECK(p.b.got[0].second.envelope->credit().acked_update_id() == 7);
     }
     {
-      std::lock_guard<std::mutex> lock(mu);
+      // The send's callback runs when the sender's write completes, which may come after
+      // the receiver already has the frame: wait for it.
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+      std::unique_lock<std::mutex> lock(mu);
+      while (status.error == "never called" && std::chrono::steady_clock::now() < until) {
+        lock.unlock();
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        lock.lock();
+      }
       CHECK(status.ok);
+      CHECK(status.error.empty());
     }
     // Heartbeats every 100 ms give both sides an RTT.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
