@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -82,6 +83,18 @@ def worker(args):
         inner.step()
         plain.append(time.perf_counter() - t0)
     plain = plain[3:]
+    schedstat = f"/proc/self/task/{threading.get_native_id()}/schedstat"
+
+    def runqueue_s():
+        # The kernel's count of this thread's time runnable but waiting for a core: the
+        # engine's wall time less its CPU time less this is time it was blocked (a lock, a
+        # wait for the copy between steps).
+        try:
+            with open(schedstat) as f:
+                return int(f.read().split()[1]) * 1e-9
+        except (OSError, IndexError, ValueError):
+            return 0.0
+
     opt = ht.DecentralizedOptimizer(model, inner, peer)
     n = sum(p.numel() for p in model.parameters())
     rows = []
@@ -92,14 +105,14 @@ def worker(args):
         logits = model(x)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         loss.backward()
-        t1, c1 = time.perf_counter(), time.thread_time()
+        t1, c1, q1 = time.perf_counter(), time.thread_time(), runqueue_s()
         timed["optimizer"] = timed["optimizer_cpu"] = 0.0
         opt.step(loss)
-        t2, c2 = time.perf_counter(), time.thread_time()
+        t2, c2, q2 = time.perf_counter(), time.thread_time(), runqueue_s()
         # The engine's wall time in step(), and its CPU time on this thread (the rest of the
         # wall time it waited for a core: the machine's threads, its own transport's too).
         rows.append({"torch_s": (t1 - t0) + timed["optimizer"], "engine_s": (t2 - t1) - timed["optimizer"], "step_s": t2 - t0,
-                     "engine_cpu_s": (c2 - c1) - timed["optimizer_cpu"]})
+                     "engine_cpu_s": (c2 - c1) - timed["optimizer_cpu"], "step_runqueue_s": q2 - q1})
     peer.finish()
     rows = rows[3:]  # warm-up
     med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
@@ -111,6 +124,10 @@ def worker(args):
                       "engine_s_p90": round(sorted(r["engine_s"] for r in rows)[int(0.9 * (len(rows) - 1))], 5),
                       "engine_s_max": round(max(r["engine_s"] for r in rows), 5),
                       "engine_cpu_s_median": round(med["engine_cpu_s"], 5),
+                      # step()'s time waiting for a core (torch's optimizer step included), mean per step
+                      "step_runqueue_s_mean": round(statistics.mean(r["step_runqueue_s"] for r in rows), 5),
+                      "engine_s_mean": round(statistics.mean(r["engine_s"] for r in rows), 5),
+                      "engine_cpu_s_mean": round(statistics.mean(r["engine_cpu_s"] for r in rows), 5),
                       "engine_share_median": round(share, 4), "engine_share_of_total": round(mean_share, 4),
                       "plain_torch_step_s_median": round(statistics.median(plain), 5),
                       "step_vs_plain_torch": round(med["step_s"] / statistics.median(plain), 4),
@@ -122,6 +139,7 @@ def worker(args):
 DEFAULT_STEPS = {"gpt-10m": (12, 5), "mlp-10m": (60, 20)}
 # The figures a summary gives: for each, the median over the runs of the two peers' mean.
 SUMMARY = ["engine_share_of_total", "engine_share_median", "engine_s_median", "engine_s_p90", "engine_cpu_s_median",
+           "engine_s_mean", "engine_cpu_s_mean", "step_runqueue_s_mean",
            "step_s_median",
            "torch_s_median", "plain_torch_step_s_median", "step_vs_plain_torch"]
 
