@@ -412,8 +412,11 @@ class GossipEngine {
   std::shared_ptr<const std::vector<float>> copy_;                     // GUARDED_BY(copy_mu_)
   double copy_sq_ = 0;  // its sum of squares, GUARDED_BY(copy_mu_) until take_copy() hands it over
   std::shared_ptr<const std::vector<float>> start_snapshot_;  // this step's (step-loop thread)
-  // Waits until the helper is idle; returns its copy (null when none).
+  // The helper's copy (null when none): waited for if the helper is copying, made here if
+  // it has not begun.
   std::shared_ptr<const std::vector<float>> take_copy();
+  // A copy of the parameters and its sum of squares (between steps only).
+  std::shared_ptr<const std::vector<float>> copy_params(double& sum_squares) const;
   // Inside step(): asynchronous sends wait here for its end (send()), until end_step().
   bool in_step_ = false;
   bool owner_ends_steps_ = false;

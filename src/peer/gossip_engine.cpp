@@ -637,11 +637,8 @@ void GossipEngine::copy_between_steps(bool on) {
       copy_wanted_ = false;
       copy_busy_ = true;
       lock.unlock();
-      // Between steps nothing writes the parameters (the contract of copy_between_steps),
-      // and the step that wrote them last handed over under copy_mu_.
-      const float* x = model_.params();
-      auto copy = std::make_shared<const std::vector<float>>(x, x + model_.num_params());
-      const double sq = host_sum_squares(copy->data(), copy->size());  // the guard's model norm, off the step
+      double sq = 0;
+      auto copy = copy_params(sq);
       lock.lock();
       copy_ = std::move(copy);
       copy_sq_ = sq;
@@ -651,8 +648,31 @@ void GossipEngine::copy_between_steps(bool on) {
   });
 }
 
+std::shared_ptr<const std::vector<float>> GossipEngine::copy_params(double& sum_squares) const {
+  // Between steps nothing writes the parameters (the contract of copy_between_steps),
+  // and the step that wrote them last handed over under copy_mu_.
+  const float* x = model_.params();
+  auto copy = std::make_shared<const std::vector<float>>(x, x + model_.num_params());
+  sum_squares = host_sum_squares(copy->data(), copy->size());  // the guard's model norm, off the step
+  return copy;
+}
+
 std::shared_ptr<const std::vector<float>> GossipEngine::take_copy() {
   std::unique_lock<std::mutex> lock(copy_mu_);
+  if (copy_wanted_ && !copy_busy_ && !copy_quit_) {
+    // The helper has not begun: the framework's threads held every core while it
+    // computed the gradient. Waiting for the scheduler to give the helper one can last a
+    // whole step (measured: bench/torch_overhead.py, 2 torch peers on 2 cores); copying
+    // here costs the copy alone.
+    copy_wanted_ = false;
+    lock.unlock();
+    double sq = 0;
+    auto copy = copy_params(sq);
+    lock.lock();
+    copy_sq_ = sq;
+    copy_.reset();
+    return copy;
+  }
   copy_cv_.wait(lock, [this] { return (!copy_busy_ && !copy_wanted_) || copy_quit_; });
   return std::move(copy_);
 }

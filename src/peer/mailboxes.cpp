@@ -230,41 +230,50 @@ uint64_t Outbox::failed() const {
 
 std::string Inbox::add_segment(int from, const wire::Update& u, const uint8_t* payload, size_t bytes) {
   const uint32_t count = std::max<uint32_t>(1, u.segment_count());
-  std::lock_guard<std::mutex> lock(mu_);
   const auto key = std::make_pair(from, u.update_id());
-  auto it = partial_.find(key);
-  if (it == partial_.end()) {
-    // A sender has at most a few messages in flight; an old unfinished one is abandoned.
-    int mine = 0;
-    for (const auto& [k, p] : partial_) mine += k.first == from;
-    if (mine >= 8) {
-      for (auto p = partial_.begin(); p != partial_.end(); ++p) {
-        if (p->first.first == from) {
-          partial_.erase(p);
-          break;
+  // The message being assembled is taken out of the map while its segment is decoded and
+  // checked (passes over up to the whole model), so that the step's thread, which takes
+  // arrivals from this inbox, never waits for them. A sender's segments come one after
+  // another from its link's one reading thread.
+  decltype(partial_)::node_type node;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = partial_.find(key);
+    if (it == partial_.end()) {
+      // A sender has at most a few messages in flight; an old unfinished one is abandoned.
+      int mine = 0;
+      for (const auto& [k, p] : partial_) mine += k.first == from;
+      if (mine >= 8) {
+        for (auto p = partial_.begin(); p != partial_.end(); ++p) {
+          if (p->first.first == from) {
+            partial_.erase(p);
+            break;
+          }
         }
       }
+      Partial p;
+      p.count = count;
+      p.m = read_header(u, from);
+      p.m.sum_squares = p.m.synchronous ? -1.0 : 0.0;
+      it = partial_.emplace(key, std::move(p)).first;
     }
-    Partial p;
-    p.count = count;
-    p.m = read_header(u, from);
-    // Its segments follow one another to the tensor's end at most: one allocation, not a
-    // vector grown (and copied, and its fresh pages zeroed) segment by segment. The
-    // tensor's length was checked against this model before any segment got here.
-    if (u.segment_offset() < u.tensor_length()) p.m.data.reserve(u.tensor_length() - u.segment_offset());
-    p.m.sum_squares = p.m.synchronous ? -1.0 : 0.0;
-    it = partial_.emplace(key, std::move(p)).first;
+    Partial& p = it->second;
+    if (p.count != count || p.m.total != u.tensor_length()) return "its segment count or tensor length differs from the update's first segment";
+    // Segments of one message arrive in order on every transport; each extends the data.
+    if (p.have == 0) {
+      p.lo = u.segment_offset();
+      p.m.offset = p.lo;
+    } else if (u.segment_offset() != p.lo + p.m.data.size()) {
+      partial_.erase(it);
+      return "segment " + std::to_string(u.segment_index()) + " does not follow the one before it";
+    }
+    node = partial_.extract(it);
   }
-  Partial& p = it->second;
-  if (p.count != count || p.m.total != u.tensor_length()) return "its segment count or tensor length differs from the update's first segment";
-  // Segments of one message arrive in order on every transport; each extends the data.
-  if (p.have == 0) {
-    p.lo = u.segment_offset();
-    p.m.offset = p.lo;
-  } else if (u.segment_offset() != p.lo + p.m.data.size()) {
-    partial_.erase(it);
-    return "segment " + std::to_string(u.segment_index()) + " does not follow the one before it";
-  }
+  Partial& p = node.mapped();
+  // Its segments follow one another to the tensor's end at most: one allocation, not a
+  // vector grown (and copied, and its fresh pages zeroed) segment by segment. The
+  // tensor's length was checked against this model before any segment got here.
+  if (p.have == 0 && u.segment_offset() < u.tensor_length()) p.m.data.reserve(u.tensor_length() - u.segment_offset());
   // segment_length was checked against the tensor, and the tensor against this model.
   const size_t n = u.segment_length();
   const size_t old = p.m.data.size();
@@ -283,16 +292,7 @@ std::string Inbox::add_segment(int from, const wire::Update& u, const uint8_t* p
       p.m.sum_squares += sq;
     }
   }
-  if (!err.empty()) {
-    if (p.m.synchronous) {
-      for (auto r = refused_sync_.begin(); r != refused_sync_.end();) r = std::get<0>(r->first) == from ? refused_sync_.erase(r) : std::next(r);
-      refused_sync_[{from, p.m.round, p.m.phase}] = err;
-      cv_.notify_all();
-    }
-    partial_.erase(it);
-    return err;
-  }
-  if (keep_payloads_ && p.keep && !p.m.synchronous) {
+  if (err.empty() && keep_payloads_ && p.keep && !p.m.synchronous) {
     const CodecParams params = read_codec_params(u.codec());
     const auto id = static_cast<CodecId>(params.codec_id());
     // Only codecs whose decode is the plain value (no scale of their own to multiply in):
@@ -311,12 +311,23 @@ std::string Inbox::add_segment(int from, const wire::Update& u, const uint8_t* p
       p.kept.reset();
     }
   }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!err.empty()) {
+    if (p.m.synchronous) {
+      for (auto r = refused_sync_.begin(); r != refused_sync_.end();) r = std::get<0>(r->first) == from ? refused_sync_.erase(r) : std::next(r);
+      refused_sync_[{from, p.m.round, p.m.phase}] = err;
+      cv_.notify_all();
+    }
+    return err;  // the message is dropped with its node
+  }
   if (++p.have == p.count) {
     auto m = std::move(p.m);
     if (p.keep && p.kept) m.payloads = std::move(p.kept);
-    partial_.erase(it);
     return complete(std::move(m));
   }
+  // Back for its next segment. Should the key be there again (a replaced connection of the
+  // same sender began it anew meanwhile), the one there stays and this one is dropped.
+  partial_.insert(std::move(node));
   return {};
 }
 
