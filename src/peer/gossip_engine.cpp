@@ -653,7 +653,7 @@ std::shared_ptr<const std::vector<float>> GossipEngine::copy_params(double& sum_
   // and the step that wrote them last handed over under copy_mu_.
   const float* x = model_.params();
   auto copy = std::make_shared<const std::vector<float>>(x, x + model_.num_params());
-  sum_squares = host_sum_squares(copy->data(), copy->size());  // the guard's model norm, off the step
+  sum_squares = host_sum_squares(copy->data(), copy->size());  // the guard's model norm, in the same pass's wake
   return copy;
 }
 
@@ -670,7 +670,6 @@ std::shared_ptr<const std::vector<float>> GossipEngine::take_copy() {
     auto copy = copy_params(sq);
     lock.lock();
     copy_sq_ = sq;
-    copy_.reset();
     return copy;
   }
   copy_cv_.wait(lock, [this] { return (!copy_busy_ && !copy_wanted_) || copy_quit_; });
@@ -694,7 +693,14 @@ void GossipEngine::stop_copying() {
 }
 
 void GossipEngine::params_written() {
-  if (copy_between_steps_) take_copy();  // waited for, and dropped
+  if (copy_between_steps_) {
+    {
+      // A copy not yet begun is not wanted any more: nothing to make and drop.
+      std::lock_guard<std::mutex> lock(copy_mu_);
+      copy_wanted_ = false;
+    }
+    take_copy();  // one under way is waited for, and dropped
+  }
   params_sq_ = -1;
 }
 
