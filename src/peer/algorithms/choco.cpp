@@ -21,6 +21,11 @@
 // neighbour. With gossip_every = k, a round starts at most every k steps. A directed
 // topology (exponential) is refused with the reason at the first step.
 //
+// With `synchronous`, the step that begins a round also waits for the round's deltas (up
+// to sync_timeout_s, and only while the neighbours it waits for are connected): the
+// paper's lockstep, each step a whole round. A wait that runs out is logged
+// (choco_lagging) and the round stays open, as without the option.
+//
 // CHOCO assumes reliable links: a delta lost on the way (a failed send, a refused update)
 // leaves that receiver's copy off from the sender's; the receiver notices the gap in the
 // round numbers, says so once and goes on with the copy it has.
@@ -38,7 +43,7 @@ namespace {
 
 class Choco final : public Algorithm {
  public:
-  explicit Choco(double consensus_step) : consensus_step_(consensus_step) {}
+  Choco(double consensus_step, bool synchronous) : consensus_step_(consensus_step), synchronous_(synchronous) {}
   BatchStats step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) override {
     if (copies_.empty()) start(e);
     const BatchStats s = local_step(e, batch, lr, step);
@@ -49,6 +54,7 @@ class Choco final : public Algorithm {
       if (xi.empty()) xi = e.params_host();
       begin_round(e, xi);
       if (try_finish(e, xi)) open_ = false;
+      if (open_ && synchronous_) wait_for_round(e, xi, step);
     }
     if (!xi.empty()) e.set_params_host(xi);
     return s;
@@ -99,6 +105,7 @@ class Choco final : public Algorithm {
 
  private:
   double consensus_step_;
+  bool synchronous_;
   struct Copy {
     std::vector<float> x;                      // x^_j
     uint64_t rounds = 0;                       // deltas added to it (the sender's round)
@@ -189,6 +196,36 @@ class Choco final : public Algorithm {
     return true;
   }
 
+  // The lockstep: waits for the open round's deltas and takes its consensus step into xi.
+  // Gives up at sync_timeout_s, or at once when a neighbour it waits for is not connected
+  // (its delta may never come); the round then stays open.
+  void wait_for_round(GossipEngine& e, std::vector<float>& xi, uint64_t step) {
+    const auto behind = [&] {
+      std::vector<int> out;
+      for (const auto& [j, c] : copies_) {
+        if (j != e.me() && c.rounds < round_) out.push_back(j);
+      }
+      return out;
+    };
+    e.wait_until(
+        [&] {
+          take(e);
+          if (try_finish(e, xi)) return true;
+          for (int j : behind()) {
+            if (!e.connected(j)) return true;
+          }
+          return false;
+        },
+        e.spec().sync_timeout_s);
+    const std::vector<int> missing = behind();
+    open_ = !missing.empty();
+    for (int j : missing) {
+      auto ev = e.log().event("choco_lagging");
+      ev.add("step", static_cast<int64_t>(step)).add("round", static_cast<int64_t>(round_)).add("neighbour", e.peers()[j]);
+      e.log().write(ev.add("connected", e.connected(j)));
+    }
+  }
+
   std::map<int, Copy> copies_;  // x^_j for this peer and each neighbour
   uint64_t round_ = 0;          // this peer's rounds begun
   bool open_ = false;           // round_ has begun, its consensus step not yet taken
@@ -205,7 +242,7 @@ const bool registered = register_algorithm<algorithms::ChocoOptions>({
     .check = [](const algorithms::ChocoOptions& o, const GossipSpec&, int) {
       if (!(o.consensus_step() > 0 && o.consensus_step() <= 1)) throw OptionError("consensus_step", "must be in (0, 1]");
     },
-    .make = [](const GossipSpec&, const algorithms::ChocoOptions& o) { return std::make_unique<Choco>(o.consensus_step()); },
+    .make = [](const GossipSpec&, const algorithms::ChocoOptions& o) { return std::make_unique<Choco>(o.consensus_step(), o.synchronous()); },
 });
 
 }  // namespace hearsay
