@@ -53,6 +53,8 @@
 
 namespace hearsay {
 
+class ChunkedCopy;  // src/peer/chunked_copy.h
+
 namespace ckpt {
 class Checkpoint;  // proto/hearsay/checkpoint.proto: what save_state fills in
 }  // namespace ckpt
@@ -408,15 +410,21 @@ class GossipEngine {
   std::thread copier_;
   std::mutex copy_mu_;
   std::condition_variable copy_cv_;
-  bool copy_wanted_ = false, copy_busy_ = false, copy_quit_ = false;  // GUARDED_BY(copy_mu_)
-  std::shared_ptr<const std::vector<float>> copy_;                     // GUARDED_BY(copy_mu_)
-  double copy_sq_ = 0;  // its sum of squares, GUARDED_BY(copy_mu_) until take_copy() hands it over
+  std::shared_ptr<ChunkedCopy> copy_job_;  // GUARDED_BY(copy_mu_): the copy the last step's end began; null once taken
+  uint64_t copy_jobs_ = 0;                 // GUARDED_BY(copy_mu_): copies begun, so the helper sees a new one
+  bool copy_quit_ = false;                 // GUARDED_BY(copy_mu_)
+  double copy_sq_ = 0;                     // the last copy's sum of squares (step-loop thread)
+  // The last copies' buffers (step-loop thread): one that nothing else holds any more is
+  // filled again, so a copy does not fault in fresh pages (40 MB for 10M parameters).
+  std::vector<std::shared_ptr<std::vector<float>>> copy_buffers_;
   std::shared_ptr<const std::vector<float>> start_snapshot_;  // this step's (step-loop thread)
-  // The helper's copy (null when none): waited for if the helper is copying, made here if
-  // it has not begun.
+  // The copy begun at the last step's end (null when none), finished here: the chunks the
+  // helper has not begun are copied on this thread, those it is copying waited for.
   std::shared_ptr<const std::vector<float>> take_copy();
-  // A copy of the parameters and its sum of squares (between steps only).
-  std::shared_ptr<const std::vector<float>> copy_params(double& sum_squares) const;
+  // Drops the copy begun, if any, once the chunks under way are done (they read the
+  // parameters).
+  void cancel_copy();
+  std::shared_ptr<std::vector<float>> copy_buffer();
   // Inside step(): asynchronous sends wait here for its end (send()), until end_step().
   bool in_step_ = false;
   bool owner_ends_steps_ = false;

@@ -14,6 +14,7 @@
 #include "hearsay/checkpoint.h"
 #include "hearsay/device_codec.h"
 #include "hearsay/error.h"
+#include "chunked_copy.h"
 #include "mailboxes.h"
 #include "update_guard.h"
 #include "../mixer/robust.h"
@@ -602,9 +603,13 @@ void GossipEngine::end_step() {
   if (!in_step_) return;
   flush_deferred();
   if (copy_between_steps_) {
-    // The helper copies the parameters while the framework computes the next gradient.
+    // The helper copies the parameters while the framework computes the next gradient;
+    // the next step finishes what it has not (take_copy).
+    cancel_copy();  // a copy of an earlier step's end, not taken (none, in a step loop)
+    auto job = std::make_shared<ChunkedCopy>(model_.params(), model_.num_params(), copy_buffer());
     std::lock_guard<std::mutex> lock(copy_mu_);
-    copy_wanted_ = true;
+    copy_job_ = std::move(job);
+    ++copy_jobs_;
     copy_cv_.notify_all();
   }
 }
@@ -630,50 +635,50 @@ void GossipEngine::copy_between_steps(bool on) {
     sched_param none{};
     pthread_setschedparam(pthread_self(), SCHED_BATCH, &none);
 #endif
+    uint64_t seen = 0;
     std::unique_lock<std::mutex> lock(copy_mu_);
     for (;;) {
-      copy_cv_.wait(lock, [this] { return copy_wanted_ || copy_quit_; });
+      copy_cv_.wait(lock, [&] { return copy_quit_ || copy_jobs_ != seen; });
       if (copy_quit_) return;
-      copy_wanted_ = false;
-      copy_busy_ = true;
+      seen = copy_jobs_;
+      std::shared_ptr<ChunkedCopy> job = copy_job_;
       lock.unlock();
-      double sq = 0;
-      auto copy = copy_params(sq);
+      if (job) job->help();
       lock.lock();
-      copy_ = std::move(copy);
-      copy_sq_ = sq;
-      copy_busy_ = false;
-      copy_cv_.notify_all();
     }
   });
 }
 
-std::shared_ptr<const std::vector<float>> GossipEngine::copy_params(double& sum_squares) const {
-  // Between steps nothing writes the parameters (the contract of copy_between_steps),
-  // and the step that wrote them last handed over under copy_mu_.
-  const float* x = model_.params();
-  auto copy = std::make_shared<const std::vector<float>>(x, x + model_.num_params());
-  sum_squares = host_sum_squares(copy->data(), copy->size());  // the guard's model norm, in the same pass's wake
-  return copy;
+std::shared_ptr<std::vector<float>> GossipEngine::copy_buffer() {
+  for (const auto& b : copy_buffers_) {
+    if (b.use_count() == 1) return b;  // held by this list alone: no send, no snapshot reads it
+  }
+  // Two: this step's snapshot is still held when the next copy begins.
+  if (copy_buffers_.size() >= 2) copy_buffers_.erase(copy_buffers_.begin());
+  copy_buffers_.push_back(std::make_shared<std::vector<float>>());
+  return copy_buffers_.back();
 }
 
 std::shared_ptr<const std::vector<float>> GossipEngine::take_copy() {
-  std::unique_lock<std::mutex> lock(copy_mu_);
-  if (copy_wanted_ && !copy_busy_ && !copy_quit_) {
-    // The helper has not begun: the framework's threads held every core while it
-    // computed the gradient. Waiting for the scheduler to give the helper one can last a
-    // whole step (measured: bench/torch_overhead.py, 2 torch peers on 2 cores); copying
-    // here costs the copy alone.
-    copy_wanted_ = false;
-    lock.unlock();
-    double sq = 0;
-    auto copy = copy_params(sq);
-    lock.lock();
-    copy_sq_ = sq;
-    return copy;
+  std::shared_ptr<ChunkedCopy> job;
+  {
+    std::lock_guard<std::mutex> lock(copy_mu_);
+    job = std::move(copy_job_);
   }
-  copy_cv_.wait(lock, [this] { return (!copy_busy_ && !copy_wanted_) || copy_quit_; });
-  return std::move(copy_);
+  if (!job) return nullptr;
+  // The helper may not have had a core since the step ended (the framework's threads
+  // held them all): waiting for it could last a whole step (bench/torch_overhead.py, 2
+  // torch peers on 2 cores), so this thread copies every chunk not yet begun.
+  return job->finish(copy_sq_);
+}
+
+void GossipEngine::cancel_copy() {
+  std::shared_ptr<ChunkedCopy> job;
+  {
+    std::lock_guard<std::mutex> lock(copy_mu_);
+    job = std::move(copy_job_);
+  }
+  if (job) job->cancel();
 }
 
 std::shared_ptr<const std::vector<float>> GossipEngine::start_snapshot() {
@@ -683,9 +688,10 @@ std::shared_ptr<const std::vector<float>> GossipEngine::start_snapshot() {
 
 void GossipEngine::stop_copying() {
   if (!copier_.joinable()) return;
+  cancel_copy();  // the chunks under way finish first: they read the parameters
   {
     std::lock_guard<std::mutex> lock(copy_mu_);
-    copy_quit_ = true;  // a copy under way finishes first: the thread reads it to its end
+    copy_quit_ = true;
   }
   copy_cv_.notify_all();
   copier_.join();
@@ -693,14 +699,7 @@ void GossipEngine::stop_copying() {
 }
 
 void GossipEngine::params_written() {
-  if (copy_between_steps_) {
-    {
-      // A copy not yet begun is not wanted any more: nothing to make and drop.
-      std::lock_guard<std::mutex> lock(copy_mu_);
-      copy_wanted_ = false;
-    }
-    take_copy();  // one under way is waited for, and dropped
-  }
+  if (copy_between_steps_) cancel_copy();  // a copy of what the parameters were is not wanted
   params_sq_ = -1;
 }
 
