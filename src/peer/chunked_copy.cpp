@@ -15,10 +15,15 @@ ChunkedCopy::ChunkedCopy(const float* from, size_t n, std::shared_ptr<std::vecto
       into_(std::move(into)),
       squares_(chunks_, 0.0) {
   if (!into_) into_ = std::make_shared<std::vector<float>>();
-  into_->resize(n_);
+}
+
+void ChunkedCopy::size_buffer() {
+  std::call_once(sized_, [this] { into_->resize(n_); });
 }
 
 void ChunkedCopy::help() {
+  if (next_.load() >= chunks_) return;  // all claimed: the buffer may be handed over already
+  size_buffer();
   for (size_t c = next_.fetch_add(1); c < chunks_; c = next_.fetch_add(1)) {
     const size_t begin = c * chunk_, len = std::min(chunk_, n_ - begin);
     std::memcpy(into_->data() + begin, from_ + begin, len * sizeof(float));
@@ -36,6 +41,7 @@ void ChunkedCopy::wait_for_all_claimed() {
 }
 
 std::shared_ptr<const std::vector<float>> ChunkedCopy::finish(double& sum_squares) {
+  size_buffer();  // a copy of nothing (n = 0) is still a buffer of n
   help();
   wait_for_all_claimed();
   sum_squares = 0;

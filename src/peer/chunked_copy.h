@@ -20,8 +20,10 @@ namespace hearsay {
 class ChunkedCopy {
  public:
   // Copies `n` floats from `from` (which must not change until finish() or cancel()
-  // returns) into `into`, resized to n (its capacity reused: no page faults for a buffer
-  // that was one before). Each chunk also gets its sum of squares.
+  // returns) into `into` (null: a new buffer), resized to n by the first thread to copy:
+  // a buffer of that size already is filled in place, with no page faults; a new one is
+  // zeroed and faulted in by the helper, off the step, when the helper comes first. Each
+  // chunk also gets its sum of squares.
   ChunkedCopy(const float* from, size_t n, std::shared_ptr<std::vector<float>> into, size_t chunk_floats = kChunkFloats);
 
   // Copies chunks until every one is claimed. Any thread, any number at once.
@@ -36,10 +38,12 @@ class ChunkedCopy {
 
  private:
   void wait_for_all_claimed();
+  void size_buffer();
 
   const float* from_;
   const size_t n_, chunk_, chunks_;
   std::shared_ptr<std::vector<float>> into_;
+  std::once_flag sized_;
   std::vector<double> squares_;         // per chunk, written by whoever copies it
   std::atomic<size_t> next_{0};         // the next chunk to claim
   std::atomic<size_t> claimed_done_{0}; // chunks copied (or given up by cancel)

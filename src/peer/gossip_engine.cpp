@@ -653,8 +653,9 @@ std::shared_ptr<std::vector<float>> GossipEngine::copy_buffer() {
   for (const auto& b : copy_buffers_) {
     if (b.use_count() == 1) return b;  // held by this list alone: no send, no snapshot reads it
   }
-  // Two: this step's snapshot is still held when the next copy begins.
-  if (copy_buffers_.size() >= 2) copy_buffers_.erase(copy_buffers_.begin());
+  // Three: when the next copy begins, this step's snapshot is still held, and so may be
+  // the one before it (an adpsgd request's model, kept until the answer comes).
+  if (copy_buffers_.size() >= 3) copy_buffers_.erase(copy_buffers_.begin());
   copy_buffers_.push_back(std::make_shared<std::vector<float>>());
   return copy_buffers_.back();
 }
@@ -1119,9 +1120,15 @@ void GossipEngine::note_model_distance(const std::string& peer, const std::vecto
   // The log reports one distance per neighbour and window: measuring every arrival would
   // copy the whole model off the device each time for numbers nobody reads.
   if (distances_.count(peer) != 0) return;
-  const auto x = params_host();
+  std::vector<float> copied;
+  const float* x = model_.params();
+  if (!model_.backend().is_host()) {
+    copied = params_host();
+    x = copied.data();
+  }
+  const size_t n = std::min(model_.num_params(), y.size());
   double d = 0;
-  for (size_t i = 0; i < x.size() && i < y.size(); ++i) d += (double(x[i]) - y[i]) * (double(x[i]) - y[i]);
+  for (size_t i = 0; i < n; ++i) d += (double(x[i]) - y[i]) * (double(x[i]) - y[i]);
   distances_[peer] = std::sqrt(d);
 }
 

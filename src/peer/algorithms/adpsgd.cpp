@@ -42,14 +42,16 @@ class Adpsgd final : public Algorithm {
       for (int t : requested_) send_request(e, t, params);
       requested_.clear();
     }
+    // Requests are answered before this peer's own exchanges complete: the first answer
+    // then carries the step's start, shared (for an external peer, the copy made between
+    // steps), not a copy of the model made now. Either order is an atomic exchange each.
     bool moved = false;  // whether this step has changed the model yet
-    for (auto& m : e.take_async()) {
-      if (m.kind != MessageKind::kModel) continue;
-      if (m.reply_requested) {
-        moved = answer(e, std::move(m), moved) || moved;
-      } else {
-        moved = complete(e, m) || moved;
-      }
+    auto arrivals = e.take_async();
+    for (auto& m : arrivals) {
+      if (m.kind == MessageKind::kModel && m.reply_requested) moved = answer(e, std::move(m), moved) || moved;
+    }
+    for (auto& m : arrivals) {
+      if (m.kind == MessageKind::kModel && !m.reply_requested) moved = complete(e, m) || moved;
     }
     e.optimizer().step(e.model().params(), e.model().grads(), lr);
     expire(e.time().now());
