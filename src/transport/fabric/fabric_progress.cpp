@@ -282,7 +282,11 @@ void FabricProgress::complete(Op* op, bool ok, const std::string& error, fi_addr
         early->second.messages.emplace_back(data, data + len);
         early->second.bytes += len;
       } else {
-        links_.dropped("", "fabric", "unknown_source: message from an address no bootstrap introduced");
+        links_.dropped("", "fabric",
+                       "unknown_source: message from an address no bootstrap introduced (fi_addr " +
+                           (src == FI_ADDR_NOTAVAIL ? std::string("not in the address vector") : std::to_string(src)) + ", " +
+                           std::to_string(len) + " bytes; " + std::to_string(by_addr_.size()) + " connections, " +
+                           std::to_string(early_.size()) + " introduced)");
       }
     }
     if (!stop_) endpoint_.post_recv(op->buffer);
@@ -325,7 +329,7 @@ void FabricProgress::drain_completions() {
 
 void FabricProgress::loop() {
   int idle = 0;
-  auto last_tick = Clock::now();
+  auto last_tick = Clock::now(), idle_since = last_tick;
   while (!stop_) {
     std::vector<std::function<void()>> tasks;
     {
@@ -347,10 +351,22 @@ void FabricProgress::loop() {
         }
       }
     }
-    // Spin while there is work, then back off to short sleeps so an idle peer costs
-    // little CPU on a shared machine.
-    idle = busy ? 0 : idle + 1;
-    if (idle > 2000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    // Spin while there is work, then back off to short sleeps, and after 100 ms with
+    // nothing to 1 ms ones: every empty poll of the tcp provider is a system call, and
+    // two idle peers polling 20,000 times a second took both cores of a 2-core machine
+    // (under ThreadSanitizer the bootstraps beside them then took over 5 s). A message
+    // to or from an idle peer waits up to 1 ms more; one under way never does.
+    if (busy) {
+      idle = 0;
+      idle_since = now;
+    } else {
+      ++idle;
+    }
+    if (now - idle_since > std::chrono::milliseconds(100)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    } else if (idle > 2000) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
   }
 }
 
