@@ -28,10 +28,14 @@ void ChunkedCopy::help() {
     const size_t begin = c * chunk_, len = std::min(chunk_, n_ - begin);
     std::memcpy(into_->data() + begin, from_ + begin, len * sizeof(float));
     squares_[c] = host_sum_squares(into_->data() + begin, len);
-    if (claimed_done_.fetch_add(1) + 1 == chunks_) {
-      std::lock_guard<std::mutex> lock(mu_);  // the waiter checks under it: no lost wake-up
-      done_cv_.notify_all();
-    }
+    chunk_done();
+  }
+}
+
+void ChunkedCopy::chunk_done() {
+  if (claimed_done_.fetch_add(1) + 1 == chunks_) {
+    std::lock_guard<std::mutex> lock(mu_);  // the waiter checks under it: no lost wake-up
+    done_cv_.notify_all();
   }
 }
 
@@ -51,12 +55,7 @@ std::shared_ptr<const std::vector<float>> ChunkedCopy::finish(double& sum_square
 
 void ChunkedCopy::cancel() {
   // Claims what is left (counted done, never copied), then waits for the chunks begun.
-  for (size_t c = next_.fetch_add(1); c < chunks_; c = next_.fetch_add(1)) {
-    if (claimed_done_.fetch_add(1) + 1 == chunks_) {
-      std::lock_guard<std::mutex> lock(mu_);
-      done_cv_.notify_all();
-    }
-  }
+  for (size_t c = next_.fetch_add(1); c < chunks_; c = next_.fetch_add(1)) chunk_done();
   wait_for_all_claimed();
 }
 

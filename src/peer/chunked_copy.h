@@ -39,6 +39,7 @@ class ChunkedCopy {
  private:
   void wait_for_all_claimed();
   void size_buffer();
+  void chunk_done();  // one more chunk copied or given up; the last one wakes the waiter
 
   const float* from_;
   const size_t n_, chunk_, chunks_;
