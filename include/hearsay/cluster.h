@@ -21,7 +21,10 @@ struct ClusterSpec {
   GossipSpec gossip;
   std::string transport = "inproc";
   std::vector<double> slowdown;                  // per peer; empty: all 1
-  std::vector<double> start_delay_s;             // per peer: joins late; empty: all 0
+  // Per peer: joins late, once every peer that starts at once has taken this many steps
+  // (or finished); 0 or empty: starts at once. Counted in steps, not seconds, so a
+  // sanitizer or a loaded machine cannot make "late" mean "before anyone trained".
+  std::vector<int64_t> start_after_steps;
   std::vector<std::string> byzantine;            // per peer (GossipSpec::byzantine); empty: none
   LinkModel link;                                // every directed link
   std::map<std::pair<int, int>, LinkModel> links;  // (from, to) overrides

@@ -163,8 +163,9 @@ class GossipEngine {
   // waits excluded), for the site's split.
   void note_compute(double seconds, int rows);
   // Asynchronous algorithms: asks a connected neighbour for its model and starts from it
-  // if that neighbour has already trained (a peer that joins late or restarts). Waits at
-  // most `timeout_s`, answering others' requests meanwhile.
+  // if that neighbour has already trained (a peer that joins late or restarts). Asks the
+  // next if one does not answer within a second; waits at most `timeout_s` in all,
+  // answering others' requests meanwhile.
   void join(double timeout_s = 5.0);
   // The round's targets among the neighbours that are connected now: a target that is
   // down is replaced by a connected neighbour, so its share goes to the live ones.

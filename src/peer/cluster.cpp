@@ -1,7 +1,9 @@
 #include "hearsay/config.pb.h"
 #include "hearsay/cluster.h"
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cmath>
 #include <exception>
 #include <mutex>
@@ -53,6 +55,39 @@ class ConsensusMonitor {
   std::vector<std::pair<int64_t, double>> series_;
 };
 
+// Holds late peers back until the peers that start at once have each taken a number of
+// steps (as their snapshots report them) or finished, whichever comes first.
+class StartGate {
+ public:
+  explicit StartGate(std::vector<bool> early) : early_(std::move(early)), steps_(early_.size(), 0), done_(early_.size(), false) {}
+  void reached(int peer, int64_t step) {
+    std::lock_guard<std::mutex> lock(mu_);
+    steps_[peer] = std::max(steps_[peer], step);
+    cv_.notify_all();
+  }
+  void finished(int peer) {
+    std::lock_guard<std::mutex> lock(mu_);
+    done_[peer] = true;
+    cv_.notify_all();
+  }
+  void wait_for_early_peers(int64_t steps) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] {
+      for (size_t i = 0; i < early_.size(); ++i) {
+        if (early_[i] && !done_[i] && steps_[i] < steps) return false;
+      }
+      return true;
+    });
+  }
+
+ private:
+  std::vector<bool> early_;
+  std::vector<int64_t> steps_;
+  std::vector<bool> done_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+};
+
 // What was still in outboxes or on the wire when the peers stopped is let arrive and taken
 // in, so that what the peers hold at the end is all there is (sgp's mass is counted whole).
 // Bounded: a few rounds of at most 10 s each.
@@ -86,6 +121,17 @@ ClusterResult run_cluster(const ClusterSpec& spec) {
                      " peers, the cluster has " + std::to_string(n));
   }
   const auto crashes = [&](int i) { return !spec.crash_after_steps.empty() && spec.crash_after_steps[i] > 0; };
+  if (!spec.start_after_steps.empty() && static_cast<int>(spec.start_after_steps.size()) != n) {
+    throw InputError("cluster: start_after_steps lists " + std::to_string(spec.start_after_steps.size()) +
+                     " peers, the cluster has " + std::to_string(n));
+  }
+  const auto late = [&](int i) { return !spec.start_after_steps.empty() && spec.start_after_steps[i] > 0; };
+  std::vector<bool> early(n);
+  for (int i = 0; i < n; ++i) early[i] = !late(i);
+  if (std::find(early.begin(), early.end(), true) == early.end()) {
+    throw InputError("cluster: start_after_steps holds every peer back, none would ever start");
+  }
+  StartGate gate(early);
   std::vector<std::string> ids;
   for (int i = 0; i < n; ++i) ids.push_back("peer" + std::to_string(i));
 
@@ -139,7 +185,10 @@ ClusterResult run_cluster(const ClusterSpec& spec) {
     net.me = i;
     net.transport = transports[i].get();
     net.slowdown = spec.slowdown.empty() ? 1.0 : spec.slowdown[i];
-    net.on_snapshot = [&monitor, i](int64_t step, const std::vector<float>& p) { monitor.add(i, step, p); };
+    net.on_snapshot = [&monitor, &gate, i](int64_t step, const std::vector<float>& p) {
+      monitor.add(i, step, p);
+      gate.reached(i, step);
+    };
     if (spec.distinct_init) {
       net.join = false;
       net.init_seed = spec.base.seed + 1000 + static_cast<uint64_t>(i);
@@ -157,12 +206,12 @@ ClusterResult run_cluster(const ClusterSpec& spec) {
   for (int i = 0; i < n; ++i) {
     threads.emplace_back([&, i] {
       try {
-        if (!spec.start_delay_s.empty() && spec.start_delay_s[i] > 0) {
-          std::this_thread::sleep_for(std::chrono::duration<double>(spec.start_delay_s[i]));
-        }
+        if (late(i)) gate.wait_for_early_peers(spec.start_after_steps[i]);
         result.peers[i] = peers[i]->run();
+        gate.finished(i);
         if (crashes(i)) transports[i]->close();  // dead: the others hear nothing more from it
       } catch (...) {
+        gate.finished(i);  // a late peer must not wait for one that failed
         {
           std::lock_guard<std::mutex> lock(error_mu);
           if (!first_error) first_error = std::current_exception();

@@ -423,20 +423,29 @@ void GossipEngine::join(double timeout_s) {
   for (int j : topology_->neighbours(me_)) {
     if (connected(j)) live.push_back(j);
   }
-  if (live.empty()) return;
-  const int j = live[rng_.below(live.size())];
-  send(j, {.kind = MessageKind::kModel, .synchronous = true, .round = kJoinRound, .phase = 0}, {});
+  // Neighbours in random order, each given at most a second: one that is connected but not
+  // yet stepping (still starting, or itself waiting to join) answers nothing, and the
+  // next may be training.
+  for (size_t i = live.size(); i > 1; --i) std::swap(live[i - 1], live[rng_.below(i)]);
   const double deadline = clock_.now() + timeout_s;
-  while (clock_.now() < deadline && !stopped_) {
-    serve_join_requests();  // peers starting together must not wait on each other
-    auto m = inbox_->wait_sync(j, kJoinRound, 1, 0.05, stopped_);
+  for (int j : live) {
+    if (clock_.now() >= deadline || stopped_) break;
+    send(j, {.kind = MessageKind::kModel, .synchronous = true, .round = kJoinRound, .phase = 0}, {});
+    const double give_up = std::min(deadline, clock_.now() + 1.0);
+    std::optional<Message> m;
+    while (!m && clock_.now() < give_up && !stopped_) {
+      serve_join_requests();  // peers starting together must not wait on each other
+      m = inbox_->wait_sync(j, kJoinRound, 1, 0.05, stopped_);
+    }
     if (!m) continue;
     if (m->step > 0 && m->data.size() == model_.num_params()) {
       set_params_host(m->data);
       log_.write(log_.event("join").add("from", peers_[j]).add("their_step", static_cast<int64_t>(m->step)));
     }
-    return;
+    break;  // an untrained neighbour's answer too: everyone is starting together
   }
+  // Answers to the tries given up on would otherwise be held for good.
+  inbox_->forget_sync([](int, uint64_t round, uint32_t phase) { return round == kJoinRound && phase == 1; });
 }
 
 std::vector<int> GossipEngine::live_targets(int64_t round) {

@@ -256,11 +256,13 @@ TEST_CASE("cluster: a peer that joins late starts from a neighbour's model") {
   s.peers = 4;
   s.gossip.algorithm = "adpsgd";
   s.gossip.topology.kind = "random";
-  s.slowdown = std::vector<double>(4, 20.0);
-  // 0.25 s: long enough for the others to have trained under a sanitizer on a loaded
-  // machine (with 0.08 s, under ASan beside two simulations, the neighbour the late peer
-  // pulled had moved its loss only from 2.21 to 1.86).
-  s.start_delay_s = {0, 0, 0, 0.25};
+  // A fixed 2 ms step, whatever the build: the others are still training (3 s in all)
+  // when the late peer asks one of them.
+  s.base.train.emulated_step_s = 0.002;
+  // Joins once the others have taken 128 steps (of 1,536), however slow the build: a delay
+  // in seconds (0.25 s) was, under ASan on a loaded CI machine, over before the neighbour
+  // the late peer pulled had trained (loss 2.18 against 2.21 at initialisation).
+  s.start_after_steps = {0, 0, 0, 128};
   const ClusterResult r = run_cluster(s);
   // Every peer starts from the same random initialisation; its loss on a first batch:
   const double initial = centralized(base("train { max_steps: 1 }")).losses.front();
