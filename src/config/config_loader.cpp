@@ -185,6 +185,9 @@ void validate_simulation(const config::Config& c, const Fail& fail) {
     fail("experiment.simulation.eval_peers", "must be in [0, " + std::to_string(cl.peers_size()) + "] (0: every peer)");
   }
   if (!(s.step_jitter() >= 0 && s.step_jitter() < 1)) fail("experiment.simulation.step_jitter", "must be in [0, 1)");
+  if (!(s.time_precision_s() > 0 && s.time_precision_s() <= 0.1)) {
+    fail("experiment.simulation.time_precision_s", "must be in (0, 0.1] seconds (SimGrid's default: 0.00001)");
+  }
   std::set<std::string> sites;
   for (const auto& p : cl.peers()) sites.insert(p.site());
   for (int i = 0; i < s.sites_size(); ++i) {

@@ -7,6 +7,7 @@
 #include <simgrid/s4u/NetZone.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <utility>
 
 #include "hearsay/config.h"
@@ -22,6 +23,19 @@ namespace s4u = simgrid::s4u;
 constexpr double kUnlimitedBytesPerS = 1.25e14;
 
 double bytes_per_s(const LinkModel& m) { return m.bandwidth_bps > 0 ? m.bandwidth_bps / 8.0 : kUnlimitedBytesPerS; }
+
+// SimGrid's time quantum takes events due within it of one another together, so a
+// latency under twice the quantum is not resolved. A WAN link's latency is what a
+// simulation across sites is for: refused. A LAN hop's may be below it by choice (a
+// coarse quantum for a WAN-bound question at scale): said, in the platform's notes.
+void check_latency_against_precision(SimPlatform& p, const std::string& link, double latency_s, const config::SimulationConfig& sim,
+                                     bool refuse) {
+  if (latency_s <= 0 || latency_s >= 2 * sim.time_precision_s()) return;
+  const std::string what = "experiment.simulation.time_precision_s: " + std::to_string(sim.time_precision_s()) +
+                           " s is more than half the latency of link '" + link + "' (" + std::to_string(latency_s) + " s)";
+  if (refuse) throw InputError(what + "; give a smaller time_precision_s");
+  p.notes.push_back(what + ": its latency is not resolved (events on it may come up to the quantum early)");
+}
 
 // The link model between two sites, from the config's first peers of each (the site
 // pair's site_links entry, else the default link).
@@ -47,6 +61,7 @@ std::pair<s4u::NetZone*, simgrid::kernel::routing::NetPoint*> build_site(SimPlat
   p.jitter_s[{s, s}] = lan.jitter_s;
   p.loss[{s, s}] = lan.loss;
   const double half_latency = std::max(0.0, lan.latency_s - lan.jitter_s) / 2;
+  check_latency_against_precision(p, site + " LAN (half its latency a hop)", half_latency, sim, false);
   double uplink_bytes_per_s = 0, downlink_bytes_per_s = 0;
   for (const auto& a : sim.sites()) {
     if (a.site() != site) continue;
@@ -127,6 +142,24 @@ std::pair<s4u::NetZone*, simgrid::kernel::routing::NetPoint*> build_site(SimPlat
 
 }  // namespace
 
+std::vector<std::string> simgrid_options(const config::SimulationConfig& sim) {
+  char precision[32];
+  std::snprintf(precision, sizeof precision, "%.17g", sim.time_precision_s());  // read back as the same double
+  std::vector<std::string> o = {"--log=root.thresh:error",  // SimGrid's own log kept to errors
+                                "--cfg=network/model:" + sim.network_model(), std::string("--cfg=surf/precision:") + precision,
+                                // Actors' stacks are reserved, not touched: 1,024 peers and their links fit.
+                                "--cfg=contexts/stack-size:1024"};
+  // CM02 is stated as latency + size / bandwidth: no TCP window bound on a flow's rate
+  // either (LV08 keeps SimGrid's, the window of a 4 MiB TCP buffer).
+  if (sim.network_model() == "CM02") {
+    o.push_back("--cfg=network/TCP-gamma:0");
+    // Nor the acknowledgement traffic SimGrid adds against each flow (LV08 keeps it): the
+    // emulated link carries frames one way only.
+    o.push_back("--cfg=network/crosstraffic:0");
+  }
+  return o;
+}
+
 SimPlatform build_platform(const config::ClusterConfig& cl, const config::SimulationConfig& sim) {
   SimPlatform p;
   p.site_of = site_indices(cl);
@@ -155,6 +188,7 @@ SimPlatform build_platform(const config::ClusterConfig& cl, const config::Simula
     for (int b = 0; b < sites; ++b) {
       if (a == b) continue;
       const LinkModel m = model(a, b);
+      check_latency_against_precision(p, "wan " + p.sites[a] + " > " + p.sites[b], m.latency_s - m.jitter_s, sim, true);
       s4u::Link* wan = root->create_link("wan " + p.sites[a] + " > " + p.sites[b], bytes_per_s(m))
                            ->set_latency(std::max(0.0, m.latency_s - m.jitter_s));
       // Without a shared WAN every flow gets the link's bandwidth to itself, as every

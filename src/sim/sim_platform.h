@@ -39,7 +39,15 @@ struct SimPlatform {
   // jitter (so arrivals spread over latency +- jitter, as the emulated link's do).
   std::map<std::pair<int, int>, double> jitter_s;
   std::map<std::pair<int, int>, double> loss;
+  // What the platform does not resolve (a LAN hop's latency under the time quantum), for
+  // the simulator to say at start.
+  std::vector<std::string> notes;
 };
+
+// SimGrid's settings for this simulation, as its command-line options: the network model
+// and its terms, the time quantum, and the actors' stacks. The simulator and the tests of
+// its network model start their engines with the same ones.
+std::vector<std::string> simgrid_options(const config::SimulationConfig& sim);
 
 // Builds the platform into the running SimGrid engine (before it runs). Throws InputError
 // for what SimGrid cannot take.

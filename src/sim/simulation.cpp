@@ -126,19 +126,10 @@ class Simulation {
 
 void Simulation::start_engine() {
   const auto& s = cfg_.experiment().simulation();
-  // SimGrid reads its settings as command-line options; its own log is kept to errors.
+  // SimGrid reads its settings as command-line options.
   static std::vector<std::string> args;
-  args = {"hearsay-sim", "--log=root.thresh:error", "--cfg=network/model:" + s.network_model(),
-          // Actors' stacks are reserved, not touched: 1,024 peers and their links fit.
-          "--cfg=contexts/stack-size:1024"};
-  // CM02 is stated as latency + size / bandwidth: no TCP window bound on a flow's rate
-  // either (LV08 keeps SimGrid's, the window of a 4 MiB TCP buffer).
-  if (s.network_model() == "CM02") {
-    args.push_back("--cfg=network/TCP-gamma:0");
-    // Nor the acknowledgement traffic SimGrid adds against each flow (LV08 keeps it): the
-    // emulated link carries frames one way only.
-    args.push_back("--cfg=network/crosstraffic:0");
-  }
+  args = {"hearsay-sim"};
+  for (auto& o : sim::simgrid_options(s)) args.push_back(std::move(o));
   // More of SimGrid's own settings, for whoever studies the model itself
   // (docs/SIMULATION.md): HEARSAY_SIMGRID_ARGS="--cfg=network/optim:Full".
   if (const char* more = std::getenv("HEARSAY_SIMGRID_ARGS")) {
@@ -443,6 +434,7 @@ SimulationResult Simulation::run() {
 
   start_engine();
   platform_ = sim::build_platform(cl, s);
+  for (const auto& note : platform_.notes) std::fprintf(stderr, "hearsay-sim: note: %s\n", note.c_str());
   for (const auto& p : cl.peers()) names_.push_back(p.name());
   net_ = std::make_unique<SimNetwork>(platform_, names_, cfg_.seed());
   // The simulator's own log counts virtual time too (t = 0 as the engine starts).

@@ -20,6 +20,7 @@
 #include "hearsay/config.h"
 #include "hearsay/config.pb.h"
 #include "hearsay/emulated.h"
+#include "hearsay/error.h"
 #include "hearsay/transport.h"
 #include "hearsay/wire.h"
 #include "hearsay/wire.pb.h"
@@ -75,16 +76,19 @@ struct SimRig {
   std::map<std::string, std::vector<double>> arrivals;  // by receiver
 
   explicit SimRig(const std::string& model = "CM02", const std::string& cluster = three_peers()) {
+    const config::Config cfg = parse_config(cluster, "sim_network_test");
+    config::SimulationConfig simulation = cfg.experiment().simulation();
+    simulation.set_network_model(model);
+    // SimGrid's settings as the simulator gives them (sim::simgrid_options).
     static std::vector<std::string> args;
-    args = {"sim_network_test", "--log=root.thresh:error", "--cfg=network/model:" + model};
-    if (model == "CM02") args.push_back("--cfg=network/TCP-gamma:0");
+    args = {"sim_network_test"};
+    for (auto& o : sim::simgrid_options(simulation)) args.push_back(std::move(o));
     static std::vector<char*> argv;
     argv.clear();
     for (auto& a : args) argv.push_back(a.data());
     int argc = static_cast<int>(argv.size());
     engine = std::make_unique<s4u::Engine>(&argc, argv.data());
-    const config::Config cfg = parse_config(cluster, "sim_network_test");
-    platform = sim::build_platform(cfg.cluster(), cfg.experiment().simulation());
+    platform = sim::build_platform(cfg.cluster(), simulation);
     net = std::make_unique<sim::SimNetwork>(platform, std::vector<std::string>{"a0", "a1", "b0"}, 1);
     for (int i = 0; i < 3; ++i) {
       transports.push_back(std::make_unique<sim::SimTransport>(*net, i));
@@ -176,6 +180,68 @@ TEST_CASE("simulated network: a site's uplink is shared by every flow that leave
   // Inside the site: the LAN's 2 ms and its 100 Gbit/s, the uplink's flows beside it or not.
   const double lan = 0.002 + bytes / (100000e6 / 8);
   CHECK(rig.arrivals["a1"][0] == doctest::Approx(lan).epsilon(1e-5));
+}
+
+// Two flows through the pipe, the second B + d bytes: both at W/2 until the first arrives
+// at L + 2B/W, then the second alone for d/W (here 0.2 ms) more.
+std::vector<double> arrivals_of_two_flows_fifth_of_a_millisecond_apart(const std::string& precision) {
+  SimRig rig("CM02", three_peers(0, "experiment { simulation { time_precision_s: " + precision + " } }"));
+  const size_t extra = static_cast<size_t>(kWanBytesPerS * 0.0002);
+  rig.run([&] {
+    rig.transports[0]->send("b0", frame_of(kFrameBytes), nullptr);
+    rig.transports[1]->send("b0", frame_of(kFrameBytes + extra), nullptr);
+    rig.net->flush();
+  });
+  return rig.arrivals["b0"];
+}
+
+TEST_CASE("simulated network: events within the time quantum (time_precision_s) are taken together, none later") {
+  // SimGrid's default quantum, 10 us: the second arrival 0.2 ms after the first.
+  const std::vector<double> fine = arrivals_of_two_flows_fifth_of_a_millisecond_apart("0.00001");
+  REQUIRE(fine.size() == 2);
+  MESSAGE("at 10 us: " << fine[0] << " and " << fine[1] << " s");
+  CHECK(fine[1] - fine[0] == doctest::Approx(0.0002).epsilon(0.02));
+}
+
+TEST_CASE("simulated network: a 1 ms time quantum takes two arrivals 0.2 ms apart together, at the first's time") {
+  const std::vector<double> coarse = arrivals_of_two_flows_fifth_of_a_millisecond_apart("0.001");
+  REQUIRE(coarse.size() == 2);
+  const double bytes = static_cast<double>(frame_of(kFrameBytes).size());
+  const double first = kLatencyS + 2 * bytes / kWanBytesPerS;
+  MESSAGE("at 1 ms: " << coarse[0] << " and " << coarse[1] << " s; L + 2B/W = " << first);
+  CHECK(coarse[0] == doctest::Approx(first).epsilon(0.001));
+  // The second was due 0.4 ms later at the rate it had (W/2) before the first ended:
+  // within the quantum, so it is taken with the first, 0.2 ms early.
+  CHECK(coarse[1] == coarse[0]);
+}
+
+TEST_CASE("simulated network: a time quantum over half a WAN link's latency is refused, naming the link") {
+  static std::vector<std::string> args;
+  args = {"sim_network_test", "--log=root.thresh:error"};
+  static std::vector<char*> argv;
+  argv.clear();
+  for (auto& a : args) argv.push_back(a.data());
+  int argc = static_cast<int>(argv.size());
+  s4u::Engine engine(&argc, argv.data());
+  // The WAN's 40 ms under twice a 25 ms quantum: refused, naming the link.
+  const config::Config wan = parse_config(three_peers(1, "experiment { simulation { time_precision_s: 0.025 } }"), "sim_network_test");
+  CHECK_THROWS_WITH_AS(sim::build_platform(wan.cluster(), wan.experiment().simulation()),
+                       doctest::Contains("time_precision_s: 0.025000 s is more than half the latency of link 'wan a > b'"), InputError);
+}
+
+TEST_CASE("simulated network: a time quantum over half a LAN hop's latency is said at start, not refused") {
+  static std::vector<std::string> args;
+  args = {"sim_network_test", "--log=root.thresh:error"};
+  static std::vector<char*> argv;
+  argv.clear();
+  for (auto& a : args) argv.push_back(a.data());
+  int argc = static_cast<int>(argv.size());
+  s4u::Engine engine(&argc, argv.data());
+  // A 1 ms LAN is 0.5 ms a hop, under twice a 1 ms quantum; the 40 ms WAN is not.
+  const config::Config lan = parse_config(three_peers(1, "experiment { simulation { time_precision_s: 0.001 } }"), "sim_network_test");
+  const sim::SimPlatform p = sim::build_platform(lan.cluster(), lan.experiment().simulation());
+  REQUIRE(p.notes.size() == 1);  // site a (b has one peer: no LAN hop)
+  CHECK(p.notes[0].find("link 'a LAN (half its latency a hop)' (0.000500 s): its latency is not resolved") != std::string::npos);
 }
 
 TEST_CASE("simulated network: an outage of a WAN link delays delivery by its length") {

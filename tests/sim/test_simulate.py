@@ -240,6 +240,11 @@ class Simulate(unittest.TestCase):
             line = 3 if field == "program" else 10
             self.assertRegex(r.stderr, rf"bad-{field}\.textproto:{line}:\d+: {field}", r.stderr)
             self.assertFalse(glob.glob(os.path.join(self.dir, "runs-" + field, "*", "*.jsonl")), "nothing ran")
+        # A time quantum of 0 (SimGrid would never take two events together, nor one at all).
+        config = write(self.dir, BASE % {"peers": PEERS, "experiment": "  simulation { time_precision_s: 0 }"}, "bad-quantum.textproto")
+        r = run(config, os.path.join(self.dir, "runs-quantum"))
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertRegex(r.stderr, r"bad-quantum\.textproto:\d+:\d+: experiment\.simulation\.time_precision_s: must be in \(0, 0\.1\]")
         # And what only the simulator models is refused in a real run.
         text = (BASE % {"peers": PEERS, "experiment": '  simulation { faults { kind: SITE_DOWN site: "x" } }'}).replace(
             "  simulate: true\n", "")
