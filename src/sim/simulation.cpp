@@ -434,7 +434,12 @@ SimulationResult Simulation::run() {
 
   start_engine();
   platform_ = sim::build_platform(cl, s);
-  for (const auto& note : platform_.notes) std::fprintf(stderr, "hearsay-sim: note: %s\n", note.c_str());
+  // One line, not one a site: what the note says is the same of each.
+  if (!platform_.notes.empty()) {
+    std::fprintf(stderr, "hearsay-sim: note: %s", platform_.notes.front().c_str());
+    if (platform_.notes.size() > 1) std::fprintf(stderr, " (and so of %zu more links)", platform_.notes.size() - 1);
+    std::fprintf(stderr, "\n");
+  }
   for (const auto& p : cl.peers()) names_.push_back(p.name());
   net_ = std::make_unique<SimNetwork>(platform_, names_, cfg_.seed());
   // The simulator's own log counts virtual time too (t = 0 as the engine starts).
