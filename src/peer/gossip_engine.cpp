@@ -423,12 +423,15 @@ void GossipEngine::join(double timeout_s) {
   for (int j : topology_->neighbours(me_)) {
     if (connected(j)) live.push_back(j);
   }
-  // Neighbours in random order, each given at most a second: one that is connected but not
+  if (live.empty()) return;
+  // From a random neighbour on, each given at most a second: one that is connected but not
   // yet stepping (still starting, or itself waiting to join) answers nothing, and the
-  // next may be training.
-  for (size_t i = live.size(); i > 1; --i) std::swap(live[i - 1], live[rng_.below(i)]);
+  // next may be training. One draw, as when only one was asked: the seed's random stream
+  // after the join is what it was.
+  const size_t first = rng_.below(live.size());
   const double deadline = clock_.now() + timeout_s;
-  for (int j : live) {
+  for (size_t t = 0; t < live.size(); ++t) {
+    const int j = live[(first + t) % live.size()];
     if (clock_.now() >= deadline || stopped_) break;
     send(j, {.kind = MessageKind::kModel, .synchronous = true, .round = kJoinRound, .phase = 0}, {});
     const double give_up = std::min(deadline, clock_.now() + 1.0);
