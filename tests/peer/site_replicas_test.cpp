@@ -198,7 +198,10 @@ TEST_CASE("site replicas: a site's batch is split by its peers' measured speeds,
   CHECK(same_bits(r.final_params[0], r.final_params[1]));
   CHECK(same_bits(r.final_params[0], r.final_params[2]));
   CHECK(same_bits(r.final_params[3], r.final_params[4]));
-  // peer0's last split of site 0 (48 rows): each share within 10% of its speed share 4/7, 2/7, 1/7.
+  // peer0's last split of site 0 (48 rows): each share within 20% of its speed share 4/7,
+  // 2/7, 1/7 (equal shares, 1/3 each, are 42% off the first). Not tighter: on a loaded
+  // machine a late wake-up adds the same few milliseconds to every peer's step, which pulls
+  // the measured shares towards equal (+5 ms: 0.54, 0.30, 0.16).
   std::vector<int> rows;
   std::ifstream in(dir.path() + "/peer0.jsonl");
   for (std::string line; std::getline(in, line);) {
@@ -209,7 +212,7 @@ TEST_CASE("site replicas: a site's batch is split by its peers' measured speeds,
   const double want[] = {4.0 / 7, 2.0 / 7, 1.0 / 7};
   for (size_t j = 0; j < 3; ++j) {
     CAPTURE(j);
-    CHECK(std::abs(rows[j] / 48.0 - want[j]) <= 0.1 * want[j]);
+    CHECK(std::abs(rows[j] / 48.0 - want[j]) <= 0.2 * want[j]);
   }
   // Equal shares: no split is ever logged, each takes the config's batch.
   test::TempDir equal_dir;

@@ -65,6 +65,19 @@ OutFrame frame_of(size_t bytes) {
   return make_frame(e, payload->data(), payload->size(), payload);
 }
 
+// A SimGrid engine with these options (SimGrid keeps them, and the engine, for the
+// process: hence one case a process).
+std::unique_ptr<s4u::Engine> start_engine(const std::vector<std::string>& options) {
+  static std::vector<std::string> args;
+  args = {"sim_network_test"};
+  args.insert(args.end(), options.begin(), options.end());
+  static std::vector<char*> argv;
+  argv.clear();
+  for (auto& a : args) argv.push_back(a.data());
+  int argc = static_cast<int>(argv.size());
+  return std::make_unique<s4u::Engine>(&argc, argv.data());
+}
+
 // One simulation of the three peers above: `script` runs as an actor on a0's host with
 // the network and the transports; returns what it recorded.
 struct SimRig {
@@ -79,15 +92,7 @@ struct SimRig {
     const config::Config cfg = parse_config(cluster, "sim_network_test");
     config::SimulationConfig simulation = cfg.experiment().simulation();
     simulation.set_network_model(model);
-    // SimGrid's settings as the simulator gives them (sim::simgrid_options).
-    static std::vector<std::string> args;
-    args = {"sim_network_test"};
-    for (auto& o : sim::simgrid_options(simulation)) args.push_back(std::move(o));
-    static std::vector<char*> argv;
-    argv.clear();
-    for (auto& a : args) argv.push_back(a.data());
-    int argc = static_cast<int>(argv.size());
-    engine = std::make_unique<s4u::Engine>(&argc, argv.data());
+    engine = start_engine(sim::simgrid_options(simulation));  // as the simulator starts its own
     platform = sim::build_platform(cfg.cluster(), simulation);
     net = std::make_unique<sim::SimNetwork>(platform, std::vector<std::string>{"a0", "a1", "b0"}, 1);
     for (int i = 0; i < 3; ++i) {
@@ -216,13 +221,7 @@ TEST_CASE("simulated network: a 1 ms time quantum takes two arrivals 0.2 ms apar
 }
 
 TEST_CASE("simulated network: a time quantum over half a WAN link's latency is refused, naming the link") {
-  static std::vector<std::string> args;
-  args = {"sim_network_test", "--log=root.thresh:error"};
-  static std::vector<char*> argv;
-  argv.clear();
-  for (auto& a : args) argv.push_back(a.data());
-  int argc = static_cast<int>(argv.size());
-  s4u::Engine engine(&argc, argv.data());
+  const auto engine = start_engine({"--log=root.thresh:error"});
   // The WAN's 40 ms under twice a 25 ms quantum: refused, naming the link.
   const config::Config wan = parse_config(three_peers(1, "experiment { simulation { time_precision_s: 0.025 } }"), "sim_network_test");
   CHECK_THROWS_WITH_AS(sim::build_platform(wan.cluster(), wan.experiment().simulation()),
@@ -230,13 +229,7 @@ TEST_CASE("simulated network: a time quantum over half a WAN link's latency is r
 }
 
 TEST_CASE("simulated network: a time quantum over half a LAN hop's latency is said at start, not refused") {
-  static std::vector<std::string> args;
-  args = {"sim_network_test", "--log=root.thresh:error"};
-  static std::vector<char*> argv;
-  argv.clear();
-  for (auto& a : args) argv.push_back(a.data());
-  int argc = static_cast<int>(argv.size());
-  s4u::Engine engine(&argc, argv.data());
+  const auto engine = start_engine({"--log=root.thresh:error"});
   // A 1 ms LAN is 0.5 ms a hop, under twice a 1 ms quantum; the 40 ms WAN is not.
   const config::Config lan = parse_config(three_peers(1, "experiment { simulation { time_precision_s: 0.001 } }"), "sim_network_test");
   const sim::SimPlatform p = sim::build_platform(lan.cluster(), lan.experiment().simulation());
