@@ -188,6 +188,12 @@ void validate_simulation(const config::Config& c, const Fail& fail) {
   if (!(s.time_precision_s() > 0 && s.time_precision_s() <= 0.1)) {
     fail("experiment.simulation.time_precision_s", "must be in (0, 0.1] seconds (SimGrid's default: 0.00001)");
   }
+  if (s.sender_completion() != "arrival" && s.sender_completion() != "departure") {
+    fail("experiment.simulation.sender_completion", "unknown '" + s.sender_completion() + "'; use arrival or departure");
+  }
+  if (s.sender_completion() == "departure" && s.network_model() != "CM02") {
+    fail("experiment.simulation.sender_completion", "departure needs network_model CM02 (LV08's latency is part of its TCP model)");
+  }
   std::set<std::string> sites;
   for (const auto& p : cl.peers()) sites.insert(p.site());
   for (int i = 0; i < s.sites_size(); ++i) {

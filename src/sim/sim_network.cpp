@@ -264,21 +264,26 @@ void SimNetwork::carry(int from, int to) {
         status = {false, "simulated loss"};
         ++counters_.frames_lost;
         ++peers_[from].lost;
+      } else if (platform_.completes_at_departure) {
+        // Its last byte has left: the sender hears of it now (below), the frame arrives a
+        // route's latency later, after any frame sent before it (TCP keeps order).
+        if (l.latency_s < 0) {
+          std::vector<s4u::Link*> route;
+          l.latency_s = 0;
+          platform_.hosts[from]->route_to(platform_.hosts[to], route, &l.latency_s);
+        }
+        const double jitter_s = jitter > 0 ? 2 * jitter * l.rng.uniform() : 0.0;
+        l.last_arrival = std::max(l.last_arrival, s4u::Engine::get_clock() + l.latency_s + jitter_s);
+        l.air.push_back({l.last_arrival, std::move(q.frame), q.to_incarnation});
+        if (!l.delivering) {
+          l.delivering = true;
+          ++counters_.link_actors;
+          s4u::Actor::create("delivery " + std::to_string(counters_.link_actors), platform_.hosts[to],
+                             [this, from = from, to = to] { deliver_in_air(from, to); });
+        }
       } else {
         if (jitter > 0) s4u::this_actor::sleep_for(2 * jitter * l.rng.uniform());
-        l.bytes += bytes;
-        ++l.frames;
-        ++counters_.frames;
-        // The receiver may have gone down while the frame travelled.
-        if (q.to_incarnation == peers_[to].incarnation && up(to)) {
-          FrameDecoder decoder;
-          decoder.accept_unchecked_payloads(true);
-          const std::string flat = flatten(q.frame);
-          const FrameError err = decoder.feed(reinterpret_cast<const uint8_t*>(flat.data()), flat.size(), [&](InFrame&& f) {
-            peers_[to].transport->deliver(names_[from], std::move(f));
-          });
-          HEARSAY_CHECK(err == FrameError::kNone, "simulated wire: a frame of " + names_[from] + " does not decode: " + decoder.detail());
-        }
+        hand_over(from, to, q.frame, q.to_incarnation);
       }
     }
     l.queued_bytes -= bytes;
@@ -290,6 +295,37 @@ void SimNetwork::carry(int from, int to) {
     flush();
   }
   l.running = false;
+}
+
+void SimNetwork::hand_over(int from, int to, const OutFrame& frame, uint64_t to_incarnation) {
+  Link& l = link(from, to);
+  l.bytes += frame.size();
+  ++l.frames;
+  ++counters_.frames;
+  // The receiver may have gone down while the frame travelled.
+  if (to_incarnation != peers_[to].incarnation || !up(to)) return;
+  FrameDecoder decoder;
+  decoder.accept_unchecked_payloads(true);
+  const std::string flat = flatten(frame);
+  const FrameError err = decoder.feed(reinterpret_cast<const uint8_t*>(flat.data()), flat.size(), [&](InFrame&& f) {
+    peers_[to].transport->deliver(names_[from], std::move(f));
+  });
+  HEARSAY_CHECK(err == FrameError::kNone, "simulated wire: a frame of " + names_[from] + " does not decode: " + decoder.detail());
+}
+
+void SimNetwork::deliver_in_air(int from, int to) {
+  Link& l = link(from, to);
+  while (!l.air.empty() && !closing_) {
+    s4u::this_actor::sleep_until(l.air.front().arrives_at);
+    if (closing_) break;
+    Link::InAir f = std::move(l.air.front());
+    l.air.pop_front();
+    hand_over(from, to, f.frame, f.to_incarnation);
+    if (up(to) && peers_[to].clock != nullptr) peers_[to].clock->wake();
+    flush();  // what the receiver sent in answer
+  }
+  l.air.clear();
+  l.delivering = false;
 }
 
 LinkStats SimNetwork::link_stats(int from, int to) const {

@@ -156,6 +156,17 @@ class SimNetwork {
     uint64_t queued_bytes = 0;
     uint64_t bytes = 0, frames = 0;  // carried to the receiver, whole frames
     Rng rng{1};                      // loss and jitter draws
+    // Completion at departure: frames sent and not yet arrived, in order, each with the
+    // virtual time it arrives; an actor delivers them (`delivering` while it is alive).
+    struct InAir {
+      double arrives_at;
+      OutFrame frame;
+      uint64_t to_incarnation;
+    };
+    std::deque<InAir> air;
+    bool delivering = false;
+    double last_arrival = 0;
+    double latency_s = -1;  // the route's, once looked up
   };
   struct End {
     SimTransport* transport = nullptr;
@@ -173,6 +184,11 @@ class SimNetwork {
   };
   void carrier_body(int from, int to);
   void carry(int from, int to);  // one link's queue, to its end
+  // Completion at departure: delivers the link's frames in the air, each at its time.
+  void deliver_in_air(int from, int to);
+  // A frame that has arrived: counted, decoded and handed to the receiver's engine if the
+  // receiver is still the incarnation it was sent to.
+  void hand_over(int from, int to, const OutFrame& frame, uint64_t to_incarnation);
   // Waits until every link on the route from -> to is on again.
   void wait_for_route(int from, int to);
 

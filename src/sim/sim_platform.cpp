@@ -4,6 +4,7 @@
 #include <simgrid/s4u/Engine.hpp>
 #include <simgrid/s4u/Host.hpp>
 #include <simgrid/s4u/Link.hpp>
+#include <simgrid/kernel/resource/NetworkModelIntf.hpp>
 #include <simgrid/s4u/NetZone.hpp>
 
 #include <algorithm>
@@ -176,6 +177,14 @@ SimPlatform build_platform(const config::ClusterConfig& cl, const config::Simula
   auto model = [&](int a, int b) { return emulated ? site_pair_model(cl, p.site_of, first_peer, a, b) : LinkModel{}; };
 
   s4u::NetZone* root = s4u::create_full_zone("cluster");
+  p.completes_at_departure = sim.sender_completion() == "departure";
+  if (p.completes_at_departure) {
+    // The transfer alone: SimNetwork holds each frame for its route's latency after it.
+    root->get_network_model()->set_lat_factor_cb(
+        [](double, const s4u::Host*, const s4u::Host*, const std::vector<s4u::Link*>&, const std::unordered_set<s4u::NetZone*>&) {
+          return 0.0;
+        });
+  }
   std::vector<s4u::NetZone*> zones;
   std::vector<simgrid::kernel::routing::NetPoint*> gateways;
   p.hosts.resize(n);

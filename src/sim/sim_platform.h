@@ -42,6 +42,9 @@ struct SimPlatform {
   // What the platform does not resolve (a LAN hop's latency under the time quantum), for
   // the simulator to say at start.
   std::vector<std::string> notes;
+  // simulation.sender_completion "departure": SimGrid's communications carry no latency
+  // (the bandwidth phase alone); the network adds each route's latency after it.
+  bool completes_at_departure = false;
 };
 
 // SimGrid's settings for this simulation, as its command-line options: the network model

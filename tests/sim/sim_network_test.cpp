@@ -187,6 +187,48 @@ TEST_CASE("simulated network: a site's uplink is shared by every flow that leave
   CHECK(rig.arrivals["a1"][0] == doctest::Approx(lan).epsilon(1e-5));
 }
 
+// Two frames of B bytes queued at once on one link (a0 -> b0); when the sender heard of
+// each, and when each arrived.
+struct TwoFrames {
+  std::vector<double> done_at, arrivals;
+};
+TwoFrames two_frames_on_one_link(const std::string& completion) {
+  SimRig rig("CM02", three_peers(0, "experiment { simulation { sender_completion: \"" + completion + "\" } }"));
+  TwoFrames out;
+  rig.run([&] {
+    for (int k = 0; k < 2; ++k) {
+      rig.transports[0]->send("b0", frame_of(kFrameBytes), [&](const SendStatus&) { out.done_at.push_back(s4u::Engine::get_clock()); });
+    }
+    rig.net->flush();
+  });
+  out.arrivals = rig.arrivals["b0"];
+  return out;
+}
+
+TEST_CASE("simulated network: completing at arrival, the next frame on a link waits for the last to arrive") {
+  const TwoFrames f = two_frames_on_one_link("arrival");
+  REQUIRE(f.arrivals.size() == 2);
+  REQUIRE(f.done_at.size() == 2);
+  const double bw = static_cast<double>(frame_of(kFrameBytes).size()) / kWanBytesPerS;
+  MESSAGE("at arrival: heard at " << f.done_at[0] << ", " << f.done_at[1] << " s; arrived at " << f.arrivals[0] << ", " << f.arrivals[1]);
+  CHECK(f.done_at[0] == doctest::Approx(kLatencyS + bw).epsilon(0.001));
+  CHECK(f.arrivals[1] == doctest::Approx(2 * (kLatencyS + bw)).epsilon(0.001));
+}
+
+TEST_CASE("simulated network: completing at departure, the sender hears at B/W and the next frame follows in the pipe, "
+          "as on the emulated link") {
+  const TwoFrames f = two_frames_on_one_link("departure");
+  REQUIRE(f.arrivals.size() == 2);
+  REQUIRE(f.done_at.size() == 2);
+  const double bw = static_cast<double>(frame_of(kFrameBytes).size()) / kWanBytesPerS;
+  MESSAGE("at departure: heard at " << f.done_at[0] << ", " << f.done_at[1] << " s; arrived at " << f.arrivals[0] << ", " << f.arrivals[1]
+                                    << " (the emulated link: the second at 0.3777 s)");
+  CHECK(f.done_at[0] == doctest::Approx(bw).epsilon(0.001));
+  CHECK(f.done_at[1] == doctest::Approx(2 * bw).epsilon(0.001));
+  CHECK(f.arrivals[0] == doctest::Approx(kLatencyS + bw).epsilon(0.001));  // an idle route: L + B/W, as at arrival
+  CHECK(f.arrivals[1] == doctest::Approx(kLatencyS + 2 * bw).epsilon(0.001));
+}
+
 // Two flows through the pipe, the second B + d bytes: both at W/2 until the first arrives
 // at L + 2B/W, then the second alone for d/W (here 0.2 ms) more.
 std::vector<double> arrivals_of_two_flows_fifth_of_a_millisecond_apart(const std::string& precision) {
