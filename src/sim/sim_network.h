@@ -106,7 +106,7 @@ struct SimCounters {
   uint64_t frames_lost = 0;     // dropped by the link's loss probability
   uint64_t frames_dropped = 0;  // to or from a peer that was down
   uint64_t retries = 0;         // transfers cut by a link going down, carried again
-  uint64_t link_actors = 0;     // carrier actors started (a carrier carries many links in turn)
+  uint64_t link_actors = 0;     // carrier actors (a carrier carries many links in turn) and delivery actors started
   uint64_t waits = 0, sleeps = 0;
 };
 

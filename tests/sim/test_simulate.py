@@ -245,6 +245,12 @@ class Simulate(unittest.TestCase):
         r = run(config, os.path.join(self.dir, "runs-quantum"))
         self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
         self.assertRegex(r.stderr, r"bad-quantum\.textproto:\d+:\d+: experiment\.simulation\.time_precision_s: must be in \(0, 0\.1\]")
+        # Completion at departure with LV08, whose latency is part of its TCP model.
+        config = write(self.dir, BASE % {"peers": PEERS, "experiment": '  simulation { network_model: "LV08" sender_completion: "departure" }'},
+                       "bad-completion.textproto")
+        r = run(config, os.path.join(self.dir, "runs-completion"))
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertRegex(r.stderr, r"bad-completion\.textproto:\d+:\d+: experiment\.simulation\.sender_completion: departure needs network_model CM02")
         # And what only the simulator models is refused in a real run.
         text = (BASE % {"peers": PEERS, "experiment": '  simulation { faults { kind: SITE_DOWN site: "x" } }'}).replace(
             "  simulate: true\n", "")
