@@ -283,7 +283,7 @@ void SimNetwork::carry(int from, int to) {
         }
       } else {
         if (jitter > 0) s4u::this_actor::sleep_for(2 * jitter * l.rng.uniform());
-        hand_over(from, to, q.frame, q.to_incarnation);
+        hand_over(l, from, to, q.frame, q.to_incarnation);
       }
     }
     l.queued_bytes -= bytes;
@@ -297,8 +297,7 @@ void SimNetwork::carry(int from, int to) {
   l.running = false;
 }
 
-void SimNetwork::hand_over(int from, int to, const OutFrame& frame, uint64_t to_incarnation) {
-  Link& l = link(from, to);
+void SimNetwork::hand_over(Link& l, int from, int to, const OutFrame& frame, uint64_t to_incarnation) {
   l.bytes += frame.size();
   ++l.frames;
   ++counters_.frames;
@@ -320,7 +319,7 @@ void SimNetwork::deliver_in_air(int from, int to) {
     if (closing_) break;
     Link::InAir f = std::move(l.air.front());
     l.air.pop_front();
-    hand_over(from, to, f.frame, f.to_incarnation);
+    hand_over(l, from, to, f.frame, f.to_incarnation);
     if (up(to) && peers_[to].clock != nullptr) peers_[to].clock->wake();
     flush();  // what the receiver sent in answer
   }

@@ -186,9 +186,10 @@ class SimNetwork {
   void carry(int from, int to);  // one link's queue, to its end
   // Completion at departure: delivers the link's frames in the air, each at its time.
   void deliver_in_air(int from, int to);
-  // A frame that has arrived: counted, decoded and handed to the receiver's engine if the
-  // receiver is still the incarnation it was sent to.
-  void hand_over(int from, int to, const OutFrame& frame, uint64_t to_incarnation);
+  // A frame that has arrived on link `l` (from -> to, held by the caller: no second
+  // lookup a frame): counted, decoded and handed to the receiver's engine if the receiver
+  // is still the incarnation it was sent to.
+  void hand_over(Link& l, int from, int to, const OutFrame& frame, uint64_t to_incarnation);
   // Waits until every link on the route from -> to is on again.
   void wait_for_route(int from, int to);
 
