@@ -272,8 +272,15 @@ TEST_CASE("adversary: NaN models, absurd norms and a future-round flood from an 
     b->send(to, model_frame(poison, id++), nullptr);
     for (int i = 0; i < 5; ++i) b->send(to, model_frame(huge, id++), nullptr);
   };
-  // a's first: behind c's flood they could arrive after a's last step on a slow machine.
-  poison_then_huge("a");
+  // A peer keeps only the newest model from each neighbour until its next mix, so bad
+  // models sent back to back may be refused as one. a gets them one at a time, each
+  // after a has refused the last, until it has refused the guard's 3 strikes in a row.
+  auto refusals = [&] { return count(a.output(), "refused an update from 'b'"); };
+  for (const std::vector<float>* bad : std::initializer_list<const std::vector<float>*>{&poison, &huge, &huge}) {
+    const size_t before = refusals();
+    b->send("a", model_frame(*bad, id++), nullptr);
+    for (int i = 0; i < 400 && refusals() == before && !a.poll(0); ++i) a.poll(0.025);
+  }
   // c gets the flood (2,500 full-size updates for rounds nobody will reach: 8 MB if kept).
   for (uint64_t r = 0; r < 2500; ++r) b->send("c", model_frame(std::vector<float>(n, 1.0f), id++, true, 1000 + r), nullptr);
   poison_then_huge("c");
