@@ -191,7 +191,7 @@ void validate_simulation(const config::Config& c, const Fail& fail) {
   if (s.sender_completion() != "arrival" && s.sender_completion() != "departure") {
     fail("experiment.simulation.sender_completion", "unknown '" + s.sender_completion() + "'; use arrival or departure");
   }
-  if (s.sender_completion() == "departure" && s.network_model() != "CM02") {
+  if (s.has_sender_completion() && s.sender_completion() == "departure" && s.network_model() != "CM02") {
     fail("experiment.simulation.sender_completion", "departure needs network_model CM02 (LV08's latency is part of its TCP model)");
   }
   std::set<std::string> sites;

@@ -177,7 +177,8 @@ SimPlatform build_platform(const config::ClusterConfig& cl, const config::Simula
   auto model = [&](int a, int b) { return emulated ? site_pair_model(cl, p.site_of, first_peer, a, b) : LinkModel{}; };
 
   s4u::NetZone* root = s4u::create_full_zone("cluster");
-  p.completes_at_departure = sim.sender_completion() == "departure";
+  // LV08 completes at arrival whatever the default says (asking it for departure is refused at load).
+  p.completes_at_departure = sim.network_model() == "CM02" && sim.sender_completion() == "departure";
   if (p.completes_at_departure) {
     // The transfer alone: SimNetwork holds each frame for its route's latency after it.
     root->get_network_model()->set_lat_factor_cb(

@@ -122,7 +122,7 @@ TEST_CASE("simulated network: a frame of B bytes over latency L and bandwidth W 
   CHECK(rig.arrivals["b0"][0] == doctest::Approx(expected).epsilon(0.001));
 }
 
-TEST_CASE("simulated network: LV08 adds its TCP terms to L + B/W (latency x 13.01, bandwidth x 0.97)") {
+TEST_CASE("simulated network: LV08 adds its TCP terms to L + B/W (latency x 13.01, bandwidth x 0.97), at arrival under the default") {
   SimRig rig("LV08");
   rig.run([&] {
     rig.transports[0]->send("b0", frame_of(kFrameBytes), nullptr);
@@ -152,8 +152,9 @@ TEST_CASE("simulated network: two flows across one shared WAN pipe each get half
   MESSAGE("two flows arrive at " << rig.arrivals["b0"][0] << " and " << rig.arrivals["b0"][1] << " s, L + 2B/W = " << expected);
   CHECK(rig.arrivals["b0"][0] == doctest::Approx(expected).epsilon(0.001));
   CHECK(rig.arrivals["b0"][1] == doctest::Approx(expected).epsilon(0.001));
-  CHECK(done_at[0] == doctest::Approx(expected).epsilon(0.001));
-  // A flow inside a site does not touch the WAN pipe: alone on the LAN it is fast.
+  // Each sender hears when its last byte has left (the default, departure): L sooner.
+  CHECK(done_at[0] == doctest::Approx(2 * bytes / kWanBytesPerS).epsilon(0.001));
+  CHECK(done_at[1] == doctest::Approx(2 * bytes / kWanBytesPerS).epsilon(0.001));
 }
 
 // Site a behind a 20 Mbit/s uplink (slower than its 100 Gbit/s interfaces and the 50
@@ -188,12 +189,12 @@ TEST_CASE("simulated network: a site's uplink is shared by every flow that leave
 }
 
 // Two frames of B bytes queued at once on one link (a0 -> b0); when the sender heard of
-// each, and when each arrived.
+// each, and when each arrived. An empty `completion` leaves the config's default.
 struct TwoFrames {
   std::vector<double> done_at, arrivals;
 };
 TwoFrames two_frames_on_one_link(const std::string& completion) {
-  SimRig rig("CM02", three_peers(0, "experiment { simulation { sender_completion: \"" + completion + "\" } }"));
+  SimRig rig("CM02", three_peers(0, completion.empty() ? "" : "experiment { simulation { sender_completion: \"" + completion + "\" } }"));
   TwoFrames out;
   rig.run([&] {
     for (int k = 0; k < 2; ++k) {
@@ -215,9 +216,9 @@ TEST_CASE("simulated network: completing at arrival, the next frame on a link wa
   CHECK(f.arrivals[1] == doctest::Approx(2 * (kLatencyS + bw)).epsilon(0.001));
 }
 
-TEST_CASE("simulated network: completing at departure, the sender hears at B/W and the next frame follows in the pipe, "
-          "as on the emulated link") {
-  const TwoFrames f = two_frames_on_one_link("departure");
+TEST_CASE("simulated network: completing at departure (CM02's default), the sender hears at B/W and the next frame "
+          "follows in the pipe, as on the emulated link") {
+  const TwoFrames f = two_frames_on_one_link("");
   REQUIRE(f.arrivals.size() == 2);
   REQUIRE(f.done_at.size() == 2);
   const double bw = static_cast<double>(frame_of(kFrameBytes).size()) / kWanBytesPerS;
