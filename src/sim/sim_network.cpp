@@ -146,27 +146,26 @@ void SimNetwork::enqueue(int from, int to, OutFrame frame, SendCallback done) {
   l.queue.push_back({std::move(frame), std::move(done), peers_[from].incarnation, peers_[to].incarnation});
   if (!l.running) {
     l.running = true;  // its actor is owed: flush() starts it
-    to_start_.emplace_back(from, to);
+    to_start_.push_back({from, to, false});
   }
 }
 
 void SimNetwork::flush() {
   while (!to_start_.empty()) {
-    std::vector<std::pair<int, int>> start;
+    std::vector<Job> start;
     start.swap(to_start_);
-    for (const auto& [from, to] : start) {
+    for (const Job& job : start) {
       if (!idle_carriers_.empty()) {
         Carrier* c = idle_carriers_.back();
         idle_carriers_.pop_back();
-        c->from = from;
-        c->to = to;
+        c->job = job;
         const s4u::ConditionVariablePtr cv = c->cv;  // held: notify_one may let other actors run
         cv->notify_one();
         continue;
       }
       ++counters_.link_actors;
-      s4u::Actor::create("carrier " + std::to_string(counters_.link_actors), platform_.hosts[from],
-                         [this, from = from, to = to] { carrier_body(from, to); });
+      s4u::Actor::create("carrier " + std::to_string(counters_.link_actors), platform_.hosts[job.from],
+                         [this, job] { carrier_body(job); });
     }
   }
 }
@@ -176,8 +175,8 @@ void SimNetwork::flush() {
 // one waiting; the carriers alive are then those of the busiest second, not of the run.
 constexpr double kCarrierLinger_s = 1.0;
 
-void SimNetwork::carrier_body(int from, int to) {
-  Carrier me{.cv = s4u::ConditionVariable::create(), .from = from, .to = to};
+void SimNetwork::carrier_body(Job job) {
+  Carrier me{.cv = s4u::ConditionVariable::create(), .job = job};
   // However this actor ends, it leaves the idle list (flush() and close() hand work to
   // carriers by pointer).
   struct LeaveIdle {
@@ -189,8 +188,12 @@ void SimNetwork::carrier_body(int from, int to) {
     }
   } leave{idle_carriers_, &me};
   for (;;) {
-    carry(me.from, me.to);
-    me.from = me.to = -1;
+    if (me.job.deliver) {
+      deliver_in_air(me.job.from, me.job.to);
+    } else {
+      carry(me.job.from, me.job.to);
+    }
+    me.job = {};
     if (closing_) return;
     idle_carriers_.push_back(&me);
     const double deadline = s4u::Engine::get_clock() + kCarrierLinger_s;
@@ -198,9 +201,9 @@ void SimNetwork::carrier_body(int from, int to) {
       // Taking the lock lets other actors run (a SimGrid call), so the link may be handed
       // over before the wait: the predicate is checked under the lock.
       std::unique_lock<s4u::Mutex> lock(*carrier_mu_);
-      me.cv->wait_until(lock, deadline, [&] { return me.from >= 0 || closing_; });
+      me.cv->wait_until(lock, deadline, [&] { return me.job.from >= 0 || closing_; });
     }
-    if (me.from < 0) return;  // not handed a link: ends (LeaveIdle)
+    if (me.job.from < 0) return;  // not handed a job: ends (LeaveIdle)
   }
 }
 
@@ -276,10 +279,8 @@ void SimNetwork::carry(int from, int to) {
         l.last_arrival = std::max(l.last_arrival, s4u::Engine::get_clock() + l.latency_s + jitter_s);
         l.air.push_back({l.last_arrival, std::move(q.frame), q.to_incarnation});
         if (!l.delivering) {
-          l.delivering = true;
-          ++counters_.link_actors;
-          s4u::Actor::create("delivery " + std::to_string(counters_.link_actors), platform_.hosts[to],
-                             [this, from = from, to = to] { deliver_in_air(from, to); });
+          l.delivering = true;  // a carrier is owed: flush() (below) hands it the delivery
+          to_start_.push_back({from, to, true});
         }
       } else {
         if (jitter > 0) s4u::this_actor::sleep_for(2 * jitter * l.rng.uniform());

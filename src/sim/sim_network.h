@@ -106,7 +106,7 @@ struct SimCounters {
   uint64_t frames_lost = 0;     // dropped by the link's loss probability
   uint64_t frames_dropped = 0;  // to or from a peer that was down
   uint64_t retries = 0;         // transfers cut by a link going down, carried again
-  uint64_t link_actors = 0;     // carrier actors (a carrier carries many links in turn) and delivery actors started
+  uint64_t link_actors = 0;     // carrier actors started (a carrier carries or delivers many links in turn)
   uint64_t waits = 0, sleeps = 0;
 };
 
@@ -157,7 +157,8 @@ class SimNetwork {
     uint64_t bytes = 0, frames = 0;  // carried to the receiver, whole frames
     Rng rng{1};                      // loss and jitter draws
     // Completion at departure: frames sent and not yet arrived, in order, each with the
-    // virtual time it arrives; an actor delivers them (`delivering` while it is alive).
+    // virtual time it arrives; a carrier delivers them (`delivering` while one is owed or
+    // at it).
     struct InAir {
       double arrives_at;
       OutFrame frame;
@@ -176,13 +177,20 @@ class SimNetwork {
   };
   Link& link(int from, int to);
   const Link* find_link(int from, int to) const;
-  // One carrier actor: carries the link it was started for, then each link flush() hands
-  // it, until none comes for kCarrierLinger_s or the run closes.
+  // A link's work for a carrier: carrying its queue, or (completion at departure)
+  // delivering its frames in the air.
+  struct Job {
+    int from = -1, to = -1;  // -1 while a carrier waits for one
+    bool deliver = false;
+  };
+  // One carrier actor: does the job it was started for, then each job flush() hands it,
+  // until none comes for kCarrierLinger_s or the run closes. Carriers are pooled because
+  // starting a SimGrid actor (its context and stack) costs more than most frames.
   struct Carrier {
     simgrid::s4u::ConditionVariablePtr cv;
-    int from = -1, to = -1;  // the link handed to it; -1 while it waits
+    Job job;
   };
-  void carrier_body(int from, int to);
+  void carrier_body(Job job);
   void carry(int from, int to);  // one link's queue, to its end
   // Completion at departure: delivers the link's frames in the air, each at its time.
   void deliver_in_air(int from, int to);
@@ -199,7 +207,7 @@ class SimNetwork {
   uint64_t seed_;
   std::vector<End> peers_;
   std::unordered_map<uint64_t, Link> links_;  // by from x n + to
-  std::vector<std::pair<int, int>> to_start_;  // links that flush() hands to a carrier
+  std::vector<Job> to_start_;  // jobs that flush() hands to a carrier
   std::vector<Carrier*> idle_carriers_;         // waiting for a link, the latest last
   simgrid::s4u::MutexPtr carrier_mu_;
   bool closing_ = false;
