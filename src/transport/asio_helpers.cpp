@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "address.h"
+#include "fork_guard.h"
 #include "hearsay/error.h"
 
 namespace hearsay {
@@ -54,6 +55,7 @@ std::unique_ptr<tcp::acceptor> open_acceptor(asio::io_context& io, const std::st
   if (!ec) acceptor->bind(ep, ec);
   if (!ec) acceptor->listen(asio::socket_base::max_listen_connections, ec);
   if (ec) throw InputError(who + ": cannot listen on '" + address + "': " + ec.message());
+  keep_listener_from_children(acceptor->native_handle());
   *reachable = join_host_port(host, acceptor->local_endpoint().port());
   return acceptor;
 }

@@ -6,7 +6,10 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509v3.h>
+#include <netinet/in.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -255,6 +258,32 @@ TEST_CASE("tcp: a dial that reaches no one is told as unreachable, with why, onc
   REQUIRE(by_peer["c"].size() == 1);
   CHECK(by_peer["c"][0].find("cannot resolve no-such-host.invalid") == 0);
   CHECK(b.t->counters().rejected.empty());  // no stranger's doing: nothing counted
+}
+
+TEST_CASE("tcp: a child forked after listen does not keep the port open: once the transport closes, a dial is refused") {
+  auto t = create_transport("tcp", options_for("a"));
+  const std::string at = t->listen("127.0.0.1:0");
+  const int port = std::stoi(at.substr(at.rfind(':') + 1));
+  const pid_t child = ::fork();  // as a DataLoader worker forked after init(), still alive below
+  if (child == 0) {
+    ::sleep(5);
+    ::_exit(0);
+  }
+  REQUIRE(child > 0);
+  t->close();
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(port));
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to);
+  const int err = errno;
+  ::close(fd);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  // With the child's copy of the listening socket, the kernel would accept into its backlog.
+  CHECK(rc != 0);
+  CHECK(err == ECONNREFUSED);
 }
 
 TEST_CASE("transports: send to an unknown peer fails at once, naming it") {
