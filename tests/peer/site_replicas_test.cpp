@@ -101,7 +101,7 @@ TEST_CASE("site replicas: under every algorithm a site's peers hold the same mod
 }
 
 TEST_CASE("site replicas: only the sites' leaders send across sites, a member sends only inside its site") {
-  for (const char* algorithm : {"adpsgd", "gossip_grad", "sgp"}) {
+  for (const std::string algorithm : {"adpsgd", "gossip_grad", "sgp"}) {
     CAPTURE(algorithm);
     test::TempDir dir;
     run(algorithm, "", 8, {0, 0, 1, 1}, true, dir.path());
@@ -116,8 +116,11 @@ TEST_CASE("site replicas: only the sites' leaders send across sites, a member se
     INFO("peer0 to peer2: " << at("peer0", "peer2") << ", peer2 to peer0: " << at("peer2", "peer0"));
     // A model of this MLP is 276 floats, 1,104 bytes; admission's Hellos are 150 bytes a link.
     constexpr int64_t kModelBytes = 276 * 4, kAdmissionBytes = 400;
-    CHECK(at("peer0", "peer2") > 4 * kModelBytes);  // the leaders gossip
-    CHECK(at("peer2", "peer0") > 4 * kModelBytes);
+    // The leaders gossip: models beyond the handshake. How many depends on how fast the
+    // exchanges come back against the steps (2 in 8 steps on a loaded machine once), so at
+    // least one is asked, not a count.
+    CHECK(at("peer0", "peer2") > kAdmissionBytes + kModelBytes);
+    CHECK(at("peer2", "peer0") > kAdmissionBytes + kModelBytes);
     for (const auto& [from, to] : std::vector<std::pair<std::string, std::string>>{
              {"peer0", "peer3"}, {"peer1", "peer2"}, {"peer1", "peer3"}, {"peer2", "peer1"}, {"peer3", "peer0"}, {"peer3", "peer1"}}) {
       CAPTURE(from);
