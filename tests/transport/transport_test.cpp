@@ -264,12 +264,21 @@ TEST_CASE("tcp: a child forked after listen does not keep the port open: once th
   auto t = create_transport("tcp", options_for("a"));
   const std::string at = t->listen("127.0.0.1:0");
   const int port = std::stoi(at.substr(at.rfind(':') + 1));
+  int ready[2];
+  REQUIRE(::pipe(ready) == 0);
   const pid_t child = ::fork();  // as a DataLoader worker forked after init(), still alive below
   if (child == 0) {
+    // Past fork(): the fork handlers have run here. Say so, then live on.
+    const char byte = 1;
+    (void)!::write(ready[1], &byte, 1);
     ::sleep(5);
     ::_exit(0);
   }
   REQUIRE(child > 0);
+  ::close(ready[1]);
+  char byte = 0;
+  CHECK(::read(ready[0], &byte, 1) == 1);  // a loaded machine may run the child late
+  ::close(ready[0]);
   t->close();
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in to{};
