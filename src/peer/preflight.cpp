@@ -143,9 +143,15 @@ PeerCheck::PeerCheck(const config::Config& cfg, const std::string& peer_name, Ch
   s.prober->set_link_listener([&s](const LinkEvent& e) {
     {
       std::lock_guard<std::mutex> lock(s.mu);
-      // An up link stays the verdict: a later refusal is of a retry, not of the link.
+      // An up link stays the verdict: a later refusal is of a retry, not of the link. A
+      // rejection stays over a later unreachable: the peer was there and refused this
+      // secret, and that is what to mend, even if its own check has ended since.
       auto it = s.last_event.find(e.peer_id);
       if (it != s.last_event.end() && it->second.kind == LinkEvent::Kind::kUp && e.kind != LinkEvent::Kind::kDown) return;
+      if (it != s.last_event.end() && it->second.kind == LinkEvent::Kind::kRejected &&
+          e.kind == LinkEvent::Kind::kUnreachable) {
+        return;
+      }
       s.last_event[e.peer_id] = e;
     }
     s.changed.notify_all();
