@@ -47,7 +47,9 @@ ROOT = os.path.dirname(HERE)
 DSO_CLASSES = [(re.compile(r"libsimgrid|libboost_context"), "simgrid"), (re.compile(r"libopenblas|libblas|libgomp"), "model"),
                (re.compile(r"^libz\.|^ld-linux|^libcublas|^libcudart"), "startup")]
 SYMBOL_CLASSES = [
-    (re.compile(r"hearsay::load_idx|hearsay::read_|TrainTest"), "startup"),
+    # Reading the data set and cutting it into shards: once a peer, at its start.
+    (re.compile(r"hearsay::load_idx|hearsay::read_|hearsay::\(anonymous namespace\)::read_payload|hearsay::shard_indices|TrainTest"),
+     "startup"),
     (re.compile(r"simgrid::|^sg_|^xbt_|^smx_|boost::context|jump_fcontext|make_fcontext|ontop_fcontext"), "simgrid"),
     (re.compile(r"codec|Codec|PowerSgd|powersgd|fp16|half|bf16|quantize|Quantize|topk|TopK|int8|int4|Sparse|sparse|Precision"), "codec"),
     (re.compile(r"CpuBackend::|hearsay::(cpu|model|optim)::|Dense|Relu|relu|softmax|Softmax|cross_entropy|CrossEntropy|forward|backward|"

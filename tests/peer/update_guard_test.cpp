@@ -2,9 +2,11 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "../../src/peer/update_guard.h"
+#include "hearsay/backend.h"
 
 using namespace hearsay;
 
@@ -18,6 +20,26 @@ TEST_CASE("guard: the first non-finite value is found and placed, finite data pa
   // Huge but finite values are the norm check's business, not this one's.
   x.assign(8, 3e38f);
   CHECK(find_non_finite(x.data(), x.size()).empty());
+}
+
+TEST_CASE("guard: the pass with the sum of squares finds the same values and sums as host_sum_squares, bit for bit") {
+  // Lengths with and without a tail past the last eight, values of every magnitude.
+  for (size_t n : {size_t{0}, size_t{5}, size_t{8}, size_t{1003}, size_t{50890}}) {
+    std::vector<float> x(n);
+    for (size_t i = 0; i < n; ++i) x[i] = std::ldexp(std::sin(0.37f * static_cast<float>(i) + 0.1f), static_cast<int>(i % 41) - 20);
+    double sq = -1;
+    CHECK(find_non_finite(x.data(), n, &sq).empty());
+    const double reference = host_sum_squares(x.data(), n);
+    CHECK(std::memcmp(&sq, &reference, sizeof sq) == 0);
+    if (n < 8) continue;
+    // One non-finite value in the vector body, then one in the tail, each placed.
+    std::vector<float> bad = x;
+    bad[3] = -std::numeric_limits<float>::infinity();
+    CHECK(find_non_finite(bad.data(), n, &sq) == "element 3 is infinite");
+    bad = x;
+    bad[n - 1] = std::nanf("");
+    CHECK(find_non_finite(bad.data(), n, &sq) == "element " + std::to_string(n - 1) + " is NaN");
+  }
 }
 
 TEST_CASE("guard: an update's norm is bounded relative to the receiver's model or gradient") {
