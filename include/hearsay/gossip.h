@@ -37,6 +37,7 @@
 #include <optional>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -497,7 +498,9 @@ class GossipEngine {
     std::shared_ptr<DeviceLinkEncoder> device_update, device_model;
   };
   std::vector<std::unique_ptr<LinkCodecs>> link_codecs_;  // by peer index; null until first used
-  std::map<std::string, std::unique_ptr<Codec>> once_codecs_;  // step-loop thread only: encode_once.s, by their spec
+  // Step-loop thread only: encode_once's codecs, by every setting a codec is made from
+  // (name, density, exact_topk, value_bits, levels, block, rank).
+  std::map<std::tuple<std::string, double, bool, int, int, int, int>, std::unique_ptr<Codec>> once_codecs_;
   std::atomic<double> step_s_{0};  // smoothed wall time of a step (adaptive compression)
   double last_step_at_ = 0;        // step-loop thread only
   std::atomic<uint64_t> rejected_{0};  // updates refused: failed to decode, non-finite, implausible

@@ -538,11 +538,10 @@ std::shared_ptr<const GossipEngine::Encoded> GossipEngine::encode_once(const std
 
 std::shared_ptr<const GossipEngine::Encoded> GossipEngine::encode_once(const std::vector<float>& data, const CodecSpec& spec,
                                                                     uint64_t offset) {
-  // Kept by every setting a codec is made from.
-  const std::string key = spec.name + "/" + std::to_string(spec.density) + "/" + std::to_string(spec.exact_topk) + "/" +
-                          std::to_string(spec.value_bits) + "/" + std::to_string(spec.levels) + "/" +
-                          std::to_string(spec.block) + "/" + std::to_string(spec.rank);
-  std::unique_ptr<Codec>& once_codec = once_codecs_[key];
+  // Kept by every setting a codec is made from (a tuple, not a string made on every call:
+  // this is on every hop of every all-reduce).
+  std::unique_ptr<Codec>& once_codec =
+      once_codecs_[std::make_tuple(spec.name, spec.density, spec.exact_topk, spec.value_bits, spec.levels, spec.block, spec.rank)];
   if (!once_codec) {
     CodecSpec s = spec;
     s.error_feedback = "on";  // picks random-k unscaled (a contraction); no residual is kept here
