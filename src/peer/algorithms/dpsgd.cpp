@@ -19,7 +19,8 @@ class Dpsgd final : public Algorithm {
     Topology& t = e.topology();
     const auto neighbours = t.neighbours(e.me());
     auto mine = e.params_host();
-    for (int j : neighbours) e.send(j, {.kind = MessageKind::kModel, .synchronous = true, .round = step}, mine);
+    const auto sent = std::make_shared<const std::vector<float>>(mine);  // one copy for every neighbour
+    for (int j : neighbours) e.send_shared(j, {.kind = MessageKind::kModel, .synchronous = true, .round = step}, sent);
     // Metropolis-Hastings: w_ij = 1 / (1 + max(deg_i, deg_j)), w_ii = 1 - sum_j w_ij.
     // Symmetric, so doubly stochastic on any undirected graph (the registry's
     // undirected_topology refuses a directed one).

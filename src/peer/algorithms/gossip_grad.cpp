@@ -39,7 +39,9 @@ class GossipGrad final : public Algorithm {
       std::vector<float> g(e.model().num_params());
       e.model().backend().download(g.data(), e.model().grads(), sizeof(float) * g.size());
       e.note_own_gradient(g);
-      for (int t : targets) e.send(t, {.kind = MessageKind::kGradient}, g);
+      // One copy for every target (each link's encoder reads it; a fold copies first).
+      const auto shared = std::make_shared<const std::vector<float>>(std::move(g));
+      for (int t : targets) e.send_shared(t, {.kind = MessageKind::kGradient}, shared);
     }
     for (const auto& m : gradients) {
       const auto d = e.mixer().gradient(e.clock(), m.clock);
@@ -51,8 +53,8 @@ class GossipGrad final : public Algorithm {
       const auto params = e.snapshot_device(e.model().params(), e.model().num_params());
       for (int t : targets) e.send_device(t, {.kind = MessageKind::kModel}, params);
     } else if (every > 0 && step % static_cast<uint64_t>(every) == static_cast<uint64_t>(every - 1)) {
-      const auto params = e.params_host();
-      for (int t : targets) e.send(t, {.kind = MessageKind::kModel}, params);
+      const auto params = std::make_shared<const std::vector<float>>(e.params_host());
+      for (int t : targets) e.send_shared(t, {.kind = MessageKind::kModel}, params);
     }
     return s;
   }
