@@ -6,6 +6,7 @@
 #include <simgrid/s4u/Engine.hpp>
 #include <simgrid/s4u/Host.hpp>
 #include <simgrid/s4u/Link.hpp>
+#include <simgrid/s4u/Mailbox.hpp>
 
 #include <algorithm>
 
@@ -107,6 +108,7 @@ SimNetwork::SimNetwork(const SimPlatform& platform, std::vector<std::string> nam
     : platform_(platform), names_(std::move(names)), seed_(seed), peers_(names_.size()),
       carrier_mu_(s4u::Mutex::create()), route_mu_(s4u::Mutex::create()), route_cv_(s4u::ConditionVariable::create()) {
   for (size_t i = 0; i < names_.size(); ++i) index_[names_[i]] = static_cast<int>(i);
+  sinks_.resize(names_.size());
 }
 
 SimNetwork::~SimNetwork() = default;
@@ -258,7 +260,7 @@ void SimNetwork::carry(int from, int to) {
         wait_for_route(from, to);
         if (closing_) break;
         try {
-          s4u::Comm::sendto(platform_.hosts[from], platform_.hosts[to], bytes);
+          transfer(l, from, to, bytes);
           break;
         } catch (const simgrid::NetworkFailureException&) {
           ++counters_.retries;
@@ -299,6 +301,37 @@ void SimNetwork::carry(int from, int to) {
     flush();
   }
   l.running = false;
+}
+
+void SimNetwork::transfer(Link& l, int from, int to, size_t bytes) {
+  if (l.mailbox == nullptr) {
+    if (!sinks_[to]) {
+      // The permanent receiver a flow to this host needs: it never takes anything (the
+      // carrier takes its own frame back), and ends with the run (a daemon).
+      sinks_[to] = s4u::Actor::create("sink " + names_[to], platform_.hosts[to], [] { s4u::this_actor::sleep_for(1e15); });
+      sinks_[to]->daemonize();
+    }
+    // Named for this network alone: a process may run simulations one after another
+    // (the tests do), and SimGrid keeps a mailbox, its receiver too, by its name.
+    static uint64_t networks = 0;
+    if (serial_ == 0) serial_ = ++networks;
+    l.mailbox = s4u::Mailbox::by_name("network " + std::to_string(serial_) + " link " + names_[from] + " > " + names_[to]);
+    l.mailbox->set_receiver(sinks_[to]);
+  }
+  // The flow leaves from the host of the actor that puts it.
+  if (s4u::this_actor::get_host() != platform_.hosts[from]) s4u::this_actor::set_host(platform_.hosts[from]);
+  static int token;  // the payload pointer the put carries; the frame itself stays in the link
+  try {
+    l.mailbox->put(&token, bytes);
+  } catch (const simgrid::NetworkFailureException&) {
+    // The failed comm is still in the mailbox: taken out (it throws again) before a retry.
+    try {
+      l.mailbox->get<int>();
+    } catch (const simgrid::NetworkFailureException&) {
+    }
+    throw;
+  }
+  l.mailbox->get<int>();  // the comm just done, the only one on this link's mailbox
 }
 
 void SimNetwork::hand_over(Link& l, int from, int to, const OutFrame& frame, uint64_t to_incarnation) {
