@@ -148,6 +148,11 @@ class Backend {
                             const AdamWParams& p, int64_t t) = 0;
 };
 
+// n floats of `backend`'s memory at `src` as a host vector (empty when src is null):
+// copied straight where the backend is the host (no zeroed vector written over),
+// downloaded otherwise.
+std::vector<float> download_floats(Backend& backend, const float* src, size_t n);
+
 // Sum of squares of n floats in host memory, in double: the CPU backend's sum_squares,
 // and what the engine measures received updates and its own gradient with.
 double host_sum_squares(const float* x, size_t n);

@@ -1,6 +1,7 @@
 #include "hearsay/backend.h"
 
 #include <utility>
+#include <vector>
 
 namespace hearsay {
 
@@ -24,6 +25,14 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
     bytes_ = std::exchange(other.bytes_, 0);
   }
   return *this;
+}
+
+std::vector<float> download_floats(Backend& backend, const float* src, size_t n) {
+  if (src == nullptr) return {};
+  if (backend.is_host()) return std::vector<float>(src, src + n);
+  std::vector<float> host(n);
+  backend.download(host.data(), src, sizeof(float) * n);
+  return host;
 }
 
 }  // namespace hearsay

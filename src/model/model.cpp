@@ -176,11 +176,7 @@ BatchStats Model::evaluate(const float* x, const int32_t* labels, int batch) {
   return BatchStats{stats[0], static_cast<int64_t>(stats[1]), batch};
 }
 
-std::vector<float> Trainable::get_params() const {
-  std::vector<float> host(num_params());
-  backend().download(host.data(), params(), sizeof(float) * host.size());
-  return host;
-}
+std::vector<float> Trainable::get_params() const { return download_floats(backend(), params(), num_params()); }
 
 void Trainable::set_params(const std::vector<float>& host) {
   HEARSAY_CHECK(host.size() == num_params(), "set_params: " + std::to_string(host.size()) + " floats for a model of " +

@@ -33,7 +33,4 @@ void require_non_negative(const std::string& name, const std::string& field, dou
 void check_state(const OptimizerState& state, const std::string& name,
                  const std::vector<std::string>& kept, size_t n, const std::string& where);
 
-// The n floats at `src` on the backend, on the host (empty when src is null).
-std::vector<float> download_floats(Backend& backend, const float* src, size_t n);
-
 }  // namespace hearsay::optim

@@ -63,12 +63,4 @@ void check_state(const OptimizerState& s, const std::string& name,
   }
 }
 
-std::vector<float> download_floats(Backend& backend, const float* src, size_t n) {
-  std::vector<float> out;
-  if (src == nullptr) return out;
-  out.resize(n);
-  backend.download(out.data(), src, sizeof(float) * n);
-  return out;
-}
-
 }  // namespace hearsay::optim

@@ -469,15 +469,7 @@ BatchStats site_gradient(GossipEngine& e, const Batch& batch, uint64_t step) {
   if (split.rows.size() != site_peers) split.rows.assign(site_peers, batch.rows);  // equal, until measured
   const bool equal = std::all_of(split.rows.begin(), split.rows.end(), [&](int r) { return r == split.rows.front(); });
   Backend& b = e.model().backend();
-  // Copied, not downloaded into a zeroed vector, where the gradient is in host memory: a
-  // pass fewer over the model on every step of every replica.
-  std::vector<float> g;
-  if (b.is_host()) {
-    g.assign(e.model().grads(), e.model().grads() + e.model().num_params());
-  } else {
-    g.resize(e.model().num_params());
-    b.download(g.data(), e.model().grads(), sizeof(float) * g.size());
-  }
+  std::vector<float> g = download_floats(b, e.model().grads(), e.model().num_params());
   // The mean over the site's samples: each peer's mean gradient weighted by its rows.
   // Equal rows: summed, then divided by the peers (the same bits as before splits were).
   if (!equal) {

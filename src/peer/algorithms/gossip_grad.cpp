@@ -36,8 +36,7 @@ class GossipGrad final : public Algorithm {
       e.note_own_gradient(*g);
       for (int t : targets) e.send_device(t, {.kind = MessageKind::kGradient}, g);
     } else if (step % static_cast<uint64_t>(e.spec().gossip_every) == 0) {
-      std::vector<float> g(e.model().num_params());
-      e.model().backend().download(g.data(), e.model().grads(), sizeof(float) * g.size());
+      std::vector<float> g = download_floats(e.model().backend(), e.model().grads(), e.model().num_params());
       e.note_own_gradient(g);
       // One copy for every target (each link's encoder reads it; a fold copies first).
       const auto shared = std::make_shared<const std::vector<float>>(std::move(g));
