@@ -26,6 +26,7 @@
 #include "hearsay/peer.h"
 #include "hearsay/preflight.h"
 #include "hearsay/process.h"
+#include "hearsay/signals.h"
 
 namespace {
 
@@ -59,9 +60,6 @@ constexpr const char* kUsage =
     "  --quiet        no progress display\n"
     "  --metrics HOST:PORT  serve live metrics in Prometheus's text format at\n"
     "                 http://HOST:PORT/metrics (docs/OPERATIONS.md); port 0 picks one\n";
-
-std::atomic<bool> g_stop{false};
-void on_signal(int) { g_stop = true; }
 
 // Every run of the experiment, each checked by loading the config with its fragments.
 std::string plan_json(const hearsay::config::Config& cfg, const std::string& path, const std::vector<std::string>& overrides) {
@@ -135,6 +133,7 @@ std::string sample_from_checkpoint(const hearsay::config::Config& cfg, const std
 }
 
 int main(int argc, char** argv) {
+  hearsay::own_signals("hearsay-peer");  // first: before anything that takes time
   hearsay::raise_descriptor_limit();
   std::string config_path, log_path, peer_name, metrics_address;
   std::vector<std::string> overrides;
@@ -186,17 +185,20 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (check) {
-      std::signal(SIGTERM, on_signal);
-      std::signal(SIGINT, on_signal);
+      const hearsay::StopOnSignal polled;
       if (cfg.cluster().peers_size() < 2) throw hearsay::InputError("--check: the config has no cluster of at least 2 peers to check");
       hearsay::CheckOptions options;
       options.probe_bytes = static_cast<uint64_t>(check_bytes);
       hearsay::PeerCheck preflight(cfg, hearsay::resolve_peer_name(cfg, peer_name), options);
-      const hearsay::CheckReport report = preflight.run(&g_stop);
+      const hearsay::CheckReport report = preflight.run(hearsay::stop_flag());
       std::fputs(report.text().c_str(), stdout);
       std::fflush(stdout);
       // The others' checks may still be measuring their links to this peer.
-      preflight.linger(options.connect_s + options.probe_timeout_s, &g_stop);
+      preflight.linger(options.connect_s + options.probe_timeout_s, hearsay::stop_flag());
+      if (hearsay::stop_requested()) {
+        std::fprintf(stderr, "hearsay-peer: --check stopped by %s\n", hearsay::stop_signal_name());
+        return hearsay::stop_exit_status();
+      }
       return report.ok() ? 0 : 2;
     }
     if (sample) {
@@ -217,6 +219,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (log_path.empty()) log_path = cfg.log().path();
+    // From here a signal asks for a stop at the next step boundary: data loading and the
+    // join go on to it, and the run ends with its stop checkpoint.
+    const hearsay::StopOnSignal polled;
     hearsay::TrainResult r;
     const bool clustered = cfg.cluster().peers_size() >= 2;
     const std::string name = clustered ? hearsay::resolve_peer_name(cfg, peer_name) : cfg.name();
@@ -236,17 +241,16 @@ int main(int argc, char** argv) {
     if (clustered) {
       hearsay::EventLog log(log_path, name);
       hearsay::Progress progress(stderr, name);
-      std::signal(SIGTERM, on_signal);
-      std::signal(SIGINT, on_signal);
       std::fprintf(stderr, "hearsay-peer: %s of cluster %s (%s, %s)%s%s\n", name.c_str(), cfg.cluster().id().c_str(),
                    cfg.cluster().gossip().algorithm().c_str(), cfg.cluster().transport().c_str(),
                    log_path.empty() ? "" : ", log ", log_path.c_str());
-      r = hearsay::run_cluster_peer(cfg, name, log, quiet ? nullptr : &progress, &g_stop, board.get());
+      r = hearsay::run_cluster_peer(cfg, name, log, quiet ? nullptr : &progress, hearsay::stop_flag(), board.get());
     } else {
       hearsay::EventLog log(log_path, cfg.name());
       hearsay::Progress progress(stderr, cfg.name());
       hearsay::Peer peer(hearsay::peer_spec(cfg), log, quiet ? nullptr : &progress);
       peer.set_metrics(board.get());
+      peer.stop_when(hearsay::stop_flag());
       std::fprintf(stderr, "hearsay-peer: %s on %s, %zu parameters, %lld training samples%s%s\n", cfg.name().c_str(),
                    cfg.device().c_str(), peer.model().num_params(), static_cast<long long>(peer.data().train.size),
                    log_path.empty() ? "" : ", log ", log_path.c_str());
@@ -257,15 +261,22 @@ int main(int argc, char** argv) {
     if (cfg.data().format() == hearsay::config::DataConfig::TEXT) {
       std::snprintf(bits, sizeof bits, ", %.3f bits per byte", r.final_test_loss / std::log(2.0));
     }
-    if (g_stop && !r.evaluated) {
-      // Stopped (SIGTERM, SIGINT, scancel) before any evaluation: no accuracy to give.
-      std::printf("stopped by a signal after %lld steps, %.2f epochs, %.1f s, before any evaluation\n",
+    // Stopped (SIGTERM, SIGINT, scancel): said on stderr, and the signal's exit status
+    // (143, 130), as a shell reports a process the signal ended, with the run's end kept.
+    const bool stopped = hearsay::stop_requested();
+    if (stopped) {
+      std::fprintf(stderr, "hearsay-peer: %s: stopped by %s after %lld steps%s\n", name.c_str(), hearsay::stop_signal_name(),
+                   static_cast<long long>(r.steps),
+                   cfg.checkpoint().dir().empty() ? " (no checkpoint.dir: nothing saved)" : "; its stop checkpoint is in checkpoint.dir");
+    }
+    if (stopped && !r.evaluated) {
+      std::printf("stopped by %s after %lld steps, %.2f epochs, %.1f s, before any evaluation\n", hearsay::stop_signal_name(),
                   static_cast<long long>(r.steps), r.epochs, r.wall_s);
-      return 0;
+      return hearsay::stop_exit_status();
     }
     std::printf("%s test accuracy %.2f%% (loss %.4f%s) after %lld steps, %.2f epochs, %.1f s\n",
-                g_stop ? "stopped by a signal; last" : "final", 100.0 * r.final_test_acc, r.final_test_loss, bits,
+                stopped ? "stopped by a signal; last" : "final", 100.0 * r.final_test_acc, r.final_test_loss, bits,
                 static_cast<long long>(r.steps), r.epochs, r.wall_s);
-    return 0;
+    return stopped ? hearsay::stop_exit_status() : 0;
   });
 }

@@ -17,6 +17,7 @@
 #include "hearsay/error.h"
 #include "hearsay/log.h"
 #include "hearsay/process.h"
+#include "hearsay/signals.h"
 #include "hearsay/simulation.h"
 
 namespace {
@@ -36,6 +37,7 @@ int usage_error(const std::string& why) { return hearsay::usage_error("hearsay-s
 }  // namespace
 
 int main(int argc, char** argv) {
+  hearsay::own_signals("hearsay-sim");  // first: before anything that takes time
   hearsay::raise_descriptor_limit();  // 1,024 peers' logs
   // Models and messages are allocated afresh all the time; above glibc's mmap threshold
   // each would be mapped and its pages zeroed anew (a tenth of a 256-peer run's time).
@@ -61,6 +63,9 @@ int main(int argc, char** argv) {
     hearsay::SimulationOptions options;
     options.log_dir = log_dir;
     options.progress_every_s = progress_every;
+    // A signal stops every simulated peer at its next step; the logs are written whole.
+    const hearsay::StopOnSignal polled;
+    options.stop = hearsay::stop_flag();
     const hearsay::SimulationResult r = hearsay::run_simulation(cfg, options);
     if (!log_dir.empty()) {
       // Wall-clock figures live apart from the logs, which are the same from run to run.
@@ -74,6 +79,10 @@ int main(int argc, char** argv) {
     std::printf("simulated %d peers for %.1f virtual s in %.1f wall s (%.1fx), %llu events, peak memory %.0f MiB, stopped by %s\n",
                 r.peers, r.virtual_s, r.wall_s, r.wall_s > 0 ? r.virtual_s / r.wall_s : 0.0,
                 static_cast<unsigned long long>(r.events), r.peak_rss_bytes / 1048576.0, r.stopped_by.c_str());
+    if (hearsay::stop_requested()) {
+      std::fprintf(stderr, "hearsay-sim: stopped by %s\n", hearsay::stop_signal_name());
+      return hearsay::stop_exit_status();
+    }
     return 0;
   });
 }

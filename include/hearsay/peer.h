@@ -73,6 +73,7 @@ struct TrainResult {
   size_t max_buffered_bytes = 0;           // gossip buffers' high-water mark
   uint64_t bytes_sent = 0;                 // to every neighbour, frames whole
   uint64_t bytes_to_target = 0;            // bytes_sent when the target accuracy was reached
+  bool stopped = false;                    // a stop (stop(), stop_when's flag) ended it early
 };
 
 // How a peer joins a cluster: who the peers are, which one it is, the transport it
@@ -121,6 +122,10 @@ class Peer {
   std::string algorithm_state() const;
   // Asks run() to return after the current step (any thread).
   void stop();
+  // run() also returns at the first step boundary where *flag is set (a signal's stop:
+  // include/hearsay/signals.h), before its first step when it is set already. Must
+  // outlive run().
+  void stop_when(const std::atomic<bool>* flag) { stop_when_ = flag; }
   // Where run() publishes its live figures (every step, every evaluation, and the gossip
   // engine's at its log points); null: nowhere. Before run(); must outlive the peer.
   void set_metrics(MetricsBoard* board);
@@ -166,6 +171,8 @@ class Peer {
   std::unique_ptr<GossipEngine> engine_;
   PeerNetwork network_;
   std::atomic<bool> stop_{false};
+  const std::atomic<bool>* stop_when_ = nullptr;
+  bool stopping() const { return stop_ || (stop_when_ != nullptr && *stop_when_); }
   MetricsBoard* metrics_ = nullptr;
   double wall_offset_s_ = 0;  // seconds of earlier lives (a resumed peer)
   DeviceBuffer batch_x_, batch_y_;

@@ -1,7 +1,28 @@
 // What a hearsay program sets up about its own process.
 #pragma once
 
+#include <exception>
+
 namespace hearsay {
+
+// Ends the process at once (no exit handlers, whose locks another thread may hold) with
+// "hearsay: WHAT failed: WHY; exiting" on stderr, and exit status 1.
+[[noreturn]] void die_in_thread(const char* what, const char* why) noexcept;
+
+// The body of a thread a transport runs: what it throws (std::bad_alloc when the process
+// is out of memory) ends the process with a message naming the thread, never a
+// std::terminate from a thread nobody joins, and never a process left hanging with its
+// ports bound.
+template <class Body>
+void run_thread(const char* what, Body&& body) noexcept {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    die_in_thread(what, e.what());
+  } catch (...) {
+    die_in_thread(what, "an exception of unknown type");
+  }
+}
 
 // Every neighbour costs a descriptor or two (and a simulated peer's log one), and so does
 // each connection a stranger opens until the tcp transport's caps close it: takes what

@@ -4,6 +4,8 @@
 // and the wire are simulated (src/sim). Same config and seed, byte-identical logs.
 #pragma once
 
+#include <atomic>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -17,10 +19,13 @@ class Config;
 struct SimulationOptions {
   std::string log_dir;           // per-peer NAME.jsonl and the simulator's cluster.jsonl
   double progress_every_s = 2;   // wall seconds between progress lines on stderr; 0: none
+  // Once set (a signal's stop: hearsay/signals.h), every peer stops at its next step and
+  // the run ends, stopped_by "signal". Checked each monitor period of virtual time.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 struct SimulationResult {
-  std::string stopped_by;  // target, virtual_time, finished, failed
+  std::string stopped_by;  // target, virtual_time, signal, finished, failed
   double virtual_s = 0;
   double wall_s = 0;
   uint64_t events = 0;     // frames carried, sleeps and waits: the simulation's own steps

@@ -413,8 +413,13 @@ constexpr uint64_t kJoinRound = ~uint64_t{0};
 
 bool GossipEngine::connected(int peer) const { return transport_.link_stats(peers_[peer]).connected; }
 
+// One answer per neighbour at a time: a neighbour that asks again before it has read the
+// last (or asks every step and never reads) would otherwise queue a model per request.
 void GossipEngine::serve_join_requests() {
-  for (int j : inbox_->take_senders_of(kJoinRound, 0)) send(j, {.kind = MessageKind::kModel, .synchronous = true, .round = kJoinRound, .phase = 1}, params_host());
+  for (int j : inbox_->take_senders_of(kJoinRound, 0)) {
+    if (outgoing_link(j).holds_sync(kJoinRound, 1)) continue;  // the answer on its way serves this request too
+    send(j, {.kind = MessageKind::kModel, .synchronous = true, .round = kJoinRound, .phase = 1}, params_host());
+  }
 }
 
 void GossipEngine::join(double timeout_s) {

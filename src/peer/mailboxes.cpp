@@ -146,6 +146,13 @@ static size_t held_bytes(const GossipEngine::Message& m) {
 }
 
 // --- Outbox ---------------------------------------------------------------------------
+
+// A synchronous message's (round, phase); none for an asynchronous one.
+static std::optional<std::pair<uint64_t, uint32_t>> sync_tag(const GossipEngine::Message& m) {
+  if (!m.synchronous) return std::nullopt;
+  return std::make_pair(m.round, m.phase);
+}
+
 // send_ is always called without mu_ held: a transport may report failure inline (a
 // neighbour that is gone), which re-enters on_done.
 
@@ -157,6 +164,7 @@ void Outbox::offer(GossipEngine::Message&& m) {
       busy_ = true;
       in_flight_bytes_ = held_bytes(m);
       in_flight_step_ = m.step;
+      in_flight_sync_ = sync_tag(m);
       now = std::move(m);
     } else if (m.synchronous || m.encoded) {
       sync_.push_back(std::move(m));
@@ -184,6 +192,7 @@ void Outbox::on_done(const SendStatus& s) {
     std::lock_guard<std::mutex> lock(mu_);
     busy_ = false;
     in_flight_bytes_ = 0;
+    in_flight_sync_.reset();
     if (!s.ok) ++failed_;
     if (!sync_.empty()) {
       next = std::move(sync_.front());
@@ -196,6 +205,7 @@ void Outbox::on_done(const SendStatus& s) {
     }
     if (next) {
       busy_ = true;
+      in_flight_sync_ = sync_tag(*next);
       in_flight_bytes_ = held_bytes(*next);
       if (next->synchronous) in_flight_step_ = next->step;
     }
@@ -219,6 +229,13 @@ std::optional<uint64_t> Outbox::oldest_unsent_step() const {
   for (const auto& [slot, step] : pending_step_) see(step);
   for (const auto& m : sync_) see(m.step);
   return oldest;
+}
+
+bool Outbox::holds_sync(uint64_t round, uint32_t phase) const {
+  const std::pair<uint64_t, uint32_t> tag{round, phase};
+  std::lock_guard<std::mutex> lock(mu_);
+  if (in_flight_sync_ == tag) return true;
+  return std::any_of(sync_.begin(), sync_.end(), [&](const GossipEngine::Message& m) { return sync_tag(m) == tag; });
 }
 
 uint64_t Outbox::failed() const {
@@ -258,14 +275,14 @@ std::string Inbox::add_segment(int from, const wire::Update& u, const uint8_t* p
       it = partial_.emplace(key, std::move(p)).first;
     }
     Partial& p = it->second;
-    if (p.count != count || p.m.total != u.tensor_length()) return "its segment count or tensor length differs from the update's first segment";
+    if (p.count != count || p.m.total != u.tensor_length()) return "segments: its segment count or tensor length differs from the update's first segment";
     // Segments of one message arrive in order on every transport; each extends the data.
     if (p.have == 0) {
       p.lo = u.segment_offset();
       p.m.offset = p.lo;
     } else if (u.segment_offset() != p.lo + p.m.data.size()) {
       partial_.erase(it);
-      return "segment " + std::to_string(u.segment_index()) + " does not follow the one before it";
+      return "segments: segment " + std::to_string(u.segment_index()) + " does not follow the one before it";
     }
     node = partial_.extract(it);
   }
@@ -354,7 +371,7 @@ std::string Inbox::complete(GossipEngine::Message&& m) {
     // the sender's equal bit for bit only if it adds exactly the sender's deltas in turn.
     auto& queue = deltas_[m.from];
     if (queue.size() >= kDeltas) {
-      return "already holding " + std::to_string(queue.size()) + " model deltas from this peer (at most " +
+      return "backlog: already holding " + std::to_string(queue.size()) + " model deltas from this peer (at most " +
              std::to_string(kDeltas) + ")";
     }
     queue.push_back(std::move(m));

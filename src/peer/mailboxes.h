@@ -37,6 +37,9 @@ class Outbox {
   // The sender's step of the oldest message not yet reported sent (in flight, pending or
   // folded into a pending one); none when the outbox is empty.
   std::optional<uint64_t> oldest_unsent_step() const;
+  // Whether a synchronous message of this round and phase waits or is on its way (a join
+  // answer not yet sent: a neighbour that asks again gets no second model queued).
+  bool holds_sync(uint64_t round, uint32_t phase) const;
 
  private:
   void launch(GossipEngine::Message&& m);  // without mu_ held
@@ -48,6 +51,7 @@ class Outbox {
   bool busy_ = false;                                     // GUARDED_BY(mu_)
   size_t in_flight_bytes_ = 0;                            // GUARDED_BY(mu_)
   uint64_t in_flight_step_ = 0;                           // GUARDED_BY(mu_): its oldest part's step
+  std::optional<std::pair<uint64_t, uint32_t>> in_flight_sync_;  // GUARDED_BY(mu_): its (round, phase), if synchronous
   std::map<int, uint64_t> pending_step_;                  // GUARDED_BY(mu_): each pending one's oldest part
   std::map<int, GossipEngine::Message> pending_;          // GUARDED_BY(mu_), by fold_slot()
   std::deque<GossipEngine::Message> sync_;                // GUARDED_BY(mu_)

@@ -244,6 +244,7 @@ TrainResult Peer::run() {
 
   const int64_t checkpoint_every = spec_.checkpoint_every_steps;
   for (int64_t step = first_step; step < total_steps; ++step) {
+    if (stopping()) break;  // asked before this step (while loading, joining, checkpointing)
     const double t0 = clock_->now();
     // This step's rows: the config's batch, or this peer's share of its site's.
     const int rows = engine_ ? engine_->batch_rows(batch) : batch;
@@ -333,8 +334,9 @@ TrainResult Peer::run() {
     if (checkpoint_every > 0 && result.steps % checkpoint_every == 0 && result.steps < total_steps) {
       save_checkpoint(result.steps, log_.elapsed());
     }
-    if (stop_) break;
+    if (stopping()) break;
   }
+  result.stopped = stopping() && result.steps < total_steps;
   // A peer restarted from a checkpoint at (or past) its last step takes no step: its
   // result is still the model's real accuracy, not an empty one.
   if (result.steps >= total_steps && evaluated_at != result.steps && t.evaluates) {
@@ -343,8 +345,9 @@ TrainResult Peer::run() {
     do_eval(result.steps);
     if (progress_) progress_->update(state, true);
   }
-  // On a stop (SIGTERM) and at the end: nothing learnt so far is lost.
-  save_checkpoint(result.steps, log_.elapsed());
+  // On a stop (SIGTERM) and at the end: nothing learnt so far is lost. A stop before this
+  // run's first step has nothing new to keep (and leaves an earlier checkpoint as it was).
+  if (!(result.stopped && result.steps == first_step)) save_checkpoint(result.steps, log_.elapsed());
   result.steps_per_s = train_s > 0 ? static_cast<double>(result.steps) / train_s : 0;
   result.epochs = sampler_->epochs_done();
   result.wall_s = log_.elapsed();
@@ -361,6 +364,7 @@ TrainResult Peer::run() {
       .add("train_s", train_s)
       .add("samples_per_s", train_s > 0 ? result.steps * batch / train_s : 0.0)
       .add("bytes_sent", static_cast<int64_t>(result.bytes_sent));
+  if (result.stopped) end.add("stopped", true);
   if (t.emulated_step_s > 0) end.add("emulated_step_s", t.emulated_step_s).add("compute_overruns", compute_overruns);
   if (t.emulated_eval_s > 0) end.add("emulated_eval_s", t.emulated_eval_s).add("eval_overruns", eval_overruns);
   if (result.time_to_target_s) {

@@ -306,6 +306,7 @@ void Simulation::monitor_body() {
     }
     if (stop_at_target_ && target_ > 0 && any && all_scored && acc / scored >= target_) stop_all("target");
     if (max_virtual_s_ > 0 && s4u::Engine::get_clock() >= max_virtual_s_) stop_all("virtual_time");
+    if (opt_.stop != nullptr && *opt_.stop) stop_all("signal");
     if (!stopped_by_.empty()) return;
     double next = period;
     if (max_virtual_s_ > 0) next = std::min(next, std::max(1e-6, max_virtual_s_ - s4u::Engine::get_clock()));

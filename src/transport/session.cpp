@@ -57,6 +57,23 @@ void Session::reject(const std::string& reason) {
   hooks_.reject(reason);
 }
 
+void Session::reply(const wire::Envelope& e) {
+  if (replies_queued_->load() >= kMaxRepliesQueued) {
+    ++replies_refused_;
+    if (++refused_in_a_row_ >= kMaxRepliesRefused) {
+      reject("backlog: '" + remote_id_ + "' sent " + std::to_string(refused_in_a_row_) + " requests while " +
+             std::to_string(kMaxRepliesQueued) + " replies to it waited unread; closed");
+    }
+    return;
+  }
+  refused_in_a_row_ = 0;
+  // The frame's payload owner doubles as its ticket: released when the transport lets go
+  // of the frame, it gives the place in the queue back.
+  replies_queued_->fetch_add(1);
+  std::shared_ptr<const void> ticket(nullptr, [queued = replies_queued_](const void*) { queued->fetch_sub(1); });
+  hooks_.send(make_frame(e, nullptr, 0, std::move(ticket)));
+}
+
 void Session::start() {
   nonce_ = random_nonce();
   wire::Envelope e;
@@ -157,7 +174,7 @@ void Session::on_frame(InFrame&& frame) {
         wire::Envelope r;
         *r.mutable_heartbeat() = hb;
         r.mutable_heartbeat()->set_is_reply(true);
-        hooks_.send(make_frame(r));
+        reply(r);
       }
       return;
     }
@@ -169,7 +186,7 @@ void Session::on_frame(InFrame&& frame) {
       r.mutable_probe()->set_seq(e.probe().seq());
       r.mutable_probe()->set_is_reply(true);
       r.mutable_probe()->set_bytes(frame.payload.size());
-      hooks_.send(make_frame(r));
+      reply(r);
       return;
     }
     case wire::Envelope::kUpdate:

@@ -4,8 +4,10 @@
 // connection calls it from one thread (or strand) at a time.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "hearsay/wire.pb.h"
@@ -61,10 +63,24 @@ class Session {
   const std::string& remote_address() const { return remote_address_; }
   double rtt_s() const { return rtt_s_; }
   std::chrono::steady_clock::time_point started() const { return started_; }
+  // Replies (to heartbeats and probes) queued for the remote and not yet sent, and those
+  // refused because that many were: a remote that asks and never reads costs this side a
+  // bounded queue, never its memory.
+  uint32_t replies_queued() const { return replies_queued_->load(); }
+  uint64_t replies_refused() const { return replies_refused_; }
+
+  // At most this many replies wait to leave; a request beyond them is not answered.
+  static constexpr uint32_t kMaxRepliesQueued = 256;
+  // This many requests refused in a row (no reply left in between) close the connection:
+  // an honest neighbour sends a heartbeat a second, so it never gets near.
+  static constexpr uint64_t kMaxRepliesRefused = 4096;
 
  private:
   void on_hello(const wire::Hello& h);
   void reject(const std::string& reason);
+  // Queues a reply to the remote's request, within kMaxRepliesQueued; closes the
+  // connection once kMaxRepliesRefused requests in a row found the queue full.
+  void reply(const wire::Envelope& e);
   // Why a phase-1 Hello names a peer this side must not admit; empty when it may.
   std::string refuse_name(const std::string& name) const;
   AdmissionTranscript transcript() const;
@@ -83,6 +99,11 @@ class Session {
   bool said_bye_ = false;
   double rtt_s_ = -1;
   uint64_t heartbeat_seq_ = 0;
+  // Shared with the frames in flight: a reply's frame counts until the transport lets go
+  // of it (sent, or dropped when the connection closes), even after this Session is gone.
+  std::shared_ptr<std::atomic<uint32_t>> replies_queued_ = std::make_shared<std::atomic<uint32_t>>(0);
+  uint64_t replies_refused_ = 0;
+  uint64_t refused_in_a_row_ = 0;
   std::chrono::steady_clock::time_point started_, last_heartbeat_, last_heard_;
 };
 

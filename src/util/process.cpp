@@ -1,6 +1,11 @@
 #include "hearsay/process.h"
 
 #include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
 
 namespace hearsay {
 
@@ -9,6 +14,15 @@ void raise_descriptor_limit() {
   if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur >= r.rlim_max) return;
   r.rlim_cur = r.rlim_max;
   setrlimit(RLIMIT_NOFILE, &r);
+}
+
+void die_in_thread(const char* what, const char* why) noexcept {
+  // Plain writes: the heap may be what ran out.
+  for (const char* part : {"hearsay: ", what, " failed: ", why, "; exiting\n"}) {
+    const ssize_t ignored = ::write(STDERR_FILENO, part, std::strlen(part));
+    (void)ignored;
+  }
+  std::_Exit(1);
 }
 
 }  // namespace hearsay

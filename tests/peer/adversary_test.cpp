@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -19,6 +20,7 @@
 
 #include "hearsay/wire.pb.h"
 #include "hearsay/transport.h"
+#include "../../src/transport/session.h"
 #include "test_util.h"
 
 using namespace hearsay;
@@ -148,8 +150,11 @@ struct RawClient {
   std::vector<wire::Envelope> got;
   bool closed = false;
 
-  explicit RawClient(int port) {
+  // `receive_buffer`: bytes of the socket's receive buffer (0: the kernel's default); a
+  // small one makes a side that never reads fill up at once.
+  explicit RawClient(int port, int receive_buffer = 0) {
     fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (receive_buffer > 0) ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof receive_buffer);
     sockaddr_in to{};
     to.sin_family = AF_INET;
     to.sin_port = htons(static_cast<uint16_t>(port));
@@ -161,9 +166,15 @@ struct RawClient {
   ~RawClient() {
     if (fd >= 0) ::close(fd);
   }
-  void send(const wire::Envelope& e) {
-    const std::string bytes = flatten(make_frame(e));
-    ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  // False once the other side has closed the connection.
+  bool send(const wire::Envelope& e) { return send_bytes(flatten(make_frame(e))); }
+  bool send_bytes(const std::string& bytes) {
+    for (size_t at = 0; at < bytes.size();) {
+      const ssize_t n = ::send(fd, bytes.data() + at, bytes.size() - at, MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      at += static_cast<size_t>(n);
+    }
+    return true;
   }
   void hello(const std::string& name, const std::string& nonce) {
     wire::Envelope e;
@@ -417,4 +428,78 @@ TEST_CASE("adversary: strangers without the secret (reflection, relay, replay, a
   }
   MESSAGE("peak RSS: a " << a.peak_rss_kb / 1024 << " MB (+" << a.growth_kb() / 1024 << " MB over its start)");
   if (!test::kSanitized) CHECK(a.growth_kb() < 96 * 1024);  // 1,000 strangers cost it less than the stated bound
+}
+
+TEST_CASE("adversary: an admitted insider that floods probes and heartbeats and never reads is cut off at a bounded "
+          "backlog, again at each reconnection, the peer's memory stays bounded and its honest neighbour trains on at its rate") {
+  TempDir dir;
+  const int port = 17441;
+  std::string cfg_text = test::read_file(cluster_config(dir, port, 40, /*tls=*/false));
+  const size_t every = cfg_text.find("every_steps: 50");
+  REQUIRE(every != std::string::npos);
+  cfg_text.replace(every, std::string("every_steps: 50").size(), "every_steps: 20");
+  write_file(dir.file("cluster.textproto"), cfg_text);
+  const std::string cfg = dir.file("cluster.textproto");
+  PeerProcess a("--config " + cfg + " --peer a --log " + dir.file("a.jsonl"), dir.file("a.out"));
+  PeerProcess c("--config " + cfg + " --peer c --log " + dir.file("c.jsonl"), dir.file("c.out"));
+  const auto started = Clock::now() + std::chrono::seconds(20);
+  while (count(test::read_file(dir.file("c.jsonl")), R"("event":"step")") < 3 && Clock::now() < started) a.poll(0.05);
+  CAPTURE(a.output());
+  CAPTURE(c.output());
+  a.take_baseline();
+  const size_t c_before = test::read_file(dir.file("c.jsonl")).size();
+
+  // The insider holds the secret: it dials a as b, proves itself, then sends requests as
+  // fast as it can and reads nothing (a receive buffer of 4 KiB, never drained).
+  wire::Envelope probe, heartbeat;
+  probe.mutable_probe()->set_seq(1);
+  heartbeat.mutable_heartbeat()->set_seq(1);
+  std::string burst;
+  for (int i = 0; i < 512; ++i) burst += flatten(make_frame(i % 2 ? probe : heartbeat));
+  int admitted = 0, cut_off = 0;
+  const auto attack_ends = Clock::now() + std::chrono::seconds(6);
+  while (Clock::now() < attack_ends) {
+    RawClient b(port, 4096);
+    const std::string mine(32, 'b');
+    b.hello("b", mine);
+    const std::string theirs = b.nonce();
+    if (theirs.size() != 32) {
+      a.poll(0.1);  // a may still hold the last connection under b's name
+      continue;
+    }
+    b.proof("b", admission_proof(kSecret, AdmissionTranscript{"adversary", "b", "a", mine, theirs}, Role::kDialler));
+    ++admitted;
+    // Until a closes the connection (a send fails) or the attack's time is up.
+    while (Clock::now() < attack_ends && b.send_bytes(burst)) a.sample_rss();
+    if (Clock::now() < attack_ends) ++cut_off;
+  }
+  const size_t c_during = test::read_file(dir.file("c.jsonl")).size();
+  REQUIRE(a.poll(180));
+  REQUIRE(c.poll(180));
+  const std::string alog = test::read_file(dir.file("a.jsonl")), clog = test::read_file(dir.file("c.jsonl"));
+  CHECK(a.status == 0);
+  CHECK(c.status == 0);
+  CHECK(admitted >= 2);
+  CHECK(cut_off >= 2);  // closed by a each time, not by the attack's end
+  CHECK((a.output() + alog).find("backlog: 'b' sent 4096 requests while 256 replies to it waited unread; closed") != std::string::npos);
+  for (const std::string* log : {&alog, &clog}) CHECK(last_number(*log, "end", "final_test_acc") > 0.8);
+  // c's pace while a was attacked, against its pace before: the step events' throughput,
+  // medians of each part of its log.
+  auto median_rate = [&](size_t from, size_t to) {
+    std::vector<double> rates;
+    for (size_t at = clog.find(R"("event":"step")", from); at != std::string::npos && at < to; at = clog.find(R"("event":"step")", at + 1)) {
+      const size_t k = clog.find("\"samples_per_s\":", at);
+      if (k != std::string::npos) rates.push_back(std::atof(clog.c_str() + k + 16));
+    }
+    std::sort(rates.begin(), rates.end());
+    return rates.empty() ? 0.0 : rates[rates.size() / 2];
+  };
+  const double before = median_rate(0, c_before), during = median_rate(c_before, c_during);
+  MESSAGE("insider admitted " << admitted << " times, cut off " << cut_off << " times; a's peak RSS " << a.peak_rss_kb / 1024
+                              << " MB (+" << a.growth_kb() / 1024 << " MB); c's samples/s " << before << " before, " << during
+                              << " during the attack");
+  CHECK(during > 0.5 * before);
+  // Stated bound (docs/ARCHITECTURE.md, "Bounds"): 256 replies of under 100 bytes per
+  // connection, and the sockets' buffers; 64 MB covers what CUDA's libraries page in.
+  if (!test::kSanitized) CHECK(a.growth_kb() < 64 * 1024);
 }

@@ -241,3 +241,66 @@ TEST_CASE("admission: a probe before admission closes the connection, after it, 
   CHECK(a.out[0].probe().seq() == 1);
   CHECK(a.refused.empty());
 }
+
+TEST_CASE("session: replies a neighbour never reads are bounded and then close its connection, and replies read free their place") {
+  // A Session whose replies sit in its transport's queue, unread, until `held` lets go.
+  std::vector<OutFrame> held;
+  std::string refused;
+  TransportOptions options = member("a");
+  Session s(options, "b-address", "", Session::Hooks{[&](OutFrame f) { held.push_back(std::move(f)); },
+                                                    [&](const std::string& r) { refused = r; }, [](const std::string&) {},
+                                                    [](InFrame&&) {}, [](const std::string&) {}});
+  // Admit b by hand: its nonce, then its proof over the transcript.
+  s.start();
+  const std::string a_nonce = [&] {
+    FrameDecoder d;
+    std::string nonce;
+    const std::string bytes = flatten(held.back());
+    d.feed(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), [&](InFrame&& in) { nonce = in.envelope->hello().nonce(); });
+    return nonce;
+  }();
+  held.clear();
+  auto feed = [&](const wire::Envelope& e) {
+    const std::string bytes = flatten(make_frame(e));
+    FrameDecoder d;
+    d.feed(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), [&](InFrame&& f) { s.on_frame(std::move(f)); });
+  };
+  wire::Envelope hello;
+  hello.mutable_hello()->set_peer_id("b");
+  hello.mutable_hello()->set_cluster_id("test-cluster");
+  hello.mutable_hello()->set_protocol_version(kProtocolVersion);
+  hello.mutable_hello()->set_nonce(kAttackerNonce);
+  feed(hello);
+  AdmissionTranscript t{"test-cluster", "b", "a", kAttackerNonce, a_nonce};
+  wire::Envelope proof;
+  proof.mutable_hello()->set_peer_id("b");
+  proof.mutable_hello()->set_proof(admission_proof(options.secret, t, Role::kDialler));
+  feed(proof);
+  REQUIRE(s.admitted());
+  held.clear();
+
+  wire::Envelope probe, heartbeat;
+  probe.mutable_probe()->set_seq(7);
+  heartbeat.mutable_heartbeat()->set_seq(1);
+  // Far more requests than the bound: replies stop at it, and nothing is closed until
+  // the refusals in a row reach theirs.
+  for (uint32_t i = 0; i < 2 * Session::kMaxRepliesQueued; ++i) feed(i % 2 ? probe : heartbeat);
+  CHECK(held.size() == Session::kMaxRepliesQueued);
+  CHECK(s.replies_queued() == Session::kMaxRepliesQueued);
+  CHECK(s.replies_refused() == Session::kMaxRepliesQueued);
+  CHECK(refused.empty());
+  // The neighbour reads half: as many places come free, and as many replies are sent.
+  held.erase(held.begin(), held.begin() + Session::kMaxRepliesQueued / 2);
+  CHECK(s.replies_queued() == Session::kMaxRepliesQueued / 2);
+  for (uint32_t i = 0; i < Session::kMaxRepliesQueued / 2; ++i) feed(probe);
+  CHECK(held.size() == Session::kMaxRepliesQueued);
+  CHECK(refused.empty());
+  // Then it reads nothing more: the refusals in a row close the connection, saying why.
+  for (uint64_t i = 0; i < Session::kMaxRepliesRefused && refused.empty(); ++i) feed(probe);
+  CHECK(held.size() == Session::kMaxRepliesQueued);
+  CHECK(refused.rfind("backlog: 'b' sent 4096 requests while 256 replies to it waited unread", 0) == 0);
+  CHECK(s.rejected());
+  // What was queued is released with the connection's queue: the count follows the frames.
+  held.clear();
+  CHECK(s.replies_queued() == 0);
+}

@@ -4,6 +4,7 @@
 
 #include "../timed_executor.h"
 #include "shared_pipe.h"
+#include "hearsay/process.h"
 #include "hearsay/emulated.h"
 #include "hearsay/error.h"
 #include "hearsay/rng.h"
@@ -38,7 +39,7 @@ class EmulatedTransport final : public Transport {
       if (!m.pipe.empty() && pipes_.count(m.pipe) == 0) pipes_[m.pipe] = SharedPipe::open(m.pipe_scope, m.pipe);
     }
     if (!default_.pipe.empty()) pipes_[default_.pipe] = SharedPipe::open(default_.pipe_scope, default_.pipe);
-    thread_ = std::thread([this] { clock_.run(); });
+    thread_ = std::thread([this] { run_thread("the link emulation's thread", [this] { clock_.run(); }); });
   }
   ~EmulatedTransport() override { close(); }
 

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "fabric_connection.h"
+#include "libfabric.h"
 #include "hearsay/error.h"
 
 namespace hearsay::fabric {
@@ -26,7 +27,7 @@ constexpr uint64_t kDirectPayloadBytes = 32 * 1024;
 }  // namespace
 
 std::string fi_error(const char* call, int ret) {
-  return std::string(call) + ": " + fi_strerror(-ret) + " (" + std::to_string(ret) + ")";
+  return std::string(call) + ": " + libfabric().strerror(-ret) + " (" + std::to_string(ret) + ")";
 }
 
 // What an endpoint held for libfabric, taken from it by close() and released in the order
@@ -69,7 +70,7 @@ void FabricEndpoint::Remains::release() {
   if (cq != nullptr) fi_close(&cq->fid);
   if (domain != nullptr) fi_close(&domain->fid);
   if (fabric != nullptr) fi_close(&fabric->fid);
-  if (info != nullptr) fi_freeinfo(info);
+  if (info != nullptr) libfabric().freeinfo(info);
   av = nullptr;
   cq = nullptr;
   domain = nullptr;
@@ -126,7 +127,7 @@ void FabricEndpoint::open(const TransportOptions& options, const std::string& ho
   // For IP providers, bind to the listen host (loopback in tests); shm needs no node.
   const bool ip = provider.find("tcp") != std::string::npos || provider.find("verbs") != std::string::npos;
   auto get_info = [&](uint64_t caps) {
-    fi_info* hints = fi_allocinfo();
+    fi_info* hints = libfabric().dupinfo(nullptr);  // fi_allocinfo()
     hints->ep_attr->type = FI_EP_RDM;
     hints->caps = caps;
     hints->mode = FI_CONTEXT;
@@ -135,8 +136,8 @@ void FabricEndpoint::open(const TransportOptions& options, const std::string& ho
     hints->tx_attr->msg_order = FI_ORDER_SAS;
     hints->rx_attr->msg_order = FI_ORDER_SAS;
     hints->fabric_attr->prov_name = strdup(provider.c_str());
-    const int r = fi_getinfo(FI_VERSION(1, 9), ip ? host.c_str() : nullptr, nullptr, ip ? FI_SOURCE : 0, hints, &info_);
-    fi_freeinfo(hints);
+    const int r = libfabric().getinfo(FI_VERSION(1, 9), ip ? host.c_str() : nullptr, nullptr, ip ? FI_SOURCE : 0, hints, &info_);
+    libfabric().freeinfo(hints);
     return r;
   };
   // Tagged messages carry direct payloads; a provider without them still works. (Not
@@ -156,7 +157,7 @@ void FabricEndpoint::open(const TransportOptions& options, const std::string& ho
     local_shm_ = true;
     LocalShmEndpoints::get().opened();
   }
-  check("fi_fabric", fi_fabric(info_->fabric_attr, &fabric_, nullptr));
+  check("fi_fabric", libfabric().fabric(info_->fabric_attr, &fabric_, nullptr));
   check("fi_domain", fi_domain(fabric_, info_, &domain_, nullptr));
   fi_cq_attr cq_attr{};
   cq_attr.format = FI_CQ_FORMAT_DATA;
@@ -299,7 +300,7 @@ Op* FabricEndpoint::read_error(std::string* text) {
   if (fi_cq_readerr(cq_, &err, 0) <= 0) return nullptr;
   char buf[256];
   const char* said = fi_cq_strerror(cq_, err.prov_errno, err.err_data, buf, sizeof(buf));
-  *text = said ? said : fi_strerror(err.err);
+  *text = said ? said : libfabric().strerror(err.err);
   return static_cast<Op*>(err.op_context);
 }
 

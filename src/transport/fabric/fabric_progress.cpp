@@ -6,6 +6,7 @@
 #include <future>
 
 #include "fabric_connection.h"
+#include "hearsay/process.h"
 #include "hearsay/error.h"
 
 namespace hearsay::fabric {
@@ -26,7 +27,7 @@ FabricProgress::FabricProgress(FabricEndpoint& endpoint, const TransportOptions&
 void FabricProgress::start() {
   std::lock_guard<std::mutex> lock(mu_);
   started_ = true;
-  thread_ = std::thread([this] { loop(); });
+  thread_ = std::thread([this] { run_thread("the fabric transport's progress thread", [this] { loop(); }); });
   thread_id_ = thread_.get_id();
 }
 

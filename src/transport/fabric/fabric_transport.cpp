@@ -10,6 +10,7 @@
 #include "../asio_helpers.h"
 #include "fabric_connection.h"
 #include "fabric_transport_impl.h"
+#include "hearsay/process.h"
 #include "hearsay/error.h"
 
 namespace hearsay {
@@ -32,7 +33,7 @@ void FabricTransport::open_endpoint(const std::string& host) {
   if (endpoint_.is_open()) return;
   endpoint_.open(options_, host);
   progress_.start();
-  io_thread_ = std::thread([this] { io_.run(); });
+  io_thread_ = std::thread([this] { run_thread("the fabric transport's bootstrap thread", [this] { io_.run(); }); });
 }
 
 std::string FabricTransport::listen(const std::string& address) {

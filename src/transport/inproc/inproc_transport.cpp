@@ -12,6 +12,7 @@
 #include "../link_table.h"
 #include "../session_connection.h"
 #include "../timed_executor.h"
+#include "hearsay/process.h"
 #include "hearsay/error.h"
 
 namespace hearsay {
@@ -60,7 +61,7 @@ class InprocTransport final : public LinkTableTransport {
   explicit InprocTransport(const TransportOptions& o) : LinkTableTransport("inproc"), options_(o), home_(std::make_shared<Mailbox>()) {
     if (options_.secret.empty()) throw InputError("inproc transport: the cluster secret is empty");
     if (options_.peer_id.empty()) throw InputError("inproc transport: peer id is empty");
-    thread_ = std::thread([this] { home_->run(); });
+    thread_ = std::thread([this] { run_thread("the inproc transport's thread", [this] { home_->run(); }); });
     schedule_heartbeat();
   }
   ~InprocTransport() override { close(); }

@@ -18,6 +18,7 @@
 #include "../dialer.h"
 #include "../link_table.h"
 #include "../session_connection.h"
+#include "hearsay/process.h"
 #include "hearsay/error.h"
 #include "tls.h"
 
@@ -116,7 +117,7 @@ class TcpTransport final : public LinkTableTransport {
     } else if (!options_.tls_cert_file.empty() || !options_.tls_key_file.empty() || !options_.tls_ca_file.empty()) {
       throw InputError("tcp transport: TLS certificate files given but tls is off");
     }
-    for (int i = 0; i < std::max(1, options_.io_threads); ++i) threads_.emplace_back([this] { io_.run(); });
+    for (int i = 0; i < std::max(1, options_.io_threads); ++i) threads_.emplace_back([this] { run_thread("the tcp transport's io thread", [this] { io_.run(); }); });
     schedule_heartbeat();
   }
   ~TcpTransport() override { close(); }
