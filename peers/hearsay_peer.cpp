@@ -120,7 +120,8 @@ std::string sample_from_checkpoint(const hearsay::config::Config& cfg, const std
   const hearsay::ModelSpec spec = hearsay::model_spec(cfg.model(), text);
   auto backend = hearsay::create_backend(cfg.device(), cfg.threads());
   auto model = hearsay::create_model(spec, *backend, 1, cfg.seed());
-  const auto c = hearsay::read_checkpoint(checkpoint_path);
+  // The model and up to 15 more model-sized buffers, and room for the rest.
+  const auto c = hearsay::read_checkpoint(checkpoint_path, 64 * static_cast<uint64_t>(model->num_params()) + (256u << 20));
   if (!c) throw hearsay::InputError(checkpoint_path + ": no such checkpoint (--checkpoint)");
   if (c->num_params() != model->num_params()) {
     throw hearsay::InputError(checkpoint_path + ": holds " + std::to_string(c->num_params()) +

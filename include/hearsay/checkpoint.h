@@ -4,6 +4,7 @@
 // the body all check out.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -21,8 +22,29 @@ class Checkpoint;
 // Throws InputError naming the file when it cannot be written.
 void write_checkpoint(const std::string& path, const ckpt::Checkpoint& c);
 // nullopt when there is no such file; InputError naming the file and the fault when it
-// is there but damaged (it is never half-loaded).
-std::optional<ckpt::Checkpoint> read_checkpoint(const std::string& path);
+// is there but damaged (it is never half-loaded). Vetted before a byte of it is read: a
+// regular file (not a FIFO, a device, or a link to one), of at most `max_bytes` (what
+// the model and its state can need: a larger file is refused, never read into memory).
+std::optional<ckpt::Checkpoint> read_checkpoint(const std::string& path, uint64_t max_bytes);
+
+// What a checkpoint must be to be this run's: its peer, cluster and training digest, a
+// model of num_params, a step in [0, last_step], a finite time, and parameters and
+// optimizer buffers finite and within kMaxCheckpointValue.
+struct CheckpointExpectation {
+  std::string peer;
+  std::string cluster;          // empty: a peer alone
+  std::string training_digest;  // empty: not checked
+  uint64_t num_params = 0;
+  int64_t last_step = 0;
+  std::string optimizer;        // its registered name, said when the optimizers differ
+};
+inline constexpr float kMaxCheckpointValue = 1e6f;
+// The reasons a checkpoint is not this run's own (another peer, cluster or config):
+// empty when it is. Provenance only; vet_checkpoint_values checks what it holds.
+std::string checkpoint_provenance_mismatch(const ckpt::Checkpoint& c, const CheckpointExpectation& want);
+// Throws InputError naming `where` at the first value out of bounds: the model's size,
+// the step, the time, a non-finite or absurd parameter or optimizer buffer value.
+void vet_checkpoint_values(const ckpt::Checkpoint& c, const CheckpointExpectation& want, const std::string& where);
 
 // Little-endian fp32 <-> bytes, for the checkpoint's tensors.
 std::string floats_to_bytes(const float* v, size_t n);

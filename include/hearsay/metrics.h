@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace hearsay {
@@ -36,6 +37,24 @@ struct StalenessHistogram {
     sum += static_cast<double>(tau);
   }
 };
+
+// The values of hearsay_updates_refused_total's reason label, and the keys of the log's
+// `refused`: a fixed set. A refusal's text is "kind: details", and its details come off the
+// wire (indices, sizes, a codec id), so a label made of the text would be a new series per
+// bad update. Inline: the update guard counts by it, also in programs without src/metrics.
+inline constexpr std::array<std::string_view, 7> kRefusalReasons = {
+    "backlog", "codec", "non-finite", "norm", "segments", "synchronous", "other"};
+
+// The kind of a refusal's text, always one of kRefusalReasons: the text before its first
+// ':' ("codec" for every "codec NAME: ..."), or "other" for anything unforeseen.
+inline std::string_view refusal_reason(std::string_view why) {
+  std::string_view kind = why.substr(0, why.find(':'));
+  if (kind.starts_with("codec ")) kind = "codec";
+  for (const std::string_view k : kRefusalReasons) {
+    if (k == kind) return k;
+  }
+  return "other";
+}
 
 class MetricsBoard {
  public:
@@ -59,7 +78,7 @@ class MetricsBoard {
     std::map<std::string, uint64_t> bytes_sent_by_kind;  // gradient, model, model_delta, push_sum
     uint64_t applied = 0, dropped = 0, coalesced = 0;    // totals so far
     uint64_t rejected = 0;
-    std::map<std::string, uint64_t> refused;  // by reason
+    std::map<std::string, uint64_t> refused;  // by reason (rendered under refusal_reason() of each)
     uint64_t quarantined = 0;
     uint64_t buffered_bytes = 0;
     StalenessHistogram staleness;
@@ -85,7 +104,10 @@ class MetricsBoard {
 };
 
 // Serves render() at http://ADDRESS/metrics on its own thread (HEAD too; any other path
-// 404, any other method 405). At most 16 connections at once, each closed after 10 s idle.
+// 404, any other method 405, a request with a body or two Content-Lengths 400, each answered
+// as soon as its headers are in, without reading a body). One request per connection; at
+// most 256 connections at once (128 from one address), each closed 2 s after it was
+// accepted however slowly it sends (docs/OPERATIONS.md, "Metrics").
 class MetricsServer {
  public:
   // `address`: HOST:PORT ([v6]:PORT; port 0 picks one). Throws InputError naming `what`

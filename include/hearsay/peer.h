@@ -57,6 +57,11 @@ struct PeerSpec {
   std::string checkpoint_dir;  // empty: no checkpoints
   int64_t checkpoint_every_steps = 0;
   bool resume = true;
+  bool weights_from_other_run = false;  // checkpoint.weights_from_other_run
+  // A checkpoint's provenance: the cluster's id (empty alone) and a digest of the config
+  // fields that shape training (training_digest in src/config/from_config.cpp).
+  std::string cluster_id;
+  std::string training_digest;
 };
 
 struct TrainResult {

@@ -1,5 +1,9 @@
 #include "hearsay/config.h"
 #include "hearsay/config.pb.h"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <openssl/evp.h>
 #include "hearsay/error.h"
 
 namespace hearsay {
@@ -103,6 +107,49 @@ LrSchedule lr_schedule(const config::OptimConfig& o, int64_t total_steps) {
   return s;
 }
 
+namespace {
+
+// SHA-256 of a message, deterministically serialised; its first 4 bytes in hex.
+std::string short_digest(const google::protobuf::Message& m) {
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream out(&bytes);
+    google::protobuf::io::CodedOutputStream coded(&out);
+    coded.SetSerializationDeterministic(true);
+    m.SerializeToCodedStream(&coded);
+  }
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int md_len = 0;
+  HEARSAY_CHECK(EVP_Digest(bytes.data(), bytes.size(), md, &md_len, EVP_sha256(), nullptr) == 1 && md_len >= 4,
+                "SHA-256 failed");
+  static const char* hex = "0123456789abcdef";
+  std::string text;
+  for (int i = 0; i < 4; ++i) {
+    text += hex[md[i] >> 4];
+    text += hex[md[i] & 15];
+  }
+  return text;
+}
+
+// What makes a checkpoint this run's, a part at a time ("seed=..;model=..;...", so a
+// refusal can say which part differs): the seed, the model, the data and this peer's
+// shard, the optimizer and its schedule, the batch, the cluster's id and algorithm. Not
+// how long it trains, where its data lie, how it logs or evaluates: a run resumed with
+// more epochs, or with its data moved, is the same run.
+std::string training_digest(const config::Config& c) {
+  config::DataConfig data = c.data();
+  data.clear_dir();
+  data.clear_train_path();
+  data.clear_test_path();
+  data.clear_text_path();
+  std::string d = "seed=" + std::to_string(c.seed()) + ";model=" + short_digest(c.model()) + ";data=" + short_digest(data) +
+                  ";optim=" + short_digest(c.optim()) + ";batch=" + std::to_string(c.train().batch_size());
+  if (c.cluster().peers_size() >= 2) d += ";cluster=" + c.cluster().id() + ";algorithm=" + c.cluster().gossip().algorithm();
+  return d;
+}
+
+}  // namespace
+
 PeerSpec peer_spec(const config::Config& c) {
   PeerSpec s;
   s.name = c.name();
@@ -137,6 +184,9 @@ PeerSpec peer_spec(const config::Config& c) {
   s.checkpoint_dir = c.checkpoint().dir();
   s.checkpoint_every_steps = c.checkpoint().every_steps();
   s.resume = c.checkpoint().resume();
+  s.weights_from_other_run = c.checkpoint().weights_from_other_run();
+  if (c.cluster().peers_size() >= 2) s.cluster_id = c.cluster().id();
+  s.training_digest = training_digest(c);
   return s;
 }
 

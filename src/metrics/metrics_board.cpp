@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <map>
+#include <string_view>
 #include <unistd.h>
 
 #include "hearsay/metrics.h"
@@ -164,7 +166,11 @@ std::string MetricsBoard::render() const {
   t.scalar("hearsay_updates_coalesced_total", "counter", "Updates folded into a newer one before they were mixed or sent.", number(g.coalesced));
   t.scalar("hearsay_updates_rejected_total", "counter", "Updates refused by the update guard or from quarantined neighbours.", number(g.rejected));
   t.family("hearsay_updates_refused_total", "counter", "Updates the guard refused, by reason.");
-  for (const auto& [why, n] : g.refused) t.sample("hearsay_updates_refused_total", label("reason", why), number(n));
+  // Folded into the fixed reasons whatever the keys say: a label value never carries text
+  // from the wire (the guard counts by kind already; this holds for any caller).
+  std::map<std::string_view, uint64_t> refused;
+  for (const auto& [why, n] : g.refused) refused[refusal_reason(why)] += n;
+  for (const auto& [why, n] : refused) t.sample("hearsay_updates_refused_total", label("reason", std::string(why)), number(n));
   t.scalar("hearsay_quarantined_neighbours", "gauge", "Neighbours whose updates are quarantined now.", number(g.quarantined));
   t.scalar("hearsay_buffered_bytes", "gauge", "Bytes of arrived updates waiting to be mixed.", number(g.buffered_bytes));
   t.family("hearsay_staleness_steps", "histogram", "Staleness (steps) of the updates the mixer weighed.");

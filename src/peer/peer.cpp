@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <thread>
 
 #include "hearsay/checkpoint.h"
@@ -393,6 +394,8 @@ void Peer::save_checkpoint(int64_t step, double wall_s) {
   ckpt::Checkpoint c;
   c.set_peer(spec_.name);
   c.set_run(spec_.name);
+  c.set_cluster(spec_.cluster_id);
+  c.set_training_digest(spec_.training_digest);
   c.set_num_params(model_->num_params());
   c.set_step(step);
   const auto params = model_->get_params();
@@ -408,15 +411,32 @@ void Peer::save_checkpoint(int64_t step, double wall_s) {
 int64_t Peer::resume() {
   const std::string path = checkpoint_path();
   if (path.empty() || !spec_.resume) return 0;
-  const auto c = read_checkpoint(path);
+  // The largest a checkpoint of this run can be: the model and up to 15 more model-sized
+  // buffers (the optimizer's, the algorithm's), the sampler's order, and room for links.
+  const uint64_t n = model_->num_params();
+  const uint64_t max_bytes = 64 * n + 16 * static_cast<uint64_t>(data_->train.size) + (16u << 20);
+  const auto c = read_checkpoint(path, max_bytes);
   if (!c) return 0;
   const std::string where = "checkpoint " + path;
-  if (c->num_params() != model_->num_params()) {
-    throw InputError(where + ": holds a model of " + std::to_string(c->num_params()) + " parameters, this config's has " +
-                     std::to_string(model_->num_params()));
-  }
-  std::vector<float> params(model_->num_params());
+  const int64_t shard = engine_ ? data_->train.size / spec_.num_shards : sampler_->shard_size();
+  const CheckpointExpectation want{spec_.name, spec_.cluster_id, spec_.training_digest, n, planned_steps(spec_.train, shard),
+                                   spec_.optimizer.name};
+  vet_checkpoint_values(*c, want, where);
+  std::vector<float> params(n);
   bytes_to_floats(c->params(), params.data(), params.size(), where + ": params");
+  if (const std::string differs = checkpoint_provenance_mismatch(*c, want); !differs.empty()) {
+    if (!spec_.weights_from_other_run) {
+      throw InputError(where + ": not this run's checkpoint: " + differs +
+                       "; move it away, or set checkpoint { weights_from_other_run: true } to start from its parameters");
+    }
+    // Its parameters only, as initial weights: its optimizer, sampler and algorithm state
+    // belong to another run.
+    model_->set_params(params);
+    log_.write(log_.event("resume").add("step", int64_t{0}).add("path", path).add("their_wall_s", 0.0));
+    std::fprintf(stderr, "hearsay-peer: %s: initial weights from %s, a checkpoint of another run (%s)\n", spec_.name.c_str(),
+                 path.c_str(), differs.c_str());
+    return 0;
+  }
   model_->set_params(params);
   optimizer_->load_state(load_optimizer_state(*c, where), where);
   sampler_->restore(load_sampler_state(*c));

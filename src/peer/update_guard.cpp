@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "hearsay/metrics.h"
+
 namespace hearsay {
 
 std::string find_non_finite(const float* x, size_t n) {
@@ -103,7 +105,8 @@ bool UpdateGuard::admits(int peer, double now) {
 
 bool UpdateGuard::refuse(int peer, double now, const std::string& reason) {
   std::lock_guard<std::mutex> lock(mu_);
-  ++refused_[reason.substr(0, reason.find(':'))];
+  // By kind, a fixed set: the details come off the wire, and a key each would grow without end.
+  ++refused_[std::string(refusal_reason(reason))];
   PeerState& p = peers_.at(static_cast<size_t>(peer));
   if (p.until >= 0 || spec_.strikes <= 0) return false;
   if (++p.failures < spec_.strikes) return false;

@@ -48,7 +48,8 @@ class UpdateGuard {
   };
   // Quarantines started and ended since the last call (for the log).
   std::vector<Event> take_events();
-  // Peers in quarantine now, and refusals so far by the reason's kind (text before ':').
+  // Peers in quarantine now, and refusals so far by the reason's kind (refusal_reason() in
+  // include/hearsay/metrics.h: one of a fixed set, whatever the text).
   std::vector<int> quarantined() const;
   std::map<std::string, uint64_t> refused() const;
   const UpdateGuardSpec& spec() const { return spec_; }

@@ -2,11 +2,15 @@
 // format, and how the server answers what is not a scrape.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstring>
 #include <string>
 
 #include "hearsay/error.h"
@@ -16,8 +20,8 @@ using namespace hearsay;
 
 namespace {
 
-// One HTTP/1.0 request to 127.0.0.1:port, the whole answer back (test client only).
-std::string http(int port, const std::string& request) {
+// A connection to 127.0.0.1:port (test client only).
+int dial(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   REQUIRE(fd >= 0);
   sockaddr_in a{};
@@ -25,6 +29,12 @@ std::string http(int port, const std::string& request) {
   a.sin_port = htons(static_cast<uint16_t>(port));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  return fd;
+}
+
+// One HTTP request to 127.0.0.1:port, the whole answer back (test client only).
+std::string http(int port, const std::string& request) {
+  const int fd = dial(port);
   REQUIRE(write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size()));
   std::string out;
   char buf[4096];
@@ -92,6 +102,41 @@ TEST_CASE("metrics board: steps, loss and the gossip figures come out in the exp
   CHECK(m.back() == '\n');
 }
 
+TEST_CASE("metrics board: a refusal's text never becomes a label value; each renders under one of a fixed set") {
+  MetricsBoard board(std::map<std::string, std::string>{{"peer", "p"}});
+  MetricsBoard::Gossip g;
+  // Whatever the keys say (the guard counts by kind already; the board holds to it anyway).
+  g.refused = {{"norm", 2},
+               {"norm: 3.2e+06 is 1e+06 times this peer's model (3.2); the bound is 10 times", 1},
+               {"segments: segment 7 does not follow the one before it", 1},
+               {"segment 9 does not follow the one before it", 4},
+               {"codec id 77: unknown", 1},
+               {"codec fp16: payload of 3 bytes for 8 elements; expected 16", 1},
+               {"x\"} 1\nhearsay_evil{a=\"", 5}};
+  REQUIRE(board.offer_gossip(g));
+  const std::string m = board.render();
+  CHECK(m.find("hearsay_updates_refused_total{reason=\"norm\"} 3\n") != std::string::npos);
+  CHECK(m.find("hearsay_updates_refused_total{reason=\"segments\"} 1\n") != std::string::npos);
+  CHECK(m.find("hearsay_updates_refused_total{reason=\"codec\"} 2\n") != std::string::npos);
+  CHECK(m.find("hearsay_updates_refused_total{reason=\"other\"} 9\n") != std::string::npos);
+  CHECK(m.find("hearsay_evil") == std::string::npos);
+  const std::string prefix = "hearsay_updates_refused_total{reason=\"";
+  size_t samples = 0;
+  for (size_t at = m.find(prefix); at != std::string::npos; at = m.find(prefix, at + 1), ++samples) {
+    const size_t from = at + prefix.size();
+    const std::string value = m.substr(from, m.find('"', from) - from);
+    CHECK_MESSAGE(std::find(kRefusalReasons.begin(), kRefusalReasons.end(), value) != kRefusalReasons.end(), value);
+  }
+  CHECK(samples == 4);
+  // Every kind the guard's callers produce, and the unforeseen.
+  CHECK(refusal_reason("non-finite: element 17 is NaN of segment 0") == "non-finite");
+  CHECK(refusal_reason("synchronous: already holding 9 messages over 3 rounds from this peer") == "synchronous");
+  CHECK(refusal_reason("backlog: already holding 4 model deltas from this peer (at most 4)") == "backlog");
+  CHECK(refusal_reason("codec: the receiver's scale is not finite") == "codec");
+  CHECK(refusal_reason("normal: looks like norm") == "other");
+  CHECK(refusal_reason("") == "other");
+}
+
 TEST_CASE("metrics server: GET /metrics is the board, other paths 404, other methods 405") {
   MetricsBoard board(std::map<std::string, std::string>{{"peer", "p"}});
   board.on_step(3, 1.5, 8);
@@ -108,6 +153,36 @@ TEST_CASE("metrics server: GET /metrics is the board, other paths 404, other met
   // Garbage instead of a request gets an error status, and the server still serves.
   CHECK(status(http(server.port(), "\x01\x02 nonsense\r\n\r\n")) != 200);
   CHECK(http(server.port(), "GET /metrics HTTP/1.0\r\n\r\n").find("hearsay_steps_total 3\n") != std::string::npos);
+}
+
+TEST_CASE("metrics server: a body is never waited for, and a client trickling its headers is closed at the deadline") {
+  MetricsServer server("127.0.0.1:0", [] { return std::string("hearsay_steps_total 1\n"); }, "peer p: --metrics");
+  // Each answered as soon as the headers are in, the body (short of its length, or endless) never read.
+  CHECK(status(http(server.port(), "GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 10\r\n\r\nab")) == 400);
+  CHECK(status(http(server.port(), "POST /metrics HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nabcde\r\n")) == 405);
+  CHECK(status(http(server.port(), "GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\n")) == 400);
+  CHECK(status(http(server.port(), "GET /metrics HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")) == 400);
+  // A header byte every 200 ms would reset an idle timeout forever; the deadline (2 s
+  // from accept) closes the connection all the same.
+  const int fd = dial(server.port());
+  const std::string start = "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+  REQUIRE(write(fd, start.data(), start.size()) == static_cast<ssize_t>(start.size()));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  double closed_after = -1;
+  while (closed_after < 0 && elapsed() < 6) {
+    pollfd p{fd, POLLIN, 0};
+    char c;
+    if (poll(&p, 1, 200) > 0) {
+      if (read(fd, &c, 1) <= 0) closed_after = elapsed();
+    } else if (send(fd, "a", 1, MSG_NOSIGNAL) < 0) {
+      closed_after = elapsed();
+    }
+  }
+  close(fd);
+  CHECK(closed_after > 1.5);
+  CHECK(closed_after < 3.0);
+  CHECK(status(http(server.port(), "GET /metrics HTTP/1.0\r\n\r\n")) == 200);
 }
 
 TEST_CASE("metrics server: a port in use or an address not this host's is refused naming the peer and the address") {

@@ -5,7 +5,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <fcntl.h>
 #include <regex>
 #include <thread>
@@ -14,6 +18,9 @@
 #include "hearsay/config.pb.h"
 #include "hearsay/backend.h"
 #include "hearsay/checkpoint.h"
+#include "hearsay/config.h"
+#include "hearsay/log.h"
+#include "hearsay/peer.h"
 #include "hearsay/error.h"
 #include "hearsay/optim.h"
 #include "test_util.h"
@@ -24,14 +31,14 @@ using hearsay::test::TempDir;
 TEST_CASE("checkpoint: a file round-trips, a damaged, truncated or foreign one is refused with the reason") {
   TempDir dir;
   const std::string path = dir.file("sub/p.ckpt");
-  CHECK_FALSE(read_checkpoint(path).has_value());  // none yet: a fresh start
+  CHECK_FALSE(read_checkpoint(path, 1 << 20).has_value());  // none yet: a fresh start
   ckpt::Checkpoint c;
   c.set_peer("p");
   c.set_step(123);
   const std::vector<float> params{1.5f, -2.0f, 3.25f};
   c.set_params(floats_to_bytes(params.data(), params.size()));
   write_checkpoint(path, c);
-  const auto back = read_checkpoint(path);
+  const auto back = read_checkpoint(path, 1 << 20);
   REQUIRE(back.has_value());
   CHECK(back->step() == 123);
   std::vector<float> got(3);
@@ -42,7 +49,7 @@ TEST_CASE("checkpoint: a file round-trips, a damaged, truncated or foreign one i
   std::string bytes = test::read_file(path);
   auto refused = [&](const std::string& content, const std::string& why) {
     test::write_file(path, content);
-    CHECK_THROWS_WITH_AS(read_checkpoint(path), doctest::Contains(why.c_str()), InputError);
+    CHECK_THROWS_WITH_AS(read_checkpoint(path, 1 << 20), doctest::Contains(why.c_str()), InputError);
   };
   std::string flipped = bytes;
   flipped[bytes.size() - 2] ^= 0x20;
@@ -84,7 +91,7 @@ TEST_CASE("checkpoint: AdamW's moments and step count round-trip through a file,
   c.set_num_params(n);
   save_optimizer_state(a->save_state(), c);
   write_checkpoint(path, c);
-  const auto back = read_checkpoint(path);
+  const auto back = read_checkpoint(path, 1 << 20);
   REQUIRE(back.has_value());
   CHECK(back->optimizer() == "adamw");
   CHECK(back->optimizer_steps() == 6);
@@ -275,4 +282,116 @@ TEST_CASE("checkpoint: a peer killed with SIGKILL and restarted resumes from its
   CHECK(std::stoll(m[1]) > resumed);
   CHECK(std::stoll(m[1]) <= resumed + 10);
   CHECK(last_step_of(dir.file("a.jsonl"), "checkpoint") > resumed);
+}
+
+TEST_CASE("checkpoint: a FIFO, a link to a device and a file larger than the run can need are refused before they are read") {
+  TempDir dir;
+  const std::string fifo = dir.file("fifo.ckpt"), zero = dir.file("zero.ckpt"), huge = dir.file("huge.ckpt");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  REQUIRE(::symlink("/dev/zero", zero.c_str()) == 0);
+  // 3 GiB, sparse: nothing of it is on disk, and nothing of it may be read.
+  const int fd = ::open(huge.c_str(), O_WRONLY | O_CREAT, 0600);
+  REQUIRE(fd >= 0);
+  REQUIRE(::ftruncate(fd, off_t{3} << 30) == 0);
+  ::close(fd);
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH_AS(read_checkpoint(fifo, 1 << 20), doctest::Contains("not a regular file (a FIFO)"), InputError);
+  CHECK_THROWS_WITH_AS(read_checkpoint(zero, 1 << 20), doctest::Contains("not a regular file (a device)"), InputError);
+  CHECK_THROWS_WITH_AS(read_checkpoint(huge, 64 << 20),
+                       doctest::Contains("3221225472 bytes, more than this run's model and state can need (67108864 at most)"),
+                       InputError);
+  // Each refused at once: no wait for a FIFO's writer, no pass over gigabytes.
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2));
+}
+
+TEST_CASE("checkpoint: non-finite or absurd values, a step or time out of range, and another run's provenance are refused, naming what") {
+  const CheckpointExpectation want{"a", "cl", "seed=1;model=0a0a0a0a;optim=1b1b1b1b;batch=16", 3, 100};
+  ckpt::Checkpoint good;
+  good.set_peer("a");
+  good.set_cluster("cl");
+  good.set_training_digest(want.training_digest);
+  good.set_num_params(3);
+  good.set_step(40);
+  good.set_wall_s(12.5);
+  const std::vector<float> params{0.5f, -1.0f, 2.0f};
+  good.set_params(floats_to_bytes(params.data(), 3));
+  CHECK_NOTHROW(vet_checkpoint_values(good, want, "ck"));
+  CHECK(checkpoint_provenance_mismatch(good, want).empty());
+
+  auto with_param = [&](float v) {
+    ckpt::Checkpoint c = good;
+    std::vector<float> p = params;
+    p[1] = v;
+    c.set_params(floats_to_bytes(p.data(), 3));
+    return c;
+  };
+  auto refused = [&](const ckpt::Checkpoint& c, const std::string& why) {
+    CHECK_THROWS_WITH_AS(vet_checkpoint_values(c, want, "ck"), doctest::Contains(why.c_str()), InputError);
+  };
+  refused(with_param(std::numeric_limits<float>::quiet_NaN()), "ck: parameter element 1 is nan");
+  refused(with_param(std::numeric_limits<float>::infinity()), "ck: parameter element 1 is inf");
+  refused(with_param(3e38f), "ck: parameter element 1 is 30000000054977");
+  ckpt::Checkpoint momentum = good;
+  const std::vector<float> nan_velocity{0.0f, std::nanf(""), 0.0f};
+  auto* b = momentum.add_optimizer_buffers();
+  b->set_name("velocity");
+  b->set_values(floats_to_bytes(nan_velocity.data(), 3));
+  refused(momentum, "ck: optimizer buffer 'velocity' element 1 is nan");
+  for (const int64_t step : {int64_t{-5}, int64_t{1} << 62, int64_t{101}}) {
+    ckpt::Checkpoint c = good;
+    c.set_step(step);
+    refused(c, "its step " + std::to_string(step) + " is outside this run's 0..100");
+  }
+  ckpt::Checkpoint timeless = good;
+  timeless.set_wall_s(std::nan(""));
+  refused(timeless, "its time (wall_s nan) is not a time");
+  ckpt::Checkpoint bigger = good;
+  bigger.set_num_params(4);
+  refused(bigger, "holds a model of 4 parameters, this config's has 3");
+
+  ckpt::Checkpoint other = good;
+  other.set_peer("b");
+  other.set_cluster("elsewhere");
+  other.set_training_digest("seed=1;model=0a0a0a0a;optim=2c2c2c2c;batch=32");
+  const std::string why = checkpoint_provenance_mismatch(other, want);
+  CHECK(why.find("it is peer 'b's, this is 'a'") != std::string::npos);
+  CHECK(why.find("it is of cluster 'elsewhere', this is 'cl'") != std::string::npos);
+  CHECK(why.find("trained under another config (its batch, optim differs from this config's)") != std::string::npos);
+}
+
+namespace {
+
+std::string run_config(double lr, uint64_t seed, const std::string& ckpt_dir, bool weights_from_other_run = false) {
+  return "name: \"vet\"\nseed: " + std::to_string(seed) +
+         "\nmodel { kind: MLP hidden: [16] }\n"
+         "data { format: SYNTHETIC synthetic_train: 512 synthetic_test: 64 synthetic_dim: 8 num_classes: 4 }\n"
+         "optim { lr: " + std::to_string(lr) + " }\ntrain { batch_size: 16 max_steps: 20 epochs: 100 }\n"
+         "log { every_steps: 10 }\ncheckpoint { dir: \"" + ckpt_dir + "\" weights_from_other_run: " +
+         (weights_from_other_run ? "true" : "false") + " }\n";
+}
+
+TrainResult train(const std::string& text) {
+  EventLog log("", "vet");
+  Peer peer(peer_spec(parse_config(text, "vet.textproto")), log, nullptr);
+  return peer.run();
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint: a checkpoint of another config (another lr and seed) is refused with what differs, or taken as initial "
+          "weights when asked") {
+  TempDir dir;
+  const std::string ckpt = dir.file("ckpt");
+  CHECK(train(run_config(0.05, 1, ckpt)).steps == 20);
+  // The same run, resumed: at its end already.
+  CHECK(train(run_config(0.05, 1, ckpt)).steps == 20);
+  CHECK_THROWS_WITH_AS(train(run_config(0.2, 7, ckpt)),
+                       doctest::Contains("not this run's checkpoint: it was trained under another config (its optim, seed differs"),
+                       InputError);
+  // Asked for: its parameters, from step 0.
+  const TrainResult r = train(run_config(0.2, 7, ckpt, true));
+  const TrainResult fresh = train(run_config(0.2, 7, dir.file("fresh")));
+  CHECK(r.steps == 20);
+  CHECK(r.losses.size() == 20);  // all 20 steps taken: from step 0
+  CHECK(r.losses[0] != fresh.losses[0]);  // but not from this config's own initial weights
 }

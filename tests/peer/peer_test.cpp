@@ -96,9 +96,11 @@ TEST_CASE("peer: with AdamW, a run resumed from a checkpoint halfway takes the s
   REQUIRE(second.losses.size() == 60);
   CHECK(std::vector<double>(straight.losses.begin() + 40, straight.losses.end()) == second.losses);
   CHECK(second.final_test_acc == straight.final_test_acc);
-  // The same checkpoint under SGD is refused, naming both optimizers.
+  // The same checkpoint under SGD is refused as another run's, naming both optimizers.
   CHECK_THROWS_WITH_AS(train("train { max_steps: 200 }" + ckpt),
-                       doctest::Contains("holds the state of optimizer 'adamw', but this config's optim.optimizer is 'sgd'"), InputError);
+                       doctest::Contains("not this run's checkpoint: it was trained under another config (its optim differs "
+                                         "from this config's; optimizer 'adamw' there, 'sgd' here)"),
+                       InputError);
 }
 
 TEST_CASE("peer: the log has start, step, eval and end events with the documented fields") {

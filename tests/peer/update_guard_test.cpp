@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <string>
 
 #include "../../src/peer/update_guard.h"
 #include "hearsay/backend.h"
@@ -80,4 +82,17 @@ TEST_CASE("guard: strikes in a row quarantine a neighbour until the cool-down, a
   CHECK_FALSE(events[1].quarantined);
   CHECK(g.refused().at("norm") == 4);
   CHECK(g.refused().at("non-finite") == 1);
+}
+
+TEST_CASE("guard: refusals are counted by a fixed set of kinds, however many different texts a sender makes up") {
+  UpdateGuardSpec s;
+  s.strikes = 0;  // no quarantine: every refusal is counted
+  UpdateGuard g(s, 2);
+  for (int i = 0; i < 1000; ++i) {
+    g.refuse(1, 0.0, "segments: segment " + std::to_string(i) + " does not follow the one before it");
+    g.refuse(1, 0.0, "codec id " + std::to_string(i) + ": unknown");
+    g.refuse(1, 0.0, "made up " + std::to_string(i));
+  }
+  const auto refused = g.refused();
+  CHECK(refused == std::map<std::string, uint64_t>{{"codec", 1000}, {"other", 1000}, {"segments", 1000}});
 }

@@ -4,6 +4,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import unittest
@@ -37,6 +38,17 @@ def events(path):
 
 
 class Signals(unittest.TestCase):
+    def test_import_loads_no_library_that_takes_signals(self):
+        # libfabric, once linked, loaded libinfinipath at import, whose constructor took
+        # SIGINT and SIGTERM (and the crash signals) for a handler that calls exit(1).
+        # libfabric is now loaded only when a fabric transport is made.
+        code = ("import signal, hearsay\n"
+                "maps = open('/proc/self/maps').read()\n"
+                "print('libfabric' in maps, 'infinipath' in maps, signal.getsignal(signal.SIGINT) is signal.default_int_handler)")
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.split(), ["False", "False", "True"])
+
     def test_close_ends_the_signal_watcher(self):
         # close() also runs at interpreter exit (atexit), where the peer object may never be
         # destroyed: a watcher thread left polling while the exit handlers run is a crash
