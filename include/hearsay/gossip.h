@@ -306,6 +306,16 @@ class GossipEngine {
   // ready(); throws StopRequested on stop().
   bool wait_until(const std::function<bool()>& ready, double timeout_s);
   // Waits for the synchronous message of (round, phase) from peer index `from`.
+  // A synchronous contribution (or a site leader's update) refused before anything of it
+  // was taken: counted and said as every refusal is, a "refused" event in the log, then an
+  // InputError that names the sender, the round and why (a synchronous algorithm cannot go
+  // on without it; the peer ends saying so, never later as divergence).
+  [[noreturn]] void refuse_sync(int from, uint64_t round, const std::string& why);
+  // The guard's bound on a synchronous contribution whose norm is `norm`: at most
+  // max_norm_ratio x `parts` x `own_norm` (this peer's own part of the same exchange, or
+  // its model's norm where that is larger); refuse_sync when it is over. No check while
+  // the own norm is 0 or the ratio is 0.
+  void check_sync_norm(int from, uint64_t round, double norm, double own_norm, double parts);
   Message wait_sync(int from, uint64_t round, uint32_t phase);
   // The same without waiting: the message when it has arrived, else nullopt (a refused
   // one throws as wait_sync does).
@@ -348,7 +358,6 @@ class GossipEngine {
  private:
   class WaitSpan;
   // A synchronous algorithm cannot go on without a message the inbox refused.
-  [[noreturn]] void throw_refused_sync(int from, uint64_t round, const std::string& why) const;
   void on_frame(const std::string& from, InFrame&& frame);
   void lie(std::vector<float>& v);  // spec_.byzantine
   // A neighbour's update failed a check: count it, say so, maybe quarantine the sender.

@@ -139,7 +139,8 @@ inline constexpr int kMaxSiteShare = 4;
 // GossipEngine::batch_rows: this peer's rows of its site's split, else batch_size.
 int site_batch_rows(const GossipEngine& e, int batch_size);
 // A member's step: its part of the site's gradient sum, then its leader's update.
-BatchStats site_member_step(GossipEngine& e, const Batch& batch, uint64_t step);
+// `lr`: this step's rate on the member's own schedule (what the leader's may not exceed).
+BatchStats site_member_step(GossipEngine& e, const Batch& batch, float lr, uint64_t step);
 // The leader's update to the rest of its site (fp32, exact), after its step.
 void send_site_update(GossipEngine& e, uint64_t step);
 // A round or a count as four floats of 16 bits each (exact in fp32), and back (nullopt
@@ -160,10 +161,13 @@ void note_site_gradient(GossipEngine& e, std::vector<float>&& gradient);
 std::vector<std::pair<uint32_t, std::vector<float>>> site_update_parts(GossipEngine& e, uint64_t step);
 // After a view change: the next update is whole (the model and the optimizer's state).
 void forget_site_replay(GossipEngine& e);
-// A member's side: takes the update of `step`, each part from receive(part), and applies
-// it. Throws InputError naming the leader and the part when one is malformed; nothing is
-// taken then.
-void follow_site_leader(GossipEngine& e, uint64_t step, const std::string& leader,
+// A member's side: takes the update of `step` from peer `leader`, each part from
+// receive(part), checks it (its form; its rate against `lr`, this step's on the member's
+// own schedule; its models' and gradient's norms against the member's own, by the update
+// guard's ratio) and applies it. Throws InputError naming the leader and the part when
+// one is malformed, and refuses (GossipEngine::refuse_sync) one that fails a check;
+// nothing is taken then.
+void follow_site_leader(GossipEngine& e, uint64_t step, int leader, float lr,
                         const std::function<std::vector<float>(uint32_t part)>& receive);
 // The peers of each site in cluster order, by site index (all in site 0 where the topology
 // names no sites); the one place site membership is derived, for site_step and AllReduce.
@@ -218,6 +222,7 @@ class AllReduce {
   GossipEngine& e_;
   MessageKind kind_;
   std::vector<float> v_;
+  double own_norm_ = 0;  // of v as this peer gave it: what each arriving part is held against
   uint64_t round_;
   std::string codec_;  // encode_once's codec: empty for gossip.codec
   bool raw_;           // fp32 as it is; else codec_ (encode_once)

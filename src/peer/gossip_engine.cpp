@@ -504,7 +504,7 @@ BatchStats GossipEngine::step(const Batch& batch, float lr) {
         refresh_site_leaders(*this);
         begin_site_replay(*this);
       }
-      s = role == SiteRole::kMember ? site_member_step(*this, batch, steps_) : algorithm_->step(*this, batch, lr, steps_);
+      s = role == SiteRole::kMember ? site_member_step(*this, batch, lr, steps_) : algorithm_->step(*this, batch, lr, steps_);
       if (role == SiteRole::kLeader) send_site_update(*this, steps_);
     } catch (const SiteViewChanged& changed) {
       end_site_replay(*this);
@@ -1001,9 +1001,22 @@ void GossipEngine::settle() {
   algorithm_->settle(*this);
 }
 
-void GossipEngine::throw_refused_sync(int from, uint64_t round, const std::string& why) const {
+void GossipEngine::refuse_sync(int from, uint64_t round, const std::string& why) {
+  refuse(from, why);
+  log_.write(log_.event("refused").add("neighbour", peers_[from]).add("round", static_cast<int64_t>(round)).add("reason", why));
   throw InputError("peer " + peers_[me_] + ": " + spec_.algorithm + " refused peer " + peers_[from] + "'s update for round " +
                    std::to_string(round) + " (" + why + "); a synchronous algorithm cannot go on without it");
+}
+
+void GossipEngine::check_sync_norm(int from, uint64_t round, double norm, double own_norm, double parts) {
+  const double ratio = spec_.guard.max_norm_ratio;
+  if (ratio <= 0 || !(own_norm > 0)) return;
+  const double bound = ratio * parts * own_norm;
+  if (norm <= bound) return;
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "norm: %.3g is %.3g times this peer's own part (%.3g); the bound is %g times", norm,
+                norm / own_norm, own_norm, ratio * parts);
+  refuse_sync(from, round, buf);
 }
 
 GossipEngine::Message GossipEngine::wait_sync(int from, uint64_t round, uint32_t phase) {
@@ -1025,7 +1038,7 @@ std::optional<GossipEngine::Message> GossipEngine::wait_sync_for(int from, uint6
     m = inbox_->wait_sync(from, round, phase, timeout_s, stopped_, &refused);
   }
   if (!m && stopped_) throw StopRequested();
-  if (!m && !refused.empty()) throw_refused_sync(from, round, refused);
+  if (!m && !refused.empty()) refuse_sync(from, round, refused);
   return m;
 }
 
@@ -1036,7 +1049,7 @@ void GossipEngine::forget_sync(const std::function<bool(int from, uint64_t round
 std::optional<GossipEngine::Message> GossipEngine::poll_sync(int from, uint64_t round, uint32_t phase) {
   std::string refused;
   auto m = inbox_->wait_sync(from, round, phase, 0.0, stopped_, &refused);
-  if (!m && !refused.empty()) throw_refused_sync(from, round, refused);
+  if (!m && !refused.empty()) refuse_sync(from, round, refused);
   if (!m && stopped_) throw StopRequested();
   return m;
 }

@@ -20,6 +20,7 @@
 #include <cstring>
 
 #include "algorithm.h"
+#include "update_guard.h"
 #include "hearsay/error.h"
 #include "hearsay/log.h"
 #include "hearsay/trainable.h"
@@ -148,11 +149,21 @@ void forget_site_replay(GossipEngine& e) {
   r.resync = true;
 }
 
-void follow_site_leader(GossipEngine& e, uint64_t step, const std::string& leader,
+void follow_site_leader(GossipEngine& e, uint64_t step, int leader_index, float lr,
                         const std::function<std::vector<float>(uint32_t part)>& receive) {
   const size_t n = e.model().num_params();
+  const std::string& leader = e.peers()[static_cast<size_t>(leader_index)];
   const std::string where = "peer " + e.peers()[static_cast<size_t>(e.me())] + ": its site leader " + leader + "'s update of step " +
                             std::to_string(step);
+  // The update guard on this path too: a leader's model must be a replica's (its norm
+  // within the ratio of this peer's own, both ways), its gradient within the ratio of the
+  // site gradient this peer holds too, its rate this step's rate or a share of it.
+  Backend& b = e.model().backend();
+  const double own_model = std::sqrt(b.sum_squares(e.model().params(), n));
+  const auto vet_model = [&](const std::vector<float>& v) {
+    const std::string why = check_site_model_norm(e.spec().guard, std::sqrt(host_sum_squares(v.data(), v.size())), own_model);
+    if (!why.empty()) e.refuse_sync(leader_index, step, "site replay: " + why);
+  };
   const std::vector<float> h = receive(kHeaderPart);
   const auto whole = [](float f, float hi) { return f >= 0 && f <= hi && f == std::floor(f); };
   const auto steps = h.size() == kHeaderFloats ? round_from_floats({h.begin() + 4, h.end()}) : std::nullopt;
@@ -170,9 +181,14 @@ void follow_site_leader(GossipEngine& e, uint64_t step, const std::string& leade
     return v;
   };
   // Everything is received and checked before anything is taken.
-  if (form == Form::kModel) return e.set_params_host(part_of(kModelPart, "model"));
+  if (form == Form::kModel) {
+    std::vector<float> params = part_of(kModelPart, "model");
+    vet_model(params);
+    return e.set_params_host(params);
+  }
   if (form == Form::kResync) {
     std::vector<float> params = part_of(kModelPart, "model");
+    vet_model(params);
     OptimizerState state = e.optimizer().save_state();
     if (static_cast<size_t>(h[3]) != state.buffers.size()) {
       throw InputError(where + " carries " + std::to_string(static_cast<size_t>(h[3])) + " optimizer buffers; this peer's " +
@@ -191,9 +207,21 @@ void follow_site_leader(GossipEngine& e, uint64_t step, const std::string& leade
     e.optimizer().load_state(state, where);
     return e.set_params_host(params);
   }
+  if (const std::string why = check_site_rate(h[1], lr); !why.empty()) e.refuse_sync(leader_index, step, "site replay: " + why);
   std::vector<float> before, gradient;
-  if ((flags & static_cast<int>(kMovedFlag)) != 0) before = part_of(kBeforePart, "model before the step");
-  if ((flags & static_cast<int>(kRegradedFlag)) != 0) gradient = part_of(kGradientPart, "gradient");
+  if ((flags & static_cast<int>(kMovedFlag)) != 0) {
+    before = part_of(kBeforePart, "model before the step");
+    vet_model(before);
+  }
+  if ((flags & static_cast<int>(kRegradedFlag)) != 0) {
+    gradient = part_of(kGradientPart, "gradient");
+    // Against the site's gradient, which this peer summed too: the leader's may add its
+    // neighbours' gradients (at most the guard's ratio of it, as any gradient it mixes).
+    const double own = std::sqrt(b.sum_squares(e.model().grads(), n));
+    const double theirs = std::sqrt(host_sum_squares(gradient.data(), gradient.size()));
+    const std::string why = check_update_norm(e.spec().guard, MessageKind::kGradient, theirs, 1, 0, own);
+    if (!why.empty()) e.refuse_sync(leader_index, step, "site replay: " + why);
+  }
   if (!before.empty()) e.set_params_host(before);
   if (!gradient.empty()) e.model().backend().upload(e.model().grads(), gradient.data(), sizeof(float) * n);
   e.optimizer().step(e.model().params(), e.model().grads(), h[1]);

@@ -501,10 +501,10 @@ int site_batch_rows(const GossipEngine& e, int batch_size) {
   return k < rows.size() ? rows[k] : batch_size;
 }
 
-BatchStats site_member_step(GossipEngine& e, const Batch& batch, uint64_t step) {
+BatchStats site_member_step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) {
   const BatchStats s = site_gradient(e, batch, step);
   const int leader = my_site(e).front();
-  follow_site_leader(e, step, name_of(e, leader), [&](uint32_t part) {
+  follow_site_leader(e, step, leader, lr, [&](uint32_t part) {
     return site_exchange(e, step, s, [&] { return e.wait_sync(leader, step, site_phase(e, kSiteModelPhase) + part).data; });
   });
   return s;

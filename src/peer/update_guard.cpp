@@ -92,6 +92,24 @@ std::string check_update_norm(const UpdateGuardSpec& spec, MessageKind kind, dou
   return buf;
 }
 
+std::string check_site_rate(float rate, float own_lr) {
+  if (std::isfinite(rate) && rate >= 0 && rate <= own_lr) return {};
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "synchronous: its rate %.6g is outside 0 .. %.6g, this step's rate on this peer's schedule", rate,
+                own_lr);
+  return buf;
+}
+
+std::string check_site_model_norm(const UpdateGuardSpec& spec, double norm, double own_norm) {
+  if (spec.max_norm_ratio <= 0) return {};
+  const double reference = std::max(own_norm, 1e-12);
+  if (norm <= spec.max_norm_ratio * reference && norm * spec.max_norm_ratio >= own_norm) return {};
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "norm: its model's norm %.3g is %.3g times this peer's (%.3g); a replica's is within %g times, both ways",
+                norm, norm / reference, own_norm, spec.max_norm_ratio);
+  return buf;
+}
+
 bool UpdateGuard::admits(int peer, double now) {
   std::lock_guard<std::mutex> lock(mu_);
   PeerState& p = peers_.at(static_cast<size_t>(peer));

@@ -27,6 +27,16 @@ std::string find_non_finite(const float* x, size_t n, double* sum_squares);
 std::string check_update_norm(const UpdateGuardSpec& spec, MessageKind kind, double norm, uint64_t parts,
                               double model_norm, double grad_norm);
 
+// A site leader's replay (src/peer/site_replay.cpp), checked by its member before it takes
+// anything: the rate within [0, this step's rate on the member's own schedule] (an
+// algorithm steps at its schedule's rate or a share of it, gossip_grad's 1 / (1 + its
+// targets)); empty when it passes, else why not.
+std::string check_site_rate(float rate, float own_lr);
+// A model a site leader sends its member (a replica of the member's own): its norm within
+// `spec.max_norm_ratio` of the member's model's, both ways (a model of zeros, or of 1e30,
+// is no replica's). 0: no check.
+std::string check_site_model_norm(const UpdateGuardSpec& spec, double norm, double own_norm);
+
 class UpdateGuard {
  public:
   UpdateGuard(UpdateGuardSpec spec, size_t peers) : spec_(spec), peers_(peers) {}

@@ -503,3 +503,60 @@ TEST_CASE("adversary: an admitted insider that floods probes and heartbeats and 
   // connection, and the sockets' buffers; 64 MB covers what CUDA's libraries page in.
   if (!test::kSanitized) CHECK(a.growth_kb() < 64 * 1024);
 }
+
+TEST_CASE("adversary: a synchronous part of finite 3e38s from an admitted insider is refused before it is added (dgc, demo), "
+          "named in the log, and the honest peers stop saying so, not as divergence") {
+  for (const std::string algorithm : {"dgc", "demo"}) {
+    CAPTURE(algorithm);
+    TempDir dir;
+    const int port = algorithm == "dgc" ? 17451 : 17454;
+    std::string text = test::read_file(cluster_config(dir, port, 5, /*tls=*/false));
+    const size_t at = text.find("gossip { algorithm: \"adpsgd\" topology: \"random\" guard { quarantine_s: 600 } }");
+    REQUIRE(at != std::string::npos);
+    const std::string gossip = algorithm == "dgc" ? "gossip { algorithm: \"dgc\" codec { name: \"topk\" density: 0.01 } }"
+                                                  : "gossip { algorithm: \"demo\" }";
+    text.replace(at, std::string("gossip { algorithm: \"adpsgd\" topology: \"random\" guard { quarantine_s: 600 } }").size(), gossip);
+    if (algorithm == "demo") text.replace(text.find("optim { lr: 0.05 momentum: 0.9 }"), 33, "optim { lr: 0.05 }");
+    write_file(dir.file("cluster.textproto"), text);
+    const std::string cfg = dir.file("cluster.textproto");
+    PeerProcess a("--config " + cfg + " --peer a --log " + dir.file("a.jsonl"), dir.file("a.out"));
+    auto o = insider("b");
+    o.tls = false;
+    auto b = create_transport("tcp", o);
+    std::mutex mu;
+    uint64_t n = 0;
+    b->set_receiver([&](const std::string&, InFrame&& f) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (f.envelope->has_update()) n = f.envelope->update().tensor_length();
+    });
+    b->listen("127.0.0.1:" + std::to_string(port + 1));
+    b->connect("a", "127.0.0.1:" + std::to_string(port));
+    PeerProcess c("--config " + cfg + " --peer c --log " + dir.file("c.jsonl"), dir.file("c.out"));
+    const auto deadline = Clock::now() + std::chrono::seconds(30);
+    uint64_t len = 0;
+    while (len == 0 && Clock::now() < deadline && !a.poll(0.05)) {
+      std::lock_guard<std::mutex> lock(mu);
+      len = n;
+    }
+    CAPTURE(a.output());
+    CAPTURE(c.output());
+    REQUIRE(len > 0);
+    // Round 0's part, to both: finite, and 3e38 each.
+    for (const std::string to : {"a", "c"}) b->send(to, model_frame(std::vector<float>(len, 3e38f), 1, true, 0), nullptr);
+    REQUIRE(a.poll(60));
+    REQUIRE(c.poll(60));
+    b->close();
+    for (PeerProcess* p : {&a, &c}) {
+      const std::string out = p->output();
+      CHECK(p->status == 2);
+      CHECK(out.find("refused peer b's update for round 0 (norm: ") != std::string::npos);
+      CHECK(out.find("diverged") == std::string::npos);
+    }
+    for (const std::string name : {"a.jsonl", "c.jsonl"}) {
+      const std::string log = test::read_file(dir.file(name));
+      CHECK(log.find(R"("event":"refused","neighbour":"b","round":0,"reason":"norm: )") != std::string::npos);
+      CHECK(log.find(R"("event":"diverged")") == std::string::npos);
+      CHECK(log.find(R"("event":"step")") == std::string::npos);  // nothing of it was ever stepped on
+    }
+  }
+}

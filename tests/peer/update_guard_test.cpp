@@ -96,3 +96,23 @@ TEST_CASE("guard: refusals are counted by a fixed set of kinds, however many dif
   const auto refused = g.refused();
   CHECK(refused == std::map<std::string, uint64_t>{{"codec", 1000}, {"other", 1000}, {"segments", 1000}});
 }
+
+TEST_CASE("guard: a site leader's rate must be this step's own rate or a share of it, its models a replica's norm both ways") {
+  CHECK(check_site_rate(0.05f, 0.05f).empty());
+  CHECK(check_site_rate(0.0125f, 0.05f).empty());  // gossip_grad's share, 1 / (1 + 3 targets)
+  CHECK(check_site_rate(0.0f, 0.05f).empty());
+  for (const float bad : {-0.05f, 0.1f, 1e30f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    CAPTURE(bad);
+    const std::string why = check_site_rate(bad, 0.05f);
+    CHECK(why.rfind("synchronous: its rate ", 0) == 0);
+    CHECK(why.find("outside 0 .. 0.05, this step's rate on this peer's schedule") != std::string::npos);
+  }
+  UpdateGuardSpec spec;  // ratio 10
+  CHECK(check_site_model_norm(spec, 30, 31).empty());
+  CHECK(check_site_model_norm(spec, 300, 31).empty());
+  CHECK(check_site_model_norm(spec, 3.2, 31).empty());
+  CHECK(check_site_model_norm(spec, 0, 31).rfind("norm: its model's norm 0 is 0 times this peer's (31)", 0) == 0);  // zeros
+  CHECK(check_site_model_norm(spec, 3.2e31, 31).rfind("norm: its model's norm 3.2e+31", 0) == 0);
+  spec.max_norm_ratio = 0;  // the check switched off
+  CHECK(check_site_model_norm(spec, 0, 31).empty());
+}
