@@ -156,7 +156,10 @@ int main(int argc, char** argv) {
       .flag("--check", &check)
       .integer("--check-bytes", &check_bytes, 0, 1 << 30, "a number of bytes")
       .flag("--quiet", &quiet)
-      .text("--metrics", &metrics_address, "HOST:PORT")
+      .option("--metrics", "HOST:PORT", [&](const std::string& v) {
+        metrics_address = v;
+        return !v.empty();  // '' would run silently without metrics
+      })
       .integer("--measure-step", &measure_steps, 1, 100000, "a number of steps")
       .flag("--sample", &sample)
       .text("--checkpoint", &checkpoint_path, "a file")

@@ -1,4 +1,5 @@
 #include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/text_format.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -6,12 +7,13 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdlib>
-#include <deque>
-#include <set>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <functional>
+#include <set>
 #include <sstream>
 
 #include "hearsay/codec.h"
@@ -30,7 +32,11 @@ namespace pb = google::protobuf;
 class CollectFirstError : public pb::io::ErrorCollector {
  public:
   void AddError(int line, pb::io::ColumnNumber column, const std::string& message) override {
-    if (first_.empty()) first_ = std::to_string(line + 1) + ":" + std::to_string(column + 1) + ": " + message;
+    if (!first_.empty()) return;
+    // The parser quotes what it could not read: a 10 MB token stays out of a one-line message.
+    constexpr size_t kShown = 512;
+    first_ = std::to_string(line + 1) + ":" + std::to_string(column + 1) + ": " + message.substr(0, kShown);
+    if (message.size() > kShown) first_ += "... (" + std::to_string(message.size()) + " bytes)";
   }
   const std::string& first() const { return first_; }
 
@@ -40,65 +46,202 @@ class CollectFirstError : public pb::io::ErrorCollector {
 
 // The one place every config check gets its "FILE:LINE:COLUMN: field" prefix from: finds
 // where a field was written, by its dotted path with indices for repeated fields
-// ("cluster.site_links[1].link.latency_ms"). Sources are searched last first: an override
-// (--set) wins over the file it was merged into. A field no source wrote (a default, or a
-// combination of fields) is placed in the file alone: "FILE: field".
+// ("cluster.site_links[1].link.latency_ms"), reading the sources' text again in the order
+// they were merged (the file, then each --set). It places a value where the parser took
+// it from: a singular field where it was last written (a config may write a block twice,
+// `train { ... } train { ... }`, and text format merges the two, the later value
+// winning), the n-th element of a repeated field at the n-th written, counted across
+// blocks and sources (merging appends). protobuf's ParseInfoTree cannot say this: it
+// keeps only the first of a merged block's trees. A field no source wrote (a default, or
+// a combination of fields) is placed in the file alone: "FILE: field". The text is read
+// only when an error asks for a place.
 class Locator {
  public:
   struct Source {
     std::string name;
-    const pb::TextFormat::ParseInfoTree* tree;
+    const std::string* text;  // outlives the locator
   };
   explicit Locator(std::vector<Source> sources) : sources_(std::move(sources)) {}
 
   std::string at(const std::string& path) const {
     // "a.b[2].c" -> (a, -1), (b, 2), (c, -1); an extension is named in brackets, dots
     // and all: "cluster.gossip.[hearsay.algorithms.choco].consensus_step".
-    std::vector<std::pair<std::string, int>> parts;
+    std::vector<Part> parts;
+    const pb::Descriptor* desc = config::Config::descriptor();
     for (size_t at = 0; at < path.size();) {
-      size_t end;
-      if (path[at] == '[' && (end = path.find(']', at)) != std::string::npos) {
-        parts.emplace_back(path.substr(at, end + 1 - at), -1);
-        at = end + 2;
-        continue;
-      }
-      end = std::min(path.find('.', at), path.size());
-      std::string part = path.substr(at, end - at);
+      std::string name;
       int index = -1;
-      const auto open = part.find('[');
-      if (open != std::string::npos) {
-        index = std::atoi(part.c_str() + open + 1);
-        part.resize(open);
-      }
-      parts.emplace_back(part, index);
-      at = end + 1;
-    }
-    for (auto it = sources_.rbegin(); it != sources_.rend(); ++it) {
-      const pb::Descriptor* desc = config::Config::descriptor();
-      const pb::TextFormat::ParseInfoTree* tree = it->tree;
-      for (size_t i = 0; i < parts.size() && desc != nullptr && tree != nullptr; ++i) {
-        const std::string& name = parts[i].first;
-        const pb::FieldDescriptor* field =
-            name.front() == '['
-                ? pb::DescriptorPool::generated_pool()->FindExtensionByName(name.substr(1, name.size() - 2))
-                : desc->FindFieldByName(name);
-        if (field == nullptr) break;
-        const int index = field->is_repeated() ? std::max(parts[i].second, 0) : -1;
-        if (i + 1 == parts.size()) {
-          const auto loc = tree->GetLocation(field, index);
-          if (loc.line >= 0) {
-            return it->name + ":" + std::to_string(loc.line + 1) + ":" + std::to_string(loc.column + 1) + ": " + path;
-          }
-          break;
+      size_t end = 0;
+      const bool extension = path[at] == '[' && (end = path.find(']', at)) != std::string::npos;
+      if (extension) {
+        name = path.substr(at + 1, end - at - 1);
+        at = end + 2;
+      } else {
+        end = std::min(path.find('.', at), path.size());
+        name = path.substr(at, end - at);
+        const auto open = name.find('[');
+        if (open != std::string::npos) {
+          index = std::atoi(name.c_str() + open + 1);
+          name.resize(open);
         }
-        tree = tree->GetTreeForNested(field, index);
-        desc = field->message_type();
+        at = end + 1;
       }
+      const pb::FieldDescriptor* field =
+          desc == nullptr ? nullptr
+          : extension     ? pb::DescriptorPool::generated_pool()->FindExtensionByName(name)
+                          : desc->FindFieldByName(name);
+      if (field == nullptr) return sources_.front().name + ": " + path;
+      parts.push_back({name, extension, field->is_repeated(), field->is_repeated() ? std::max(index, 0) : -1});
+      desc = field->message_type();
     }
-    return sources_.front().name + ": " + path;
+    Walk walk(parts);
+    for (const Source& s : sources_) walk.read(s);
+    if (walk.found.source == nullptr) return sources_.front().name + ": " + path;
+    return walk.found.source->name + ":" + std::to_string(walk.found.line + 1) + ":" + std::to_string(walk.found.column + 1) +
+           ": " + path;
   }
 
  private:
+  struct Part {
+    std::string name;  // a field's name, or an extension's full name
+    bool extension, repeated;
+    int index;  // repeated: which element; else -1
+  };
+
+  // One search for a path through the sources' tokens, as protobuf's text parser reads
+  // them. The sources were parsed without error, so the grammar is taken as given; text
+  // that does not read as expected ends the search with what it has found.
+  class Walk {
+   public:
+    explicit Walk(const std::vector<Part>& target) : target_(target), seen_(target.size(), 0) {}
+
+    struct Place {
+      const Source* source = nullptr;
+      int line = 0, column = 0;
+    } found;
+
+    void read(const Source& s) {
+      pb::io::ArrayInputStream in(s.text->data(), static_cast<int>(s.text->size()));
+      CollectFirstError ignored;
+      pb::io::Tokenizer tokens(&in, &ignored);
+      // As pb::TextFormat::Parser sets its tokenizer, so that lines and columns agree.
+      tokens.set_allow_f_after_float(true);
+      tokens.set_comment_style(pb::io::Tokenizer::SH_COMMENT_STYLE);
+      t_ = &tokens;
+      source_ = &s;
+      t_->Next();
+      message(0, "");
+      t_ = nullptr;
+    }
+
+   private:
+    bool symbol(const char* s) const {
+      return t_->current().type == pb::io::Tokenizer::TYPE_SYMBOL && t_->current().text == s;
+    }
+    bool at_end() const { return t_->current().type == pb::io::Tokenizer::TYPE_END; }
+
+    // Fields up to `close` ("}" or ">"; empty: the end of the text), which is consumed.
+    // depth: how many of the target's parts lead to this message; -1: it is off the path.
+    bool message(int depth, const std::string& close) {
+      for (;;) {
+        if (at_end()) return close.empty();
+        if (!close.empty() && symbol(close.c_str())) {
+          t_->Next();
+          return true;
+        }
+        if (!field(depth)) return false;
+        if (symbol(";") || symbol(",")) t_->Next();
+      }
+    }
+
+    bool field(int depth) {
+      const pb::io::Tokenizer::Token name_token = t_->current();
+      std::string name;
+      const bool extension = symbol("[");
+      if (extension) {
+        for (t_->Next(); !symbol("]"); t_->Next()) {
+          if (at_end()) return false;
+          name += t_->current().text;
+        }
+      } else if (name_token.type == pb::io::Tokenizer::TYPE_IDENTIFIER) {
+        name = name_token.text;
+      } else {
+        return false;
+      }
+      t_->Next();
+      if (symbol(":")) t_->Next();
+      const bool on_path = depth >= 0 && depth < static_cast<int>(target_.size()) && target_[depth].name == name &&
+                           target_[depth].extension == extension;
+      if (!on_path) return skip_value();
+      const Part& part = target_[depth];
+      const bool last = depth + 1 == static_cast<int>(target_.size());
+      // The short form of a repeated field, "hidden: [8, 16]": each element is placed at
+      // its value.
+      const bool list = symbol("[");
+      if (list) {
+        t_->Next();
+        if (symbol("]")) {
+          t_->Next();
+          return true;
+        }
+      }
+      for (;;) {
+        const int line = list ? t_->current().line : name_token.line;
+        const int column = list ? t_->current().column : name_token.column;
+        const bool hit = !part.repeated || seen_[depth]++ == part.index;
+        if (hit && last) found = {source_, line, column};
+        if (symbol("{") || symbol("<")) {
+          const std::string close = symbol("{") ? "}" : ">";
+          t_->Next();
+          if (!message(hit && !last ? depth + 1 : -1, close)) return false;
+        } else if (!scalar()) {
+          return false;
+        }
+        if (!list) return true;
+        if (symbol("]")) {
+          t_->Next();
+          return true;
+        }
+        if (!symbol(",")) return false;
+        t_->Next();
+      }
+    }
+
+    // A number, an identifier (an enum value, true, inf) or adjacent strings, maybe negated.
+    bool scalar() {
+      if (symbol("-")) t_->Next();
+      const auto type = t_->current().type;
+      if (type == pb::io::Tokenizer::TYPE_STRING) {
+        while (t_->current().type == pb::io::Tokenizer::TYPE_STRING) t_->Next();
+        return true;
+      }
+      if (type != pb::io::Tokenizer::TYPE_IDENTIFIER && type != pb::io::Tokenizer::TYPE_INTEGER &&
+          type != pb::io::Tokenizer::TYPE_FLOAT) {
+        return false;
+      }
+      t_->Next();
+      return true;
+    }
+
+    // A value off the path: a scalar, or a block or list skipped whole.
+    bool skip_value() {
+      if (!symbol("{") && !symbol("<") && !symbol("[")) return scalar();
+      int open = 0;
+      do {
+        if (at_end()) return false;
+        if (symbol("{") || symbol("<") || symbol("[")) ++open;
+        if (symbol("}") || symbol(">") || symbol("]")) --open;
+        t_->Next();
+      } while (open > 0);
+      return true;
+    }
+
+    const std::vector<Part>& target_;
+    std::vector<int> seen_;  // by depth: elements of the target's repeated field met so far
+    pb::io::Tokenizer* t_ = nullptr;
+    const Source* source_ = nullptr;
+  };
+
   std::vector<Source> sources_;
 };
 
@@ -157,6 +300,194 @@ std::string number(double v) {
   return out.str();
 }
 
+// Bounds on what a link, a simulation and a name may be: each far beyond any real use,
+// each short of what would stall or exhaust the program (docs/SIMULATION.md, "Bounds").
+// An hour: a geostationary satellite hop is 0.25 s, and even Earth to Mars is at most 22
+// minutes; a latency of 1e308 ms was once accepted, and the simulation never ended.
+constexpr double kMaxLatencyMs = 3.6e6;
+// 1 kbit/s (at which a 200 KB model takes nearly half an hour a hop; 1e-300 Mbit/s never
+// ends) to 10 Tbit/s (six times the fastest Ethernet port, 1.6 Tbit/s; the simulator's
+// "unlimited" is 1 Pbit/s).
+constexpr double kMinBandwidthMbps = 1e-3;
+constexpr double kMaxBandwidthMbps = 1e7;
+// Virtual (and emulated) seconds: about 31 years, where a double still resolves 0.1 us,
+// well inside SimGrid's 10 us quantum.
+constexpr double kMaxSeconds = 1e9;
+// A peer's step takes slowdown x its time: a million times the fastest's is past any
+// cluster (the configs' slowest is 50).
+constexpr double kMaxSlowdown = 1e6;
+// A run's, a cluster's or a site's name goes into run directories, logs, metrics labels
+// and one-line messages.
+constexpr size_t kMaxNameBytes = 128;
+
+// What a simulated run holds at least (docs/SIMULATION.md, "Memory"): besides the
+// model-sized buffers, each peer's SimGrid host, actor, interface links, clock, log and
+// transport (about 29 KiB measured at 500-3,000 peers of a 132-parameter model; 16 KiB
+// counted), and each peer's view of every other (its name in every peer's list, their
+// per-neighbour state: about 160 bytes a pair measured; 128 counted).
+constexpr double kPeerBytes = 16 << 10;
+constexpr double kPairBytes = 128;
+
+// A name's problem, or "" when it is one: at most 128 bytes of printable ASCII.
+std::string name_problem(const std::string& s) {
+  if (s.size() > kMaxNameBytes) {
+    return "is " + std::to_string(s.size()) + " bytes long; a name has at most " + std::to_string(kMaxNameBytes) +
+           " bytes of printable ASCII";
+  }
+  for (size_t i = 0; i < s.size(); ++i) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    if (b < 0x20 || b > 0x7e) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02x", b);
+      return std::string("has byte ") + hex + " at offset " + std::to_string(i) + "; a name is printable ASCII (at most " +
+             std::to_string(kMaxNameBytes) + " bytes)";
+    }
+  }
+  return "";
+}
+
+// Bytes as an error shows them: 31.3 TiB, 512.0 MiB.
+std::string bytes_text(double b) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int u = 0;
+  while (b >= 1024 && u < 6) {
+    b /= 1024;
+    ++u;
+  }
+  char out[48];
+  std::snprintf(out, sizeof out, u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
+  return out;
+}
+
+// The model's parameters, from what the config says of the data's shape. Where it does
+// not say (an IDX directory other than Fashion-MNIST's, LIBSVM features to be inferred,
+// text), the least it could be: the count is never above the model's. `features`: one
+// sample's input values (a GPT's: its context's tokens).
+double model_params_at_least(const config::Config& c, double* features) {
+  const auto& m = c.model();
+  const auto& d = c.data();
+  double height = 1, width = 1, channels = 1, classes = 2;
+  switch (d.format()) {
+    case config::DataConfig::IDX:
+      if (d.dir() == kFashionMnistDir) {
+        height = width = 28;
+        classes = 10;
+      }
+      break;
+    case config::DataConfig::LIBSVM:
+      channels = std::max(1, d.num_features());
+      classes = std::max(2, d.num_classes());
+      break;
+    case config::DataConfig::SYNTHETIC:
+      channels = std::max(1, d.synthetic_dim());
+      classes = d.num_classes() > 0 ? std::max(2, d.num_classes()) : 10;  // as load_data reads it
+      break;
+    default:
+      break;
+  }
+  *features = height * width * channels;
+  switch (m.kind()) {
+    case config::ModelConfig::GPT: {
+      // Embeddings of the 256 bytes and of the positions, and per layer at least its
+      // attention (4 w^2) and MLP (8 w^2) matrices.
+      const double w = std::max(1, m.gpt().width()), context = std::max(1, m.gpt().context());
+      *features = context;
+      return 256 * w + context * w + std::max(0, m.gpt().layers()) * 12 * w * w;
+    }
+    case config::ModelConfig::LOGREG:
+      return (*features + 1) * classes;
+    case config::ModelConfig::MLP: {
+      double in = *features, n = 0;
+      for (const int h : m.hidden()) {
+        n += (in + 1) * h;
+        in = h;
+      }
+      return n + (in + 1) * classes;
+    }
+    case config::ModelConfig::CNN: {
+      // The model's default channels where the config names none (model/conv's).
+      static constexpr int kDefaultChannels[] = {16, 32};
+      const bool given = m.conv_channels_size() > 0;
+      const int layers = given ? m.conv_channels_size() : 2;
+      const double k2 = static_cast<double>(m.kernel()) * m.kernel();
+      double in = channels, n = 0;
+      for (int l = 0; l < layers; ++l) {
+        const int out = given ? m.conv_channels(l) : kDefaultChannels[l];
+        n += in * out * k2 + out;
+        in = out;
+        height = std::max(1.0, std::floor(height / 2));
+        width = std::max(1.0, std::floor(width / 2));
+      }
+      return n + (height * width * in + 1) * m.fc_width() + (m.fc_width() + 1.0) * classes;
+    }
+    default:
+      return 0;
+  }
+}
+
+// The memory a simulation may take: this machine's physical memory, or the limit of the
+// cgroup this process runs in (a container's) when that is lower; 0 when unknown.
+double memory_limit_bytes(std::string* what) {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  double limit = pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0;
+  *what = "this machine's physical memory";
+  // cgroup v2, then v1, as a container sees its own ("max" or a huge number: no limit).
+  for (const char* file : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream in(file);
+    double v = 0;
+    if (in >> v && v > 0 && (limit <= 0 || v < limit)) {
+      limit = v;
+      *what = std::string("the memory limit of this process's cgroup (") + file + ")";
+    }
+  }
+  return limit;
+}
+
+// A simulated run's peers all live in this process: refused when what they hold at least
+// (each peer's model-sized buffers, batch, shard and view of the cluster, and the data
+// set, held once) is more than the memory there is, before anything is allocated (100,000
+// peers once ran 89 s into std::bad_alloc).
+template <class Fail>
+void check_simulation_memory(const config::Config& c, const Fail& fail) {
+  const double n = c.cluster().peers_size();
+  if (n < 2) return;
+  double features = 1;
+  const double params = model_params_at_least(c, &features);
+  // Parameters, gradients, the model or update being mixed, and the optimizer's state.
+  const auto& o = c.optim();
+  const std::string optimizer = optimizer_name(o);
+  const double buffers = 3 + (optimizer == "adamw" ? 2 : o.momentum() > 0 ? 1 : 0);
+  const auto& d = c.data();
+  double train = 0, test = 0;
+  if (d.format() == config::DataConfig::SYNTHETIC) {
+    train = static_cast<double>(d.synthetic_train());
+    test = static_cast<double>(d.synthetic_test());
+  } else if (d.format() == config::DataConfig::IDX && d.dir() == kFashionMnistDir) {
+    train = 60000;
+    test = 10000;
+  }
+  const double shared = (train + test) * (features * 4 + 4);
+  const double model_bytes = buffers * params * 4;
+  const double per_peer = model_bytes + c.train().batch_size() * features * 4 + train / n * 8 + kPeerBytes + kPairBytes * n;
+  const double need = n * per_peer + shared;
+  std::string limit_is;
+  const double limit = memory_limit_bytes(&limit_is);
+  if (limit <= 0 || need <= limit) return;
+  const std::string per = std::to_string(static_cast<int64_t>(params)) + " parameters x " + std::to_string(static_cast<int>(buffers)) +
+                          " model-sized buffers, " + bytes_text(per_peer) + " a peer with its batch and its view of the cluster";
+  fail("cluster.peers", std::to_string(c.cluster().peers_size()) + " simulated peers need at least " + bytes_text(need) + " (" + per +
+                            (shared > 0 ? ", and " + bytes_text(shared) + " of data held once" : std::string()) + "), more than the " +
+                            bytes_text(limit) + " of " + limit_is +
+                            "; simulate fewer peers or a smaller model (docs/SIMULATION.md, \"Memory\")");
+}
+
+// A bandwidth in Mbit/s: 0 (unlimited), or from 1 kbit/s to 10 Tbit/s.
+template <class Fail>
+void check_bandwidth(double mbps, const std::string& path, const Fail& fail) {
+  if (mbps == 0 || (mbps >= kMinBandwidthMbps && mbps <= kMaxBandwidthMbps)) return;
+  fail(path, "must be 0 (unlimited) or in [0.001, 1e7] Mbit/s (1 kbit/s to 10 Tbit/s), got " + number(mbps));
+}
+
 // experiment.simulate and experiment.simulation: what the simulator can model
 // (docs/SIMULATION.md), and what only it models (refused in a real run).
 template <class Fail>
@@ -174,13 +505,15 @@ void validate_simulation(const config::Config& c, const Fail& fail) {
   const char* why = "the simulator runs the native peer on virtual time";
   if (!c.program().empty()) fail("program", std::string("a Python program cannot be simulated (") + why + "); remove program or run without --simulate");
   if (cl.transport().rfind("fabric", 0) == 0) {
-    fail("cluster.transport", "'" + cl.transport() + "' cannot be simulated: the simulator models TCP flows (SimGrid's CM02 or LV08), not libfabric's RDMA; use tcp");
+    fail("cluster.transport", "'" + wire_text(cl.transport()) + "' cannot be simulated: the simulator models TCP flows (SimGrid's CM02 or LV08), not libfabric's RDMA; use tcp");
   }
   if (cl.peers_size() < 2) fail("cluster.peers", "the simulator runs clusters: list at least 2 peers");
   if (s.network_model() != "CM02" && s.network_model() != "LV08") {
-    fail("experiment.simulation.network_model", "unknown '" + s.network_model() + "'; use CM02 or LV08");
+    fail("experiment.simulation.network_model", "unknown '" + wire_text(s.network_model()) + "'; use CM02 or LV08");
   }
-  if (!(s.max_virtual_s() >= 0) || !std::isfinite(s.max_virtual_s())) fail("experiment.simulation.max_virtual_s", "must be a finite number >= 0");
+  if (!(s.max_virtual_s() >= 0 && s.max_virtual_s() <= kMaxSeconds)) {
+    fail("experiment.simulation.max_virtual_s", "must be in [0, 1e9] seconds (0: no limit), got " + number(s.max_virtual_s()));
+  }
   if (s.eval_peers() < 0 || s.eval_peers() > cl.peers_size()) {
     fail("experiment.simulation.eval_peers", "must be in [0, " + std::to_string(cl.peers_size()) + "] (0: every peer)");
   }
@@ -189,7 +522,7 @@ void validate_simulation(const config::Config& c, const Fail& fail) {
     fail("experiment.simulation.time_precision_s", "must be in (0, 0.1] seconds (SimGrid's default: 0.00001)");
   }
   if (s.sender_completion() != "arrival" && s.sender_completion() != "departure") {
-    fail("experiment.simulation.sender_completion", "unknown '" + s.sender_completion() + "'; use arrival or departure");
+    fail("experiment.simulation.sender_completion", "unknown '" + wire_text(s.sender_completion()) + "'; use arrival or departure");
   }
   if (s.has_sender_completion() && s.sender_completion() == "departure" && s.network_model() != "CM02") {
     fail("experiment.simulation.sender_completion", "departure needs network_model CM02 (LV08's latency is part of its TCP model)");
@@ -199,28 +532,32 @@ void validate_simulation(const config::Config& c, const Fail& fail) {
   for (int i = 0; i < s.sites_size(); ++i) {
     const auto& a = s.sites(i);
     const std::string at_i = "experiment.simulation.sites[" + std::to_string(i) + "]";
+    if (const std::string why = name_problem(a.site()); !why.empty()) fail(at_i + ".site", why);
     if (sites.count(a.site()) == 0) fail(at_i + ".site", "site '" + a.site() + "' has no peer in cluster.peers");
-    if (!(a.uplink_mbps() >= 0) || !std::isfinite(a.uplink_mbps())) fail(at_i + ".uplink_mbps", "must be a finite number >= 0 (0: unlimited)");
-    if (!(a.downlink_mbps() >= 0) || !std::isfinite(a.downlink_mbps())) fail(at_i + ".downlink_mbps", "must be a finite number >= 0 (0: unlimited)");
+    check_bandwidth(a.uplink_mbps(), at_i + ".uplink_mbps", fail);
+    check_bandwidth(a.downlink_mbps(), at_i + ".downlink_mbps", fail);
   }
   std::set<std::string> peers;
   for (const auto& p : cl.peers()) peers.insert(p.name());
   for (int i = 0; i < s.faults_size(); ++i) {
     const auto& f = s.faults(i);
     const std::string at_i = "experiment.simulation.faults[" + std::to_string(i) + "]";
-    if (!(f.at_s() >= 0) || !std::isfinite(f.at_s())) fail(at_i + ".at_s", "must be a finite number >= 0");
-    if (!(f.for_s() > 0) || !std::isfinite(f.for_s())) fail(at_i + ".for_s", "must be a positive number");
+    if (!(f.at_s() >= 0 && f.at_s() <= kMaxSeconds)) fail(at_i + ".at_s", "must be in [0, 1e9] seconds, got " + number(f.at_s()));
+    if (!(f.for_s() > 0 && f.for_s() <= kMaxSeconds)) fail(at_i + ".for_s", "must be in (0, 1e9] seconds, got " + number(f.for_s()));
     if (f.kind() == config::FaultConfig::SITE_DOWN) {
+      if (const std::string why = name_problem(f.site()); !why.empty()) fail(at_i + ".site", why);
       if (sites.count(f.site()) == 0) fail(at_i + ".site", "site '" + f.site() + "' has no peer in cluster.peers");
       continue;
     }
     if (f.peer().empty() == !(f.fraction() > 0)) fail(at_i, "a PEER_CRASH names one peer, or gives a fraction in (0, 1] of them");
-    if (!f.peer().empty() && peers.count(f.peer()) == 0) fail(at_i + ".peer", "no peer '" + f.peer() + "' in cluster.peers");
+    if (!f.peer().empty() && peers.count(f.peer()) == 0) fail(at_i + ".peer", "no peer '" + wire_text(f.peer()) + "' in cluster.peers");
     if (!(f.fraction() >= 0 && f.fraction() <= 1)) fail(at_i + ".fraction", "must be in [0, 1]");
-    if (!(f.spread_s() >= 0) || !std::isfinite(f.spread_s())) fail(at_i + ".spread_s", "must be a finite number >= 0");
+    if (!(f.spread_s() >= 0 && f.spread_s() <= kMaxSeconds)) fail(at_i + ".spread_s", "must be in [0, 1e9] seconds, got " + number(f.spread_s()));
   }
   if (!(s.churn_per_peer_hour() >= 0) || !std::isfinite(s.churn_per_peer_hour())) fail("experiment.simulation.churn_per_peer_hour", "must be a finite number >= 0");
-  if (!(s.churn_downtime_s() > 0) || !std::isfinite(s.churn_downtime_s())) fail("experiment.simulation.churn_downtime_s", "must be a positive number");
+  if (!(s.churn_downtime_s() > 0 && s.churn_downtime_s() <= kMaxSeconds)) {
+    fail("experiment.simulation.churn_downtime_s", "must be in (0, 1e9] seconds, got " + number(s.churn_downtime_s()));
+  }
   for (int i = 0; i < cl.site_links_size(); ++i) {
     const auto& sl = cl.site_links(i);
     if (sl.site_a() == sl.site_b() && sl.link().outages_size() > 0) {
@@ -240,6 +577,10 @@ void validate(const config::Config& c, const Locator& at) {
   };
   if (c.threads() < 1 || c.threads() > 256) fail("threads", "must be in [1, 256], got " + std::to_string(c.threads()));
   if (c.device().empty()) fail("device", "must name a device: 'cpu' or 'cuda:N'");
+  if (const std::string why = name_problem(c.name()); !why.empty()) fail("name", why);
+  if (c.name().find('/') != std::string::npos) {
+    fail("name", "'" + c.name() + "' has a '/': the name names the run's directory (runs/NAME-TIMESTAMP/), and a '/' would put it elsewhere");
+  }
 
   const auto& m = c.model();
   for (int i = 0; i < m.hidden_size(); ++i) {
@@ -285,13 +626,13 @@ void validate(const config::Config& c, const Locator& at) {
     const std::string by_kind = o.kind() == config::OptimConfig::ADAMW ? "adamw" : "sgd";
     if (o.optimizer() != by_kind) {
       fail("optim.kind", config::OptimConfig::Kind_Name(o.kind()) + " (deprecated) stands for optimizer '" + by_kind +
-                             "', but optim.optimizer is '" + o.optimizer() + "'; name the one you mean with optimizer alone");
+                             "', but optim.optimizer is '" + wire_text(o.optimizer()) + "'; name the one you mean with optimizer alone");
     }
   }
   const std::string optimizer = optimizer_name(o);
   const auto optimizers = hearsay::optimizers().names();
   if (std::find(optimizers.begin(), optimizers.end(), optimizer) == optimizers.end()) {
-    fail("optim.optimizer", "unknown '" + optimizer + "'; known optimizers: " + join(optimizers));
+    fail("optim.optimizer", "unknown '" + wire_text(optimizer) + "'; known optimizers: " + join(optimizers));
   }
   if (optimizer == "adamw") {
     if (o.nesterov()) fail("optim.nesterov", "applies to optimizer sgd only; adamw has no Nesterov variant");
@@ -316,9 +657,13 @@ void validate(const config::Config& c, const Locator& at) {
   if (t.epochs() == 0 && t.max_steps() == 0) fail("train.epochs", "is 0 and max_steps is 0: training would never start or never stop");
   if (!(t.target_test_acc() >= 0 && t.target_test_acc() <= 1)) fail("train.target_test_acc", "must be in [0, 1]");
   if (t.eval_every_steps() < 0) fail("train.eval_every_steps", "must be >= 0");
-  if (!(t.eval_every_s() >= 0) || !std::isfinite(t.eval_every_s())) fail("train.eval_every_s", "must be a finite number >= 0");
-  if (!(t.emulated_step_s() >= 0) || !std::isfinite(t.emulated_step_s())) fail("train.emulated_step_s", "must be a finite number >= 0");
-  if (!(t.emulated_eval_s() >= 0) || !std::isfinite(t.emulated_eval_s())) fail("train.emulated_eval_s", "must be a finite number >= 0");
+  // Seconds of (virtual) time, bounded as the simulator's are.
+  const auto seconds = [&](double v, const std::string& path) {
+    if (!(v >= 0 && v <= kMaxSeconds)) fail(path, "must be a finite number >= 0 and at most 1e9 seconds, got " + number(v));
+  };
+  seconds(t.eval_every_s(), "train.eval_every_s");
+  seconds(t.emulated_step_s(), "train.emulated_step_s");
+  seconds(t.emulated_eval_s(), "train.emulated_eval_s");
   if (!(c.experiment().emulate_headroom() >= 1 && c.experiment().emulate_headroom() <= 100)) {
     fail("experiment.emulate_headroom", "must be in [1, 100] (a margin over the measured times), got " + number(c.experiment().emulate_headroom()));
   }
@@ -329,6 +674,7 @@ void validate(const config::Config& c, const Locator& at) {
 
   if (c.has_cluster()) {
     const auto& cl = c.cluster();
+    if (const std::string why = name_problem(cl.id()); !why.empty()) fail("cluster.id", why);
     std::set<std::string> names, addresses;
     for (int i = 0; i < cl.peers_size(); ++i) {
       const auto& p = cl.peers(i);
@@ -339,13 +685,14 @@ void validate(const config::Config& c, const Locator& at) {
                                  " letters, digits, '.', '_' or '-', not starting with '.' (it names the peer's log file)");
       }
       if (!names.insert(p.name()).second) fail(at_i + ".name", "name '" + p.name() + "' appears twice");
+      if (const std::string why = name_problem(p.site()); !why.empty()) fail(at_i + ".site", why);
       if (p.address().empty() && cl.transport() != "inproc") fail(at_i, "peer '" + p.name() + "' needs an address (host:port)");
       if (!p.address().empty() && !addresses.insert(p.address()).second) {
-        fail(at_i + ".address", "address '" + p.address() + "' is used by two peers");
+        fail(at_i + ".address", "address '" + wire_text(p.address()) + "' is used by two peers");
       }
       if (!p.listen().empty()) {
         if (p.address().empty()) {
-          fail(at_i + ".listen", "peer '" + p.name() + "' listens at '" + p.listen() +
+          fail(at_i + ".listen", "peer '" + p.name() + "' listens at '" + wire_text(p.listen()) +
                                      "' but has no address for the others to dial; set address (host:port)");
         }
         try {
@@ -354,10 +701,13 @@ void validate(const config::Config& c, const Locator& at) {
           fail(at_i + ".listen", e.what());
         }
       }
-      if (!(p.slowdown() >= 1) || !std::isfinite(p.slowdown())) fail(at_i + ".slowdown", "must be >= 1, got " + number(p.slowdown()));
+      if (!(p.slowdown() >= 1 && p.slowdown() <= kMaxSlowdown)) {
+        fail(at_i + ".slowdown", "must be >= 1 and at most 1e6, got " + number(p.slowdown()));
+      }
       const std::set<std::string> lies{"none", "scaled", "sign_flip", "random"};
-      if (lies.count(p.byzantine()) == 0) fail(at_i + ".byzantine", "unknown '" + p.byzantine() + "'; use none, scaled, sign_flip or random");
+      if (lies.count(p.byzantine()) == 0) fail(at_i + ".byzantine", "unknown '" + wire_text(p.byzantine()) + "'; use none, scaled, sign_flip or random");
     }
+    if (c.experiment().simulate()) check_simulation_memory(c, fail);
     const int neighbours = std::max(0, cl.peers_size() - 1);
     if (cl.has_min_neighbours() && (cl.min_neighbours() < 0 || cl.min_neighbours() > neighbours)) {
       fail("cluster.min_neighbours", "must be in [0, " + std::to_string(neighbours) +
@@ -367,7 +717,7 @@ void validate(const config::Config& c, const Locator& at) {
     const auto& g = cl.gossip();
     const AlgorithmEntry* algorithm = find_algorithm(g.algorithm());
     if (algorithm == nullptr) {
-      fail("cluster.gossip.algorithm", "unknown '" + g.algorithm() + "'; use " + join(gossip_algorithms()));
+      fail("cluster.gossip.algorithm", "unknown '" + wire_text(g.algorithm()) + "'; use " + join(gossip_algorithms()));
     }
     check_algorithm_options(c, *algorithm, fail);
     if (algorithm->owns_update) {
@@ -385,11 +735,11 @@ void validate(const config::Config& c, const Locator& at) {
     }
     const auto topologies = hearsay::topologies().names();
     if (std::find(topologies.begin(), topologies.end(), g.topology()) == topologies.end()) {
-      fail("cluster.gossip.topology", "unknown '" + g.topology() + "'; use " + join(topologies));
+      fail("cluster.gossip.topology", "unknown '" + wire_text(g.topology()) + "'; use " + join(topologies));
     }
     const auto weightings = staleness_weightings().names();
     if (std::find(weightings.begin(), weightings.end(), g.weighting()) == weightings.end()) {
-      fail("cluster.gossip.weighting", "unknown '" + g.weighting() + "'; use " + join(weightings));
+      fail("cluster.gossip.weighting", "unknown '" + wire_text(g.weighting()) + "'; use " + join(weightings));
     }
     if (g.gossip_every() < 1) fail("cluster.gossip.gossip_every", "must be >= 1");
     if (g.tau_max() < 0) fail("cluster.gossip.tau_max", "must be >= 0");
@@ -401,7 +751,7 @@ void validate(const config::Config& c, const Locator& at) {
     if (!(g.bandwidth_floor() > 0 && g.bandwidth_floor() <= 1)) fail("cluster.gossip.bandwidth_floor", "must be in (0, 1]");
     if (!(g.sync_timeout_s() > 0) || !std::isfinite(g.sync_timeout_s())) fail("cluster.gossip.sync_timeout_s", "must be a positive number");
     const std::set<std::string> robust{"none", "centered_clip", "trimmed_mean"};
-    if (robust.count(g.robust()) == 0) fail("cluster.gossip.robust", "unknown '" + g.robust() + "'; use none, centered_clip or trimmed_mean");
+    if (robust.count(g.robust()) == 0) fail("cluster.gossip.robust", "unknown '" + wire_text(g.robust()) + "'; use none, centered_clip or trimmed_mean");
     if (!(g.clip_factor() > 0) || !std::isfinite(g.clip_factor())) fail("cluster.gossip.clip_factor", "must be a positive number");
     if (!(g.trim() >= 0 && g.trim() < 0.5)) fail("cluster.gossip.trim", "must be in [0, 0.5), got " + number(g.trim()));
     const auto& guard = g.guard();
@@ -413,7 +763,7 @@ void validate(const config::Config& c, const Locator& at) {
     const auto& k = g.codec();
     const auto codecs = codec_names();
     if (std::find(codecs.begin(), codecs.end(), k.name()) == codecs.end()) {
-      fail("cluster.gossip.codec.name", "unknown '" + k.name() + "'; use none, fp16, bf16, int8, int4, qsgd, topk, randomk, sign or powersgd");
+      fail("cluster.gossip.codec.name", "unknown '" + wire_text(k.name()) + "'; use none, fp16, bf16, int8, int4, qsgd, topk, randomk, sign or powersgd");
     }
     if (!(k.density() > 0 && k.density() <= 1)) fail("cluster.gossip.codec.density", "must be in (0, 1], got " + number(k.density()));
     if (k.levels() < 1 || k.levels() > 32767) fail("cluster.gossip.codec.levels", "must be in [1, 32767], got " + std::to_string(k.levels()));
@@ -421,10 +771,10 @@ void validate(const config::Config& c, const Locator& at) {
     if (k.value_bits() != 16 && k.value_bits() != 32) fail("cluster.gossip.codec.value_bits", "must be 16 or 32, got " + std::to_string(k.value_bits()));
     if (k.rank() < 1 || k.rank() > 256) fail("cluster.gossip.codec.rank", "must be in [1, 256], got " + std::to_string(k.rank()));
     const std::set<std::string> feedback{"auto", "on", "off"};
-    if (feedback.count(k.error_feedback()) == 0) fail("cluster.gossip.codec.error_feedback", "must be auto, on or off, got '" + k.error_feedback() + "'");
+    if (feedback.count(k.error_feedback()) == 0) fail("cluster.gossip.codec.error_feedback", "must be auto, on or off, got '" + wire_text(k.error_feedback()) + "'");
     const std::set<std::string> model_codecs{"none", "fp16", "bf16", "int8"};
     if (model_codecs.count(k.model_codec()) == 0) {
-      fail("cluster.gossip.codec.model_codec", "unknown '" + k.model_codec() + "'; use none, fp16, bf16 or int8 (whole models are not sparsified)");
+      fail("cluster.gossip.codec.model_codec", "unknown '" + wire_text(k.model_codec()) + "'; use none, fp16, bf16 or int8 (whole models are not sparsified)");
     }
     if (!(k.step_fraction() > 0) || !std::isfinite(k.step_fraction())) fail("cluster.gossip.codec.step_fraction", "must be a positive number");
     if (!(k.max_density() > 0 && k.max_density() <= 1)) fail("cluster.gossip.codec.max_density", "must be in (0, 1]");
@@ -432,17 +782,17 @@ void validate(const config::Config& c, const Locator& at) {
     if (!(cl.connect_timeout_s() > 0) || !std::isfinite(cl.connect_timeout_s())) fail("cluster.connect_timeout_s", "must be a positive number");
 
     auto check_link = [&](const config::LinkConfig& l, const std::string& path) {
-      const auto finite_at_least_0 = [&](double v, const std::string& field, const std::string& why) {
-        if (!(v >= 0) || !std::isfinite(v)) fail(path + "." + field, why + ", got " + number(v));
+      const auto milliseconds = [&](double v, const std::string& field) {
+        if (!(v >= 0 && v <= kMaxLatencyMs)) fail(path + "." + field, "must be a finite number >= 0 and at most 3600000 ms (an hour), got " + number(v));
       };
-      finite_at_least_0(l.latency_ms(), "latency_ms", "must be a finite number >= 0");
-      finite_at_least_0(l.jitter_ms(), "jitter_ms", "must be a finite number >= 0");
-      finite_at_least_0(l.bandwidth_mbps(), "bandwidth_mbps", "must be a finite number >= 0 (0: unlimited)");
+      milliseconds(l.latency_ms(), "latency_ms");
+      milliseconds(l.jitter_ms(), "jitter_ms");
+      check_bandwidth(l.bandwidth_mbps(), path + ".bandwidth_mbps", fail);
       if (!(l.loss() >= 0 && l.loss() < 1)) fail(path + ".loss", "must be in [0, 1), got " + number(l.loss()));
       for (int j = 0; j < l.outages_size(); ++j) {
         const auto& o = l.outages(j);
-        if (!(o.start_s() >= 0 && o.end_s() > o.start_s()) || !std::isfinite(o.end_s())) {
-          fail(path + ".outages[" + std::to_string(j) + "]", "must be [start_s, end_s) with 0 <= start_s < end_s");
+        if (!(o.start_s() >= 0 && o.end_s() > o.start_s() && o.end_s() <= kMaxSeconds)) {
+          fail(path + ".outages[" + std::to_string(j) + "]", "must be [start_s, end_s) with 0 <= start_s < end_s <= 1e9 seconds");
         }
       }
       try {
@@ -457,9 +807,19 @@ void validate(const config::Config& c, const Locator& at) {
     for (int i = 0; i < cl.site_links_size(); ++i) {
       const auto& sl = cl.site_links(i);
       const std::string at_i = "cluster.site_links[" + std::to_string(i) + "]";
+      if (const std::string why = name_problem(sl.site_a()); !why.empty()) fail(at_i + ".site_a", why);
+      if (const std::string why = name_problem(sl.site_b()); !why.empty()) fail(at_i + ".site_b", why);
       if (sites.count(sl.site_a()) == 0) fail(at_i + ".site_a", "site '" + sl.site_a() + "' has no peer in cluster.peers");
       if (sites.count(sl.site_b()) == 0) fail(at_i + ".site_b", "site '" + sl.site_b() + "' has no peer in cluster.peers");
       check_link(sl.link(), at_i + ".link");
+    }
+    if (!cl.site_replicas()) {
+      // Set, they would be ignored: a run that meant site replicas would train without
+      // them and say nothing.
+      const std::string why = " is set, but cluster.site_replicas is off, and only a site's gradient sum under site_replicas "
+                              "uses it: remove it, or set site_replicas: true";
+      if (cl.has_site_codec()) fail("cluster.site_codec", "'" + wire_text(cl.site_codec()) + "'" + why);
+      if (cl.has_site_split()) fail("cluster.site_split", "'" + wire_text(cl.site_split()) + "'" + why);
     }
     if (cl.site_replicas() && cl.peers_size() >= 2) {
       try {
@@ -490,7 +850,7 @@ void validate(const config::Config& c, const Locator& at) {
   if (!(e.progress_every_s() > 0) || !std::isfinite(e.progress_every_s())) fail("experiment.progress_every_s", "must be > 0");
   for (int i = 0; i < e.sweep_size(); ++i) {
     const auto& axis = e.sweep(i);
-    if (axis.values_size() == 0) fail("experiment.sweep", "axis '" + axis.field() + "' has no values", i);
+    if (axis.values_size() == 0) fail("experiment.sweep", "axis '" + wire_text(axis.field()) + "' has no values", i);
     if (axis.also_set_size() > axis.values_size()) fail("experiment.sweep", "more also_set fragments than values", i);
     try {
       field_fragment(axis.field(), axis.values(0));
@@ -507,22 +867,19 @@ void validate(const config::Config& c, const Locator& at) {
 config::Config parse_config(const std::string& text, const std::string& source,
                             const std::vector<std::string>& overrides) {
   config::Config c;
-  // Trees must outlive validation; a deque keeps their addresses stable.
-  std::deque<pb::TextFormat::ParseInfoTree> trees;
   std::vector<Locator::Source> sources;
   auto merge = [&](const std::string& body, const std::string& name) {
     pb::TextFormat::Parser parser;
     CollectFirstError errors;
-    trees.emplace_back();
     parser.RecordErrorsTo(&errors);
-    parser.WriteLocationsTo(&trees.back());
-    // MergeFromString lets a fragment set fields of a message the file already set;
-    // within one text, setting a singular field twice is still an error.
+    // MergeFromString lets a fragment set fields of a message the file already set. It
+    // also takes a singular field written twice in one text, the later value winning
+    // (the Locator places it there).
     if (!parser.MergeFromString(body, &c)) {
       throw InputError(name + ":" + (errors.first().empty() ? std::string("could not parse") : errors.first()) +
                        moved_option_hint(errors.first()));
     }
-    sources.push_back({name, &trees.back()});
+    sources.push_back({name, &body});
   };
   merge(text, source);
   for (size_t i = 0; i < overrides.size(); ++i) merge(overrides[i], "--set #" + std::to_string(i + 1));

@@ -154,14 +154,25 @@ ClusterMembership join_cluster(const config::Config& base, const std::string& na
   }
   const std::vector<std::string> up = transport->connected_peers();
   const int connected = static_cast<int>(up.size());
-  if (connected < n - 1) {
-    // Who is missing, and where this peer looked for them.
+  // Stopped while it waited: the peer ends before its first step, as stopped, not as a
+  // join that failed.
+  const bool stopped = stop != nullptr && *stop;
+  if (connected < n - 1 && !stopped) {
+    // Who is missing, and where this peer looked for them: the first 8 by name, then how
+    // many more (a cluster of 100,000 would otherwise say it in one line of megabytes).
     std::string missing;
+    int named = 0, more = 0;
     for (int j = 0; j < n; ++j) {
       const std::string& other = cl.peers(j).name();
       if (j == me || std::find(up.begin(), up.end(), other) != up.end()) continue;
+      if (named == 8) {
+        ++more;
+        continue;
+      }
       missing += (missing.empty() ? "" : ", ") + other + " at " + cl.peers(j).address();
+      ++named;
     }
+    if (more > 0) missing += " and " + std::to_string(more) + " more";
     char timeout[32];
     std::snprintf(timeout, sizeof timeout, "%g", cl.connect_timeout_s());
     const std::string counted = "peer " + name + ": " + std::to_string(connected) + " of " + std::to_string(n - 1) +
@@ -221,6 +232,7 @@ TrainResult run_cluster_peer(const config::Config& base, const std::string& name
   {
     Peer peer(peer_spec(cluster_peer_config(base, name)), log, progress, &net);
     peer.set_metrics(metrics);
+    peer.stop_when(stop);  // at step boundaries; the watcher below also ends a wait inside a step
     std::atomic<bool> done{false};
     std::thread watcher([&] {
       while (!done) {

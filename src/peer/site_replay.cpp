@@ -80,6 +80,14 @@ class SiteReplayOptimizer final : public Optimizer {
   Optimizer& inner_;
 };
 
+// Fault injection (GossipSpec::byzantine) on a leader's replay: the rate its members repeat.
+float lied_rate(const std::string& byzantine, float lr) {
+  if (byzantine == "scaled") return 5 * lr;
+  if (byzantine == "sign_flip") return -lr;
+  if (byzantine == "random") return 2 * lr;
+  return lr;
+}
+
 // Why the record cannot describe this step, or "" when it can.
 std::string undescribed(const GossipEngine::SiteReplay& r, const std::vector<float>& params, bool state_saved) {
   if (!state_saved) return "the optimizer's state is kept by another framework";
@@ -134,7 +142,7 @@ std::vector<std::pair<uint32_t, std::vector<float>>> site_update_parts(GossipEng
     for (auto& [name, values] : state.buffers) parts.emplace_back(part++, std::move(values));
   } else {
     const float flags = (r.moved ? kMovedFlag : 0) + (r.regraded ? kRegradedFlag : 0);
-    parts.emplace_back(kHeaderPart, header(Form::kReplay, r.lr, flags, 0, 0));
+    parts.emplace_back(kHeaderPart, header(Form::kReplay, lied_rate(e.spec().byzantine, r.lr), flags, 0, 0));
     if (r.moved) parts.emplace_back(kBeforePart, r.before);
     if (r.regraded) parts.emplace_back(kGradientPart, r.stepped_gradient);
   }

@@ -1,7 +1,9 @@
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <string>
 
 #include "hearsay/config.pb.h"
 #include "hearsay/config.h"
@@ -289,4 +291,167 @@ TEST_CASE("config: a gossip field that became an algorithm's option is an error 
                        InputError);
   CHECK_THROWS_WITH_AS(parse_config("seed: 1", "s", {"cluster { gossip { consensus_step: 0.3 } }"}),
                        doctest::Contains("--set #1:1:"), InputError);
+}
+
+TEST_CASE("config: an absurd link latency, jitter, bandwidth or virtual time is refused at its place") {
+  const std::string two = "cluster {\n"                                           // 1
+                          "  peers { name: \"a\" site: \"x\" address: \"h:1\" }\n"  // 2
+                          "  peers { name: \"b\" site: \"y\" address: \"h:2\" }\n"; // 3
+  // 1e308 ms was accepted, and a simulation over it never ended.
+  CHECK_THROWS_WITH_AS(parse_config(two + "  default_link {\n    latency_ms: 1e308 }\n}\n", "l.textproto"),
+                       doctest::Contains("l.textproto:5:5: cluster.default_link.latency_ms: must be a finite number >= 0 and at "
+                                         "most 3600000 ms (an hour), got 1e+308"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(parse_config(two + "  default_link { jitter_ms: inf }\n}\n", "j.textproto"),
+                       doctest::Contains("j.textproto:4:18: cluster.default_link.jitter_ms: must be a finite number >= 0"), InputError);
+  for (const std::string bad : {"1e300", "1e-300", "-1", "nan", "10000001"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH_AS(parse_config(two + "  site_links { site_a: \"x\" site_b: \"y\"\n    link { bandwidth_mbps: " + bad + " } }\n}\n",
+                                      "b.textproto"),
+                         doctest::Contains("b.textproto:5:12: cluster.site_links[0].link.bandwidth_mbps: must be 0 (unlimited) or "
+                                           "in [0.001, 1e7] Mbit/s"),
+                         InputError);
+  }
+  for (const std::string fine : {"0", "0.001", "1e7"}) {
+    CAPTURE(fine);
+    CHECK_NOTHROW(parse_config(two + "  default_link { latency_ms: 3600000 jitter_ms: 5 bandwidth_mbps: " + fine + " }\n}\n", "ok"));
+  }
+  // A simulated site's access link, a fault's time and the run's virtual time, likewise.
+  const std::string simulated = two + "}\nexperiment {\n  simulate: true\n  simulation {\n";  // simulation: line 7
+  CHECK_THROWS_WITH_AS(parse_config(simulated + "    sites { site: \"x\" uplink_mbps: 1e12 }\n  }\n}\n", "s.textproto"),
+                       doctest::Contains("s.textproto:8:23: experiment.simulation.sites[0].uplink_mbps: must be 0 (unlimited)"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(parse_config(simulated + "    faults { peer: \"a\" for_s: 1e308 }\n  }\n}\n", "f.textproto"),
+                       doctest::Contains("f.textproto:8:24: experiment.simulation.faults[0].for_s: must be in (0, 1e9] seconds"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(parse_config(simulated + "    max_virtual_s: 1e300\n  }\n}\n", "v.textproto"),
+                       doctest::Contains("v.textproto:8:5: experiment.simulation.max_virtual_s: must be in [0, 1e9] seconds"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(parse_config("train {\n  emulated_step_s: 1e300 }\n", "t.textproto"),
+                       doctest::Contains("t.textproto:2:3: train.emulated_step_s: must be a finite number >= 0 and at most 1e9 seconds"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(parse_config("cluster {\n  peers { name: \"a\" address: \"h:1\" }\n  peers { name: \"b\" address: \"h:2\" slowdown: 1e300 }\n}\n",
+                                    "w.textproto"),
+                       doctest::Contains("w.textproto:3:36: cluster.peers[1].slowdown: must be >= 1 and at most 1e6, got 1e+300"),
+                       InputError);
+}
+
+TEST_CASE("config: 100,000 simulated peers are refused at load by the memory estimate, before anything is allocated") {
+  // They once allocated for 89 s and ended in std::bad_alloc (exit 1). The model makes the
+  // estimate (21M parameters x 4 buffers a peer: 31 TiB) beyond any machine the tests run on.
+  std::string text = "model { kind: MLP hidden: [4096, 4096] }\n"        // 1
+                     "data { format: SYNTHETIC synthetic_dim: 1024 }\n"  // 2
+                     "experiment { simulate: true }\n"                   // 3
+                     "cluster {\n";                                      // 4
+  text.reserve(4 << 20);
+  for (int i = 0; i < 100000; ++i) {
+    const std::string k = std::to_string(i);
+    text += "  peers { name: \"p" + k + "\" address: \"h:" + k + "\" }\n";  // the first on line 5
+  }
+  text += "}\n";
+  const auto start = std::chrono::steady_clock::now();
+  std::string message;
+  try {
+    parse_config(text, "m.textproto");
+  } catch (const InputError& e) {
+    message = e.what();
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CAPTURE(message);
+  CHECK(message.find("m.textproto:5:3: cluster.peers: 100000 simulated peers need at least ") != std::string::npos);
+  CHECK(message.find("21020682 parameters x 4 model-sized buffers") != std::string::npos);
+  CHECK(message.find("; simulate fewer peers or a smaller model") != std::string::npos);
+  // A parse of 4.5 MB and an estimate: a few tenths of a second in a release build (the
+  // bound leaves room for a sanitized one).
+  CHECK(seconds < 5.0);
+}
+
+TEST_CASE("config: a 10 MB name, or a name with a control byte, is refused at its place and not quoted back") {
+  const std::string huge(10 << 20, 'n');
+  std::string message;
+  try {
+    parse_config("seed: 1\nname: \"" + huge + "\"\n", "n.textproto");
+  } catch (const InputError& e) {
+    message = e.what();
+  }
+  CHECK(message.find("n.textproto:2:1: name: is 10485760 bytes long; a name has at most 128 bytes of printable ASCII") !=
+        std::string::npos);
+  CHECK(message.size() < 1000);
+  CHECK_THROWS_WITH_AS(parse_config("name: \"runs/../../x\"", "d.textproto"),
+                       doctest::Contains("d.textproto:1:1: name: 'runs/../../x' has a '/'"), InputError);
+  CHECK_THROWS_WITH_AS(parse_config("cluster {\n  id: \"a\\nb\"\n}\n", "i.textproto"),
+                       doctest::Contains("i.textproto:2:3: cluster.id: has byte 0x0a at offset 1; a name is printable ASCII"),
+                       InputError);
+  const std::string two = "cluster {\n"
+                          "  peers { name: \"a\" site: \"x\" address: \"h:1\" }\n"
+                          "  peers { name: \"b\" address: \"h:2\"\n"
+                          "          site: \"" + std::string(129, 's') + "\" }\n";
+  CHECK_THROWS_WITH_AS(parse_config(two + "}\n", "s.textproto"),
+                       doctest::Contains("s.textproto:4:11: cluster.peers[1].site: is 129 bytes long"), InputError);
+  // A site link's sites are checked before they are quoted in "has no peer".
+  const std::string ok = "cluster {\n"
+                         "  peers { name: \"a\" site: \"x\" address: \"h:1\" }\n"
+                         "  peers { name: \"b\" site: \"y\" address: \"h:2\" }\n";
+  CHECK_THROWS_WITH_AS(parse_config(ok + "  site_links { site_a: \"x\" site_b: \"" + huge + "\" }\n}\n", "l.textproto"),
+                       doctest::Contains("l.textproto:4:28: cluster.site_links[0].site_b: is 10485760 bytes long"), InputError);
+  // Any other value quoted back in an error is cut to 64 bytes.
+  message.clear();
+  try {
+    parse_config(ok + "  gossip { algorithm: \"" + huge + "\" }\n}\n", "a.textproto");
+  } catch (const InputError& e) {
+    message = e.what();
+  }
+  CHECK(message.find("a.textproto:4:12: cluster.gossip.algorithm: unknown 'nnnn") != std::string::npos);
+  CHECK(message.find("... (10485760 bytes)'") != std::string::npos);
+  CHECK(message.size() < 1000);
+  CHECK(parse_config("name: \"" + std::string(128, 'n') + "\"", "ok").name().size() == 128);
+}
+
+TEST_CASE("config: site_codec or site_split without site_replicas is refused, saying it would be ignored") {
+  const std::string cluster = "cluster {\n"
+                              "  peers { name: \"a\" site: \"eu\" address: \"h:1\" }\n"
+                              "  peers { name: \"b\" site: \"eu\" address: \"h:2\" }\n"
+                              "  peers { name: \"c\" site: \"us\" address: \"h:3\" }\n";
+  CHECK_THROWS_WITH_AS(parse_config(cluster + "  site_codec: \"fp16\"\n}\n", "c.textproto"),
+                       doctest::Contains("c.textproto:5:3: cluster.site_codec: 'fp16' is set, but cluster.site_replicas is off, "
+                                         "and only a site's gradient sum under site_replicas uses it: remove it, or set "
+                                         "site_replicas: true"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(parse_config(cluster + "  site_split: \"equal\"\n}\n", "s.textproto"),
+                       doctest::Contains("s.textproto:5:3: cluster.site_split: 'equal' is set, but cluster.site_replicas is off"),
+                       InputError);
+  CHECK_THROWS_WITH_AS(parse_config(cluster + "  site_replicas: false site_codec: \"\"\n}\n", "e.textproto"),
+                       doctest::Contains("e.textproto:5:24: cluster.site_codec: '' is set"), InputError);
+  CHECK_NOTHROW(parse_config(cluster + "  site_replicas: true site_codec: \"fp16\" site_split: \"equal\"\n}\n", "ok"));
+  // A --set that turns site replicas on makes them apply.
+  CHECK_NOTHROW(parse_config(cluster + "  site_codec: \"fp16\"\n}\n", "ok", {"cluster { site_replicas: true }"}));
+}
+
+TEST_CASE("config: an error in a block written twice keeps the line and column of the value it is about") {
+  // Text format merges the two blocks; the error once lost its place, or named the first.
+  CHECK_THROWS_WITH_AS(parse_config("train { epochs: 1 }\ntrain {\n  batch_size: 0\n}\n", "a.textproto"),
+                       doctest::Contains("a.textproto:3:3: train.batch_size: must be in [1, 65536]"), InputError);
+  CHECK_THROWS_WITH_AS(parse_config("train { batch_size: 3 }\ntrain { batch_size: 0 }\n", "b.textproto"),
+                       doctest::Contains("b.textproto:2:9: train.batch_size: must be in [1, 65536], got 0"), InputError);
+  CHECK_THROWS_WITH_AS(parse_config("optim { lr: 0.1 }\noptim { momentum: 0.5 }\noptim {\n  nesterov: true momentum: 0 }\n", "c.textproto"),
+                       doctest::Contains("c.textproto:4:3: optim.nesterov: needs momentum > 0"), InputError);
+  // A repeated field's elements count across the blocks, and across the --set fragments.
+  const std::string two = "cluster {\n"
+                          "  peers { name: \"a\" site: \"x\" address: \"h:1\" }\n"
+                          "}\n"
+                          "cluster {\n"
+                          "  peers { name: \"b\" site: \"y\" address: \"h:2\" slowdown: 0.5 }\n"
+                          "}\n";
+  CHECK_THROWS_WITH_AS(parse_config(two, "d.textproto"),
+                       doctest::Contains("d.textproto:5:46: cluster.peers[1].slowdown: must be >= 1"), InputError);
+  const std::string fine = "cluster {\n"
+                           "  peers { name: \"a\" site: \"x\" address: \"h:1\" }\n"
+                           "  peers { name: \"b\" site: \"y\" address: \"h:2\" }\n"
+                           "  site_links { site_a: \"x\" site_b: \"y\" link { latency_ms: 5 } }\n"
+                           "}\n";
+  CHECK_THROWS_WITH_AS(parse_config(fine, "e.textproto", {"cluster { site_links { site_a: \"x\" site_b: \"x\" link { latency_ms: -1 } } }"}),
+                       doctest::Contains("--set #1:1:55: cluster.site_links[1].link.latency_ms"), InputError);
+  // The short form of a repeated field: each element at its value.
+  CHECK_THROWS_WITH_AS(parse_config("model { hidden: [8, -4] }", "f.textproto"),
+                       doctest::Contains("f.textproto:1:21: model.hidden[1]: width must be in [1, 65536]"), InputError);
 }

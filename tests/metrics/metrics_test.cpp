@@ -102,7 +102,7 @@ TEST_CASE("metrics board: steps, loss and the gossip figures come out in the exp
   CHECK(m.back() == '\n');
 }
 
-TEST_CASE("metrics board: a refusal's text never becomes a label value; each renders under one of a fixed set") {
+TEST_CASE("metrics board: a refusal's text never becomes a label value, each renders under one of a fixed set") {
   MetricsBoard board(std::map<std::string, std::string>{{"peer", "p"}});
   MetricsBoard::Gossip g;
   // Whatever the keys say (the guard counts by kind already; the board holds to it anyway).

@@ -369,3 +369,26 @@ TEST_CASE("site replicas: a member repeats its leader's optimizer step, so the l
   auto sgp_sent = bytes_sent(sgp_dir.path());
   CHECK(sgp_sent["peer0"]["peer1"] - sgp_sent["peer1"]["peer0"] > 38 * kModelBytes);
 }
+
+TEST_CASE("site replicas: a leader that replays a rate other than its schedule's (x 5, negated, x 2) is refused by its member "
+          "before the step, with a refused event naming it") {
+  for (const std::string lie : {"scaled", "sign_flip", "random"}) {
+    CAPTURE(lie);
+    test::TempDir dir;
+    ClusterSpec s;
+    s.base = peer_spec(parse_config(kSmall, "site-replicas-test", {"train { max_steps: 6 }"}));
+    s.peers = 3;
+    s.gossip.algorithm = "adpsgd";
+    s.gossip.topology.kind = "ring";
+    s.gossip.topology.site_of = {0, 0, 1};
+    s.gossip.site_replicas = true;
+    s.byzantine = {lie, "none", "none"};  // peer0 leads site 0, peer1 its member
+    s.log_dir = dir.path();
+    // Step 0 is a whole resync (no rate); step 1 is the first replay.
+    CHECK_THROWS_WITH_AS(run_cluster(s),
+                         doctest::Contains("peer peer1: adpsgd refused peer peer0's update for round 1 (site replay: synchronous: its rate"),
+                         InputError);
+    const std::string log = test::read_file(dir.file("peer1.jsonl"));
+    CHECK(log.find(R"("event":"refused","neighbour":"peer0","round":1,"reason":"site replay: synchronous: its rate )") != std::string::npos);
+  }
+}

@@ -1,5 +1,6 @@
 """SIGTERM and SIGINT at every phase of a lone peer and of a cluster peer (loading its data,
-joining, training, writing a checkpoint), RUNS times each (issue 39: 100): every run ends
+joining, training, writing a checkpoint), RUNS times each (issue 39: 100), and RUNS / 4
+times each to a synchronous peer in its join: every run ends
 by itself within its bound, says it was stopped on stderr, exits 143 or 130 (not killed by
 the signal: the status is its own), leaves its stop checkpoint where it took a step, and
 no file of a library's (libinfinipath wrote *.btr files from its handler) in its working
@@ -50,6 +51,19 @@ CLUSTER = '''cluster {{
 }}'''
 
 
+# A synchronous cluster peer whose neighbour never comes: all of its life is the join (it
+# would give up after connect_timeout_s, exit 2, as all-reduce needs every peer).
+SYNC_CLUSTER = '''cluster {{
+  id: "signals"
+  secret_env: "HEARSAY_SECRET"
+  connect_timeout_s: 4
+  tls: false
+  peers {{ name: "a" address: "127.0.0.1:{port}" }}
+  peers {{ name: "b" address: "127.0.0.1:{other}" }}
+  gossip {{ algorithm: "allreduce" }}
+}}'''
+
+
 def events(path):
     out = []
     try:
@@ -70,7 +84,7 @@ def phase_of(kind, evs):
         return "loading"
     end = next((e for e in reversed(evs) if e.get("event") == "end"), None)
     if end is None or end.get("steps", 0) == 0:
-        return "joining" if kind == "cluster" else "before the first step"
+        return "before the first step" if kind == "lone" else "joining"
     # The stop checkpoint follows the periodic one at once: the signal came while it was written.
     ckpts = [e for e in evs if e.get("event") == "checkpoint"]
     if len(ckpts) >= 2 and ckpts[-2].get("step") == end["steps"]:
@@ -81,11 +95,12 @@ def phase_of(kind, evs):
 def one_run(bin_dir, kind, sig, delay_s, port):
     d = tempfile.mkdtemp(prefix="hearsay-signals-")
     try:
-        cluster = CLUSTER.format(port=port, other=port + 1) if kind == "cluster" else ""
+        template = {"cluster": CLUSTER, "sync join": SYNC_CLUSTER}.get(kind, "")
+        cluster = template.format(port=port, other=port + 1)
         with open(os.path.join(d, "c.textproto"), "w") as f:
             f.write(CONFIG.format(cluster=cluster))
         cmd = [os.path.join(bin_dir, "hearsay-peer"), "--config", "c.textproto", "--quiet", "--log", "peer.jsonl"]
-        if kind == "cluster":
+        if kind != "lone":
             cmd += ["--peer", "a"]
         env = dict(os.environ, HEARSAY_SECRET="signals-test-secret-0123456789")
         started = time.monotonic()
@@ -116,7 +131,7 @@ def one_run(bin_dir, kind, sig, delay_s, port):
         if f"stopped by {sig.name}" not in err:
             why.append(f"no 'stopped by {sig.name}' on stderr")
         stepped = end is not None and end.get("steps", 0) > 0
-        ckpt = os.path.join(d, "ckpt", "a.ckpt" if kind == "cluster" else "signals.ckpt")
+        ckpt = os.path.join(d, "ckpt", "signals.ckpt" if kind == "lone" else "a.ckpt")
         if stepped and not os.path.exists(ckpt):
             why.append("took steps but left no stop checkpoint")
         if stepped and not any(e.get("event") == "checkpoint" and e.get("step") == end["steps"] for e in evs):
@@ -144,11 +159,13 @@ def main():
     rng = random.Random(args.seed)
     plan = []
     port = 17600
-    for kind in ("lone", "cluster"):
-        # The whole run: 2 ms steps, 1,250 alone, 625 in the cluster after its 0.6 s join.
-        horizon = 2.5 if kind == "lone" else 1.9
+    for kind in ("lone", "cluster", "sync join"):
+        # The whole run: 2 ms steps, 1,250 alone, 625 in the cluster after its 0.6 s join;
+        # the synchronous peer's 4 s join.
+        horizon = {"lone": 2.5, "cluster": 1.9, "sync join": 3.0}[kind]
+        runs = args.runs if kind != "sync join" else max(1, args.runs // 4)
         for sig in (signal.SIGTERM, signal.SIGINT):
-            for i in range(args.runs):
+            for i in range(runs):
                 # One in ten lands in the first quarter second: start-up and data loading
                 # are a small part of the run's life, and each must be hit.
                 delay = rng.uniform(0.0, 0.25) if i % 10 == 0 else rng.uniform(0.0, horizon)

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import tempfile
+import time
 import unittest
 
 BIN = os.environ.get("HEARSAY_BIN_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "build", "bin"))
@@ -258,6 +259,32 @@ class Simulate(unittest.TestCase):
         r = run(config, os.path.join(self.dir, "runs-real"))
         self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
         self.assertIn("experiment.simulation.faults[0]: faults: only the simulator models it", r.stderr)
+
+    def test_an_absurd_latency_and_more_peers_than_memory_holds_are_refused_at_load_with_their_place(self):
+        def refused(name, text):
+            config = write(self.dir, text, name)
+            out = os.path.join(self.dir, "runs-" + name)
+            start = time.monotonic()
+            # Before the bounds, the first never ended and the second ran 89 s into std::bad_alloc.
+            r = subprocess.run([RUN, config, "--out-dir", out, "--plain"], capture_output=True, text=True, timeout=120)
+            self.assertEqual(r.returncode, 2, r.stdout + r.stderr[-4000:])
+            self.assertLess(time.monotonic() - start, 60)
+            self.assertLess(max(len(line) for line in r.stderr.splitlines()), 2000, "no line as long as the config")
+            self.assertFalse(glob.glob(os.path.join(out, "*", "*.jsonl")), "nothing ran")
+            return r.stderr
+
+        wan = 'site_links { site_a: "x" site_b: "y" link { latency_ms: 30 bandwidth_mbps: 20 } }'
+        text = (BASE % {"peers": PEERS, "experiment": ""}).replace(wan, wan.replace("latency_ms: 30", "latency_ms: 1e308"))
+        self.assertRegex(refused("bad-latency.textproto", text),
+                         r"bad-latency\.textproto:21:47: cluster\.site_links\[2\]\.link\.latency_ms: must be a finite number >= 0 "
+                         r"and at most 3600000 ms \(an hour\), got 1e\+308")
+        # 100,000 peers of a 17M-parameter model: about 27 TiB by the estimate, beyond any machine.
+        peers = "\n".join(f'  peers {{ name: "p{k}" site: "{"xy"[k % 2]}" address: "10.{k >> 16}.{(k >> 8) & 255}.{k & 255}:1" }}'
+                          for k in range(100000))
+        text = (BASE % {"peers": peers, "experiment": ""}).replace("kind: LOGREG", "kind: MLP hidden: [4096, 4096]")
+        self.assertRegex(refused("many.textproto", text),
+                         r"many\.textproto:10:3: cluster\.peers: 100000 simulated peers need at least [0-9.]+ [KMGTPE]iB "
+                         r"\(16932868 parameters x 4 model-sized buffers")
 
 
 if __name__ == "__main__":
