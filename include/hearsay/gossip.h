@@ -105,7 +105,8 @@ struct GossipSpec {
   UpdateGuardSpec guard;
   // Fault injection for robustness experiments: this peer lies in every asynchronous
   // update it sends. none; scaled (x 5); sign_flip (negated); random (Gaussian of the
-  // same norm). docs/ALGORITHMS.md, "Hostile and broken updates".
+  // same norm); absurd (x 1e30, in synchronous exchanges too). docs/ALGORITHMS.md,
+  // "Hostile and broken updates".
   std::string byzantine = "none";
   // cluster.site_replicas (docs/ALGORITHMS.md, "Site replicas"): a site's peers train as
   // one replica; `site_codec` carries the hops of its gradient sum (empty: codec.name).
@@ -360,6 +361,7 @@ class GossipEngine {
   // A synchronous algorithm cannot go on without a message the inbox refused.
   void on_frame(const std::string& from, InFrame&& frame);
   void lie(std::vector<float>& v);  // spec_.byzantine
+  bool lies_in(const Message& m) const;  // whether spec_.byzantine lies in this message
   // A neighbour's update failed a check: count it, say so, maybe quarantine the sender.
   void refuse(int from, const std::string& why);
   // The asynchronous arrivals that pass the norm check (the finite check ran on decode).

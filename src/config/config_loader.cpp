@@ -704,8 +704,10 @@ void validate(const config::Config& c, const Locator& at) {
       if (!(p.slowdown() >= 1 && p.slowdown() <= kMaxSlowdown)) {
         fail(at_i + ".slowdown", "must be >= 1 and at most 1e6, got " + number(p.slowdown()));
       }
-      const std::set<std::string> lies{"none", "scaled", "sign_flip", "random"};
-      if (lies.count(p.byzantine()) == 0) fail(at_i + ".byzantine", "unknown '" + wire_text(p.byzantine()) + "'; use none, scaled, sign_flip or random");
+      const std::set<std::string> lies{"none", "scaled", "sign_flip", "random", "absurd"};
+      if (lies.count(p.byzantine()) == 0) {
+        fail(at_i + ".byzantine", "unknown '" + wire_text(p.byzantine()) + "'; use none, scaled, sign_flip, random or absurd");
+      }
     }
     if (c.experiment().simulate()) check_simulation_memory(c, fail);
     const int neighbours = std::max(0, cl.peers_size() - 1);

@@ -44,8 +44,9 @@ void check_gossip_spec(const GossipSpec& s, int peers) {
   if (s.gossip_every < 1) throw InputError("gossip_every must be >= 1");
   if (!(s.sync_timeout_s > 0)) throw InputError("sync_timeout_s must be > 0");
   if (s.segment_elements < 1024) throw InputError("segment_elements must be >= 1024");
-  if (s.byzantine != "none" && s.byzantine != "scaled" && s.byzantine != "sign_flip" && s.byzantine != "random") {
-    throw InputError("byzantine '" + s.byzantine + "': use none, scaled, sign_flip or random");
+  if (s.byzantine != "none" && s.byzantine != "scaled" && s.byzantine != "sign_flip" && s.byzantine != "random" &&
+      s.byzantine != "absurd") {
+    throw InputError("byzantine '" + s.byzantine + "': use none, scaled, sign_flip, random or absurd");
   }
   if (!(s.guard.max_norm_ratio >= 0) || s.guard.strikes < 0 || !(s.guard.quarantine_s >= 0)) {
     throw InputError("guard: max_norm_ratio and quarantine_s must be >= 0 and strikes >= 0");
@@ -595,12 +596,18 @@ void GossipEngine::stamp(Message& m) const {
 void GossipEngine::send(int to, Message m, std::vector<float> data) {
   stamp(m);
   m.data = std::move(data);
-  if (spec_.byzantine != "none" && !m.synchronous && !m.data.empty()) lie(m.data);
+  if (lies_in(m) && !m.data.empty()) lie(m.data);
   offer(to, std::move(m));
 }
 
+// "absurd" lies in synchronous exchanges too (their dense parts: what an all-reduce or a
+// model average sends), where the update guard, not robust mixing, must stop it.
+bool GossipEngine::lies_in(const Message& m) const {
+  return spec_.byzantine != "none" && (!m.synchronous || spec_.byzantine == "absurd");
+}
+
 void GossipEngine::send_shared(int to, Message m, std::shared_ptr<const std::vector<float>> data) {
-  if (spec_.byzantine != "none" && !m.synchronous) return send(to, std::move(m), std::vector<float>(*data));  // lies on a copy
+  if (lies_in(m)) return send(to, std::move(m), std::vector<float>(*data));  // lies on a copy
   stamp(m);
   m.shared = std::move(data);
   offer(to, std::move(m));
@@ -917,10 +924,12 @@ void GossipEngine::mix_neighbour_model(int from, const Message& m, double w) {
 
 // Fault injection (spec.byzantine): what a Byzantine peer sends instead of the truth,
 // each chosen to pass the norm check (at its default ratio) so that only robust mixing
-// can stop it.
+// can stop it; but "absurd", which only the update guard can.
 void GossipEngine::lie(std::vector<float>& v) {
   if (spec_.byzantine == "scaled") {
     for (float& x : v) x *= 5.0f;
+  } else if (spec_.byzantine == "absurd") {
+    for (float& x : v) x *= 1e30f;  // finite, for a value under 3e8: only a norm check stops it
   } else if (spec_.byzantine == "sign_flip") {
     for (float& x : v) x = -x;
   } else if (spec_.byzantine == "random") {

@@ -105,3 +105,26 @@ TEST_CASE("allreduce: on non-IID shards, every codec beats peers that never comm
     CHECK(acc > control + 0.15);
   }
 }
+
+TEST_CASE("allreduce and diloco's outer average: a peer whose parts are absurd (x 1e30, finite) is refused before they are "
+          "added, with a refused event naming it, in one site and across two") {
+  for (const std::string algorithm : {"allreduce", "diloco"}) {
+    for (const std::vector<int>& sites : {std::vector<int>{0, 0, 0, 0}, std::vector<int>{0, 0, 1, 1}}) {
+      CAPTURE(algorithm);
+      CAPTURE(sites.back());
+      test::TempDir dir;
+      ClusterSpec s = spec(kSmall, "none", sites, algorithm);
+      if (algorithm == "diloco") s.gossip.options = "local_steps: 2";
+      s.byzantine = {"none", "none", "none", "absurd"};
+      s.gossip.sync_timeout_s = 3;  // the others then wait for whoever refused, and give up
+      s.log_dir = dir.path();
+      CHECK_THROWS_WITH_AS(run_cluster(s), doctest::Contains("refused peer peer3's update for round"), InputError);
+      // Whoever took a part of peer3's first said why, in its log, before adding it.
+      std::string logs;
+      for (const std::string name : {"peer0", "peer1", "peer2"}) logs += test::read_file(dir.file(name + ".jsonl"));
+      CHECK(logs.find(R"("event":"refused","neighbour":"peer3")") != std::string::npos);
+      CHECK(logs.find(R"("reason":"norm: )") != std::string::npos);
+      CHECK(logs.find(R"("event":"diverged")") == std::string::npos);
+    }
+  }
+}
