@@ -53,20 +53,28 @@ void check_algorithm_options(const config::Config& c, const AlgorithmEntry& algo
   }
 }
 
-// Gossip fields that became algorithms' own options (issue 13): an old config naming one
-// is told where it went, not only that the field is unknown.
+// A gossip field that is an algorithm's own option now (issue 13 moved them): an old
+// config naming one is told where it went, not only that the field is unknown. Read off
+// the registry: every algorithm whose options message has a field of that name.
 std::string moved_option_hint(const std::string& parse_error) {
-  static const std::vector<std::pair<std::string, std::string>> moved = {
-      {"average_every", "gossip_grad"}, {"local_steps", "local_sgd or diloco"}, {"outer_lr", "diloco"},
-      {"outer_momentum", "diloco"},     {"consensus_step", "choco"},             {"overlap_tau", "sgp"},
-      {"sync_lr_scaling", "allreduce"}, {"sync_lr_warmup_steps", "allreduce"}};
   if (parse_error.find("GossipConfig") == std::string::npos) return "";
-  for (const auto& [field, algorithm] : moved) {
-    if (parse_error.find("\"" + field + "\"") == std::string::npos) continue;
-    return "; '" + field + "' is an option of " + algorithm + " now, set inside the gossip block as [hearsay.algorithms." +
-           algorithm.substr(0, algorithm.find(' ')) + "] { " + field + ": ... } (docs/CONFIG.md, \"Algorithm options\")";
+  std::string field;
+  std::vector<std::string> owners;  // registered algorithms with an option of that name
+  for (const std::string& name : gossip_algorithms()) {
+    const pb::Descriptor* options = algorithm_entry(name).options->GetDescriptor();
+    for (int i = 0; i < options->field_count(); ++i) {
+      const std::string& f = options->field(i)->name();
+      if ((field.empty() || f == field) && parse_error.find("\"" + f + "\"") != std::string::npos) {
+        field = f;
+        owners.push_back(name);
+      }
+    }
   }
-  return "";
+  if (owners.empty()) return "";
+  std::string who;
+  for (size_t i = 0; i < owners.size(); ++i) who += (i == 0 ? "" : i + 1 == owners.size() ? " or " : ", ") + owners[i];
+  return "; '" + field + "' is an option of " + who + " now, set inside the gossip block as [hearsay.algorithms." + owners.front() +
+         "] { " + field + ": ... } (docs/CONFIG.md, \"Algorithm options\")";
 }
 
 constexpr double kMaxEpochs = 1e6;

@@ -61,6 +61,12 @@ struct AlgorithmEntry {
   // It applies its step itself and never calls the peer's optimizer (dgc, demo): a peer
   // whose framework owns the optimizer (a torch peer) cannot run it.
   bool steps_without_optimizer = false;
+  // Under cluster.site_replicas, a site whose leader dies may go on under a new one that
+  // runs it with a fresh peer's state: it keeps nothing a neighbour relies on.
+  bool new_site_leader = false;
+  // Its collectives already sum each site's gradients first and cross the WAN only between
+  // the sites' leaders (hierarchical): cluster.site_replicas adds nothing to it.
+  bool sums_sites_first = false;
   // The options message's default instance (its type is what the config's extension
   // holds); never null.
   const google::protobuf::Message* options = nullptr;
@@ -86,6 +92,8 @@ struct AlgorithmDefinition {
   bool joins_from_neighbour = false;
   bool owns_update = false;
   bool steps_without_optimizer = false;
+  bool new_site_leader = false;
+  bool sums_sites_first = false;
   std::vector<SendRule> sends;
   std::function<void(const Options&, const GossipSpec&, int peers)> check;
   std::function<std::unique_ptr<Algorithm>(const GossipSpec&, const Options&)> make;
@@ -105,6 +113,8 @@ bool register_algorithm(AlgorithmDefinition<Options> d) {
   e.joins_from_neighbour = d.joins_from_neighbour;
   e.owns_update = d.owns_update;
   e.steps_without_optimizer = d.steps_without_optimizer;
+  e.new_site_leader = d.new_site_leader;
+  e.sums_sites_first = d.sums_sites_first;
   e.options = &Options::default_instance();
   e.sends = std::move(d.sends);
   if (d.check) {

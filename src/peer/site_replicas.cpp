@@ -366,14 +366,10 @@ std::vector<int> split_rows(const std::vector<double>& seconds_per_sample, int t
 
 bool leaders_run(const GossipSpec& s) { return s.site_replicas && !algorithm_entry(s.algorithm).collective; }
 
-// A new leader runs the algorithm with a fresh peer's state. adpsgd and gossip_grad keep
-// nothing a neighbour relies on; sgp's push-sum weight starts again at 1 (the dead
-// leader's mass is lost in any case). choco's public copies must stay in step with each
-// neighbour's copy of them, and dpsgd's leaders wait on each other every round (a dead
-// leader stops its neighbours' sites as well): neither can take one.
-bool elects_new_leader(const GossipSpec& s) {
-  return leaders_run(s) && (s.algorithm == "adpsgd" || s.algorithm == "gossip_grad" || s.algorithm == "sgp");
-}
+// A new leader runs the algorithm with a fresh peer's state: only where the algorithm says
+// it keeps nothing a neighbour relies on (AlgorithmEntry::new_site_leader; each says why in
+// its own file).
+bool elects_new_leader(const GossipSpec& s) { return leaders_run(s) && algorithm_entry(s.algorithm).new_site_leader; }
 
 void refresh_site_leaders(GossipEngine& e) {
   if (!elects_new_leader(e.spec())) return;
@@ -399,8 +395,8 @@ void refresh_site_leaders(GossipEngine& e) {
 
 void check_site_replicas(const GossipSpec& s, int peers) {
   if (!s.site_replicas) return;
-  if (s.algorithm == "allreduce") {
-    throw InputError("allreduce already sums each site's gradients first and crosses the WAN only between the sites' "
+  if (algorithm_entry(s.algorithm).sums_sites_first) {
+    throw InputError(s.algorithm + " already sums each site's gradients first and crosses the WAN only between the sites' "
                      "leaders (hierarchical); site_replicas adds nothing to it: leave it off");
   }
   if (s.site_split != "speed" && s.site_split != "equal") throw OptionError("site_split", "'" + s.site_split + "': use speed or equal");

@@ -286,8 +286,8 @@ TEST_CASE("config: dpsgd on a directed topology, and a negative sgp overlap boun
 TEST_CASE("config: a gossip field that became an algorithm's option is an error that says where it went") {
   const std::string cluster = "cluster {\n  peers { name: \"a\" address: \"h:1\" }\n  peers { name: \"b\" address: \"h:2\" }\n";
   CHECK_THROWS_WITH_AS(parse_config(cluster + "  gossip { algorithm: \"local_sgd\" local_steps: 4 }\n}\n", "old.textproto"),
-                       doctest::Contains("'local_steps' is an option of local_sgd or diloco now, set inside the gossip block as "
-                                         "[hearsay.algorithms.local_sgd] { local_steps: ... }"),
+                       doctest::Contains("'local_steps' is an option of delta_gossip, diloco, local_sgd or streaming_diloco now, "
+                                         "set inside the gossip block as [hearsay.algorithms.delta_gossip] { local_steps: ... }"),
                        InputError);
   CHECK_THROWS_WITH_AS(parse_config("seed: 1", "s", {"cluster { gossip { consensus_step: 0.3 } }"}),
                        doctest::Contains("--set #1:1:"), InputError);

@@ -156,6 +156,7 @@ class Adpsgd final : public Algorithm {
 const bool registered = register_algorithm<algorithms::AdpsgdOptions>({
     .name = "adpsgd",
     .joins_from_neighbour = true,
+    .new_site_leader = true,  // it keeps nothing a neighbour relies on
     .sends = {{MessageKind::kModel, Compression::kModel}},
     .make = [](const GossipSpec&, const algorithms::AdpsgdOptions&) { return std::make_unique<Adpsgd>(); },
 });

@@ -56,6 +56,7 @@ const bool registered = register_algorithm<algorithms::AllreduceOptions>({
     .name = "allreduce",
     .synchronous = true,
     .collective = true,
+    .sums_sites_first = true,
     .check =
         [](const algorithms::AllreduceOptions& o, const GossipSpec& s, int) {
           check_sync_lr_options(o.sync_lr_scaling(), o.sync_lr_warmup_steps());

@@ -234,6 +234,7 @@ class Choco final : public Algorithm {
 
 }  // namespace
 
+// No new_site_leader: its public copies must stay in step with each neighbour's copy of them.
 const bool registered = register_algorithm<algorithms::ChocoOptions>({
     .name = "choco",
     .undirected_topology = true,

@@ -40,6 +40,8 @@ class Dpsgd final : public Algorithm {
   }
 };
 
+// No new_site_leader: its sites' leaders wait on each other every round (a dead leader stops its
+// neighbours' sites as well).
 const bool registered = register_algorithm<algorithms::DpsgdOptions>({
     .name = "dpsgd",
     .synchronous = true,

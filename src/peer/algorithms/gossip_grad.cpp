@@ -67,6 +67,7 @@ class GossipGrad final : public Algorithm {
 const bool registered = register_algorithm<algorithms::GossipGradOptions>({
     .name = "gossip_grad",
     .joins_from_neighbour = true,
+    .new_site_leader = true,  // it keeps nothing a neighbour relies on
     .sends = {{MessageKind::kGradient, Compression::kUpdate}, {MessageKind::kModel, Compression::kModel}},
     .check = [](const algorithms::GossipGradOptions& o, const GossipSpec&, int) {
       if (o.average_every() < 0) throw OptionError("average_every", "must be >= 0 (0: no model averaging), got " + std::to_string(o.average_every()));

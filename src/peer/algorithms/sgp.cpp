@@ -220,6 +220,7 @@ class Sgp final : public Algorithm {
 const bool registered = register_algorithm<algorithms::SgpOptions>({
     .name = "sgp",
     .joins_from_neighbour = true,
+    .new_site_leader = true,  // its push-sum weight starts at 1 again (the dead leader's mass is lost anyway)
     .sends = {{MessageKind::kPushSum, Compression::kModel}},
     .check = [](const algorithms::SgpOptions& o, const GossipSpec& spec, int peers) {
       if (o.overlap_tau() < 0) throw OptionError("overlap_tau", "must be >= 0 (0: no bound), got " + std::to_string(o.overlap_tau()));
