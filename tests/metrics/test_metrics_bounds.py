@@ -64,7 +64,13 @@ class ClusterMetricsBounds(unittest.TestCase):
             self.assertLessEqual(most, bound, f"threads with 1,000 idle connections (from {before})")
             took, body = scrape(self.port)
             self.assertIn("# TYPE hearsay_peer_up gauge", body)
-            self.assertLessEqual(threading.active_count(), before + 2)
+            # Connections accepted later (from the listen queue) each wait out their own
+            # deadline: on a loaded machine the last handlers end some seconds after the
+            # first ones. Every one ends, none outlives its deadline by much.
+            drained = time.monotonic() + 1000 / hearsay_metrics.MAX_HANDLERS * (hearsay_metrics.READ_DEADLINE_S + 1) + 5
+            while threading.active_count() > before + 2 and time.monotonic() < drained:
+                time.sleep(0.05)
+            self.assertLessEqual(threading.active_count(), before + 2, "handler threads left after every deadline passed")
         finally:
             for s in idle:
                 s.close()
