@@ -524,19 +524,21 @@ TEST_CASE("adversary: a synchronous part of finite 3e38s from an admitted inside
     o.tls = false;
     auto b = create_transport("tcp", o);
     std::mutex mu;
-    uint64_t n = 0;
-    b->set_receiver([&](const std::string&, InFrame&& f) {
+    std::map<std::string, uint64_t> n;  // each honest peer's, once its link to b carries its part
+    b->set_receiver([&](const std::string& from, InFrame&& f) {
       std::lock_guard<std::mutex> lock(mu);
-      if (f.envelope->has_update()) n = f.envelope->update().tensor_length();
+      if (f.envelope->has_update()) n[from] = f.envelope->update().tensor_length();
     });
     b->listen("127.0.0.1:" + std::to_string(port + 1));
     b->connect("a", "127.0.0.1:" + std::to_string(port));
     PeerProcess c("--config " + cfg + " --peer c --log " + dir.file("c.jsonl"), dir.file("c.out"));
     const auto deadline = Clock::now() + std::chrono::seconds(30);
+    // Both links up and both peers in round 0 (each sent b its part): a send before a's
+    // link to b was admitted would be lost, and a would wait out its sync timeout.
     uint64_t len = 0;
     while (len == 0 && Clock::now() < deadline && !a.poll(0.05)) {
       std::lock_guard<std::mutex> lock(mu);
-      len = n;
+      if (n.size() == 2) len = n["a"];
     }
     CAPTURE(a.output());
     CAPTURE(c.output());
