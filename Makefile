@@ -36,8 +36,8 @@ test: build test-deps
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
 # The tests again under AddressSanitizer and UndefinedBehaviorSanitizer (CPU only). Left
-# out: the Fashion-MNIST convergence runs (minutes, no new code paths), the 400 signalled
-# peers ('signals: SIGTERM', timed for the plain build), and the straggler
+# out: the Fashion-MNIST convergence runs (minutes, no new code paths), the 450 signalled
+# peers ('signals: SIGTERM and SIGINT at every phase', timed for the plain build), and the straggler
 # step-rate, consensus-decay, Byzantine time-to-target and site-split checks (they compare
 # times that the sanitizers' slowdown distorts). At -O0: at -O1 (tried 2026-12-05) its
 # ctest ran about twice as fast, but asio's thread-local recycling allocator was reported
@@ -46,7 +46,7 @@ test: build test-deps
 test-asan: test-deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DHEARSAY_SANITIZE=ON -DHEARSAY_CUDA=OFF $(CMAKE_FLAGS)
 	cmake --build build-asan -j $(JOBS)
-	cd build-asan && ctest --output-on-failure -j $(JOBS) -E 'convergence_test|10x slower|consensus distance falls|Byzantine peer|measured speeds|on non-IID shards|sim_network_test|simulator:|report:|signals: SIGTERM'
+	cd build-asan && ctest --output-on-failure -j $(JOBS) -E 'convergence_test|10x slower|consensus distance falls|Byzantine peer|measured speeds|on non-IID shards|sim_network_test|simulator:|report:|signals: SIGTERM and SIGINT at every phase'
 
 # The tests again under ThreadSanitizer (CPU only; -O1, since TSan slows code 5-15x and
 # -O0 doubles that); any report fails the test. TSAN_OPTIONS (with tests/tsan.supp, for
@@ -70,7 +70,8 @@ test-asan: test-deps
 #                              them all), which TSan reads as races it cannot follow.
 #   'report:'                  the report's test draws a simulated sweep (hearsay-sim, as
 #                              'simulator:'); the report itself is Python.
-#   'signals: SIGTERM'         400 real peer processes signalled at random times: their
+#   'signals: SIGTERM and SIGINT at every phase'
+#                              450 real peer processes signalled at random times: their
 #                              phases are timed for the plain build, and the code they run
 #                              is the same as the other tests'.
 #   'on non-IID shards'        cluster_test's 13 algorithms against peers alone: the
@@ -82,7 +83,7 @@ test-asan: test-deps
 test-tsan: test-deps
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG='-g -O1' -DHEARSAY_SANITIZE=thread -DHEARSAY_CUDA=OFF $(CMAKE_FLAGS)
 	cmake --build build-tsan -j $(JOBS)
-	cd build-tsan && ctest --output-on-failure -j $(JOBS) -E 'convergence_test|10x slower|consensus distance falls|Byzantine peer|measured speeds|on non-IID shards|sim_network_test|simulator:|report:|signals: SIGTERM'
+	cd build-tsan && ctest --output-on-failure -j $(JOBS) -E 'convergence_test|10x slower|consensus distance falls|Byzantine peer|measured speeds|on non-IID shards|sim_network_test|simulator:|report:|signals: SIGTERM and SIGINT at every phase'
 
 
 # Peers on separate hosts: 3 sites as network namespaces on a bridge, each site's link
