@@ -312,11 +312,17 @@ class GossipEngine {
   // InputError that names the sender, the round and why (a synchronous algorithm cannot go
   // on without it; the peer ends saying so, never later as divergence).
   [[noreturn]] void refuse_sync(int from, uint64_t round, const std::string& why);
-  // The guard's bound on a synchronous contribution whose norm is `norm`: at most
-  // max_norm_ratio x `parts` x `own_norm` (this peer's own part of the same exchange, or
-  // its model's norm where that is larger); refuse_sync when it is over. No check while
-  // the own norm is 0 or the ratio is 0.
-  void check_sync_norm(int from, uint64_t round, double norm, double own_norm, double parts);
+  // What a synchronous exchange's parts are held against: the norm of this peer's own
+  // part `own`, or its model's where that is larger (a gradient share of one row may be all
+  // but zero, honestly).
+  double sync_reference_norm(const std::vector<float>& own);
+  // The guard's bound on a synchronous part `m`: its norm at most max_norm_ratio x `parts`
+  // x `reference` (sync_reference_norm); refuse_sync when it is over. No check while the
+  // reference is 0 or the ratio is 0.
+  void check_sync_part(const Message& m, uint64_t round, double reference, double parts);
+  // The model's L2 norm: the last mix's measure while it is at most kNormAgeSteps old, else
+  // measured now where the model lives.
+  double model_norm();
   Message wait_sync(int from, uint64_t round, uint32_t phase);
   // The same without waiting: the message when it has arrived, else nullopt (a refused
   // one throws as wait_sync does).
@@ -360,6 +366,8 @@ class GossipEngine {
   class WaitSpan;
   // A synchronous algorithm cannot go on without a message the inbox refused.
   void on_frame(const std::string& from, InFrame&& frame);
+  // A message's L2 norm: the inbox's measure of it when it took one.
+  static double norm_of(const Message& m);
   void lie(std::vector<float>& v);  // spec_.byzantine
   bool lies_in(const Message& m) const;  // whether spec_.byzantine lies in this message
   // A neighbour's update failed a check: count it, say so, maybe quarantine the sender.

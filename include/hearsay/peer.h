@@ -159,6 +159,9 @@ class Peer {
   // checkpoint.dir/NAME.ckpt, or "" without checkpoints.
   std::string checkpoint_path() const;
   void save_checkpoint(int64_t step, double wall_s);
+  // What run() sizes its steps by: in a cluster the mean shard (every peer takes the same
+  // number of steps: synchronous algorithms meet every round), alone this peer's.
+  int64_t shard_size() const;
   // Restores the last checkpoint when there is one (and resume is on); returns its step.
   int64_t resume();
 

@@ -222,7 +222,7 @@ class AllReduce {
   GossipEngine& e_;
   MessageKind kind_;
   std::vector<float> v_;
-  double own_norm_ = 0;  // of v as this peer gave it: what each arriving part is held against
+  double reference_norm_ = 0;  // of v as this peer gave it (sync_reference_norm): each arriving part's bound
   uint64_t round_;
   std::string codec_;  // encode_once's codec: empty for gossip.codec
   bool raw_;           // fp32 as it is; else codec_ (encode_once)

@@ -359,30 +359,10 @@ std::vector<GossipEngine::Message> GossipEngine::screen(std::vector<Message> arr
       ++rejected_;
       continue;
     }
-    // The inbox measured it as it decoded the message, on the transport's thread.
-    const double sq = m.sum_squares >= 0 ? m.sum_squares : host_sum_squares(m.data.data(), m.data.size());
-    if (model_norm < 0 && m.kind != MessageKind::kGradient && params_sq_ >= 0 && steps_ - params_sq_step_ <= kNormAgeSteps) {
-      model_norm = std::sqrt(params_sq_);  // measured by the last mix, a step or few ago
-    }
-    if (model_norm < 0 && m.kind != MessageKind::kGradient) {
-      double x2 = 0;
-#if HEARSAY_HAVE_CUDA
-      if (on_device_) {
-        // Measured where the model lives, not downloaded for one number.
-        model_.backend().synchronize();
-        use_cuda_device(cuda_device_);
-        x2 = device_sum_squares(model_.params(), model_.num_params());
-      } else {
-        x2 = model_.backend().sum_squares(model_.params(), model_.num_params());
-      }
-#else
-      x2 = model_.backend().sum_squares(model_.params(), model_.num_params());
-#endif
-      model_norm = std::sqrt(x2);
-    }
+    if (model_norm < 0 && m.kind != MessageKind::kGradient) model_norm = this->model_norm();
     // Folded gradients and deltas are sums of their parts; a folded model is the newest one.
     const uint64_t parts = m.kind == MessageKind::kModel ? 1 : m.coalesced + 1;
-    const std::string why = check_update_norm(spec_.guard, m.kind, std::sqrt(sq), parts, model_norm, own_grad_norm_.load());
+    const std::string why = check_update_norm(spec_.guard, m.kind, norm_of(m), parts, model_norm, own_grad_norm_.load());
     if (!why.empty()) {
       refuse(m.from, why);
       continue;
@@ -1017,15 +997,37 @@ void GossipEngine::refuse_sync(int from, uint64_t round, const std::string& why)
                    std::to_string(round) + " (" + why + "); a synchronous algorithm cannot go on without it");
 }
 
-void GossipEngine::check_sync_norm(int from, uint64_t round, double norm, double own_norm, double parts) {
+double GossipEngine::norm_of(const Message& m) {
+  // The inbox measured it as it decoded the message, on the transport's thread.
+  return std::sqrt(m.sum_squares >= 0 ? m.sum_squares : host_sum_squares(m.data.data(), m.data.size()));
+}
+
+double GossipEngine::model_norm() {
+  if (params_sq_ >= 0 && steps_ - params_sq_step_ <= kNormAgeSteps) return std::sqrt(params_sq_);  // the last mix's
+#if HEARSAY_HAVE_CUDA
+  if (on_device_) {
+    // Measured where the model lives, not downloaded for one number.
+    model_.backend().synchronize();
+    use_cuda_device(cuda_device_);
+    return std::sqrt(device_sum_squares(model_.params(), model_.num_params()));
+  }
+#endif
+  return std::sqrt(model_.backend().sum_squares(model_.params(), model_.num_params()));
+}
+
+double GossipEngine::sync_reference_norm(const std::vector<float>& own) {
+  return std::max(std::sqrt(host_sum_squares(own.data(), own.size())), model_norm());
+}
+
+void GossipEngine::check_sync_part(const Message& m, uint64_t round, double reference, double parts) {
   const double ratio = spec_.guard.max_norm_ratio;
-  if (ratio <= 0 || !(own_norm > 0)) return;
-  const double bound = ratio * parts * own_norm;
-  if (norm <= bound) return;
+  if (ratio <= 0 || !(reference > 0)) return;
+  const double norm = norm_of(m);
+  if (norm <= ratio * parts * reference) return;
   char buf[200];
   std::snprintf(buf, sizeof buf, "norm: %.3g is %.3g times this peer's own part (%.3g); the bound is %g times", norm,
-                norm / own_norm, own_norm, ratio * parts);
-  refuse_sync(from, round, buf);
+                norm / reference, reference, ratio * parts);
+  refuse_sync(m.from, round, buf);
 }
 
 GossipEngine::Message GossipEngine::wait_sync(int from, uint64_t round, uint32_t phase) {

@@ -181,7 +181,7 @@ TrainResult Peer::run() {
   const int batch = t.batch_size;
   // In a cluster every peer takes the same number of steps (synchronous algorithms meet
   // every round), sized by the mean shard.
-  const int64_t shard = engine_ ? data_->train.size / spec_.num_shards : sampler_->shard_size();
+  const int64_t shard = shard_size();
   const int64_t total_steps = planned_steps(t, shard);
   LrSchedule schedule = spec_.schedule;
   schedule.total_steps = total_steps;
@@ -408,6 +408,8 @@ void Peer::save_checkpoint(int64_t step, double wall_s) {
   log_.write(log_.event("checkpoint").add("step", step).add("path", path).add("write_s", log_.elapsed() - t0));
 }
 
+int64_t Peer::shard_size() const { return engine_ ? data_->train.size / spec_.num_shards : sampler_->shard_size(); }
+
 int64_t Peer::resume() {
   const std::string path = checkpoint_path();
   if (path.empty() || !spec_.resume) return 0;
@@ -418,8 +420,7 @@ int64_t Peer::resume() {
   const auto c = read_checkpoint(path, max_bytes);
   if (!c) return 0;
   const std::string where = "checkpoint " + path;
-  const int64_t shard = engine_ ? data_->train.size / spec_.num_shards : sampler_->shard_size();
-  const CheckpointExpectation want{spec_.name, spec_.cluster_id, spec_.training_digest, n, planned_steps(spec_.train, shard),
+  const CheckpointExpectation want{spec_.name, spec_.cluster_id, spec_.training_digest, n, planned_steps(spec_.train, shard_size()),
                                    spec_.optimizer.name};
   vet_checkpoint_values(*c, want, where);
   std::vector<float> params(n);

@@ -166,10 +166,9 @@ void follow_site_leader(GossipEngine& e, uint64_t step, int leader_index, float 
   // The update guard on this path too: a leader's model must be a replica's (its norm
   // within the ratio of this peer's own, both ways), its gradient within the ratio of the
   // site gradient this peer holds too, its rate this step's rate or a share of it.
-  Backend& b = e.model().backend();
-  const double own_model = std::sqrt(b.sum_squares(e.model().params(), n));
+  // Measured only for an update that carries a model (most replays carry none).
   const auto vet_model = [&](const std::vector<float>& v) {
-    const std::string why = check_site_model_norm(e.spec().guard, std::sqrt(host_sum_squares(v.data(), v.size())), own_model);
+    const std::string why = check_site_model_norm(e.spec().guard, std::sqrt(host_sum_squares(v.data(), v.size())), e.model_norm());
     if (!why.empty()) e.refuse_sync(leader_index, step, "site replay: " + why);
   };
   const std::vector<float> h = receive(kHeaderPart);
@@ -225,7 +224,7 @@ void follow_site_leader(GossipEngine& e, uint64_t step, int leader_index, float 
     gradient = part_of(kGradientPart, "gradient");
     // Against the site's gradient, which this peer summed too: the leader's may add its
     // neighbours' gradients (at most the guard's ratio of it, as any gradient it mixes).
-    const double own = std::sqrt(b.sum_squares(e.model().grads(), n));
+    const double own = std::sqrt(e.model().backend().sum_squares(e.model().grads(), n));
     const double theirs = std::sqrt(host_sum_squares(gradient.data(), gradient.size()));
     const std::string why = check_update_norm(e.spec().guard, MessageKind::kGradient, theirs, 1, 0, own);
     if (!why.empty()) e.refuse_sync(leader_index, step, "site replay: " + why);

@@ -37,31 +37,20 @@ checkpoint {{ dir: "ckpt" every_steps: 25 }}
 {cluster}
 '''
 
-# b never starts: a waits out its join (connect_timeout_s), then trains on alone (asynchronous,
-# min_neighbours 0), dialling b all the while.
+# b never starts, so a cluster peer first waits out its join (connect_timeout_s) dialling b:
+# "cluster" then trains on alone (asynchronous, min_neighbours 0); "sync join" spends all
+# its life in the join (all-reduce needs every peer: it would give up, exit 2, at 4 s).
 CLUSTER = '''cluster {{
   id: "signals"
   secret_env: "HEARSAY_SECRET"
-  connect_timeout_s: 0.6
+  connect_timeout_s: {timeout}
   min_neighbours: 0
   tls: false
   peers {{ name: "a" address: "127.0.0.1:{port}" }}
   peers {{ name: "b" address: "127.0.0.1:{other}" }}
-  gossip {{ algorithm: "adpsgd" }}
+  gossip {{ algorithm: "{algorithm}" }}
 }}'''
-
-
-# A synchronous cluster peer whose neighbour never comes: all of its life is the join (it
-# would give up after connect_timeout_s, exit 2, as all-reduce needs every peer).
-SYNC_CLUSTER = '''cluster {{
-  id: "signals"
-  secret_env: "HEARSAY_SECRET"
-  connect_timeout_s: 4
-  tls: false
-  peers {{ name: "a" address: "127.0.0.1:{port}" }}
-  peers {{ name: "b" address: "127.0.0.1:{other}" }}
-  gossip {{ algorithm: "allreduce" }}
-}}'''
+CLUSTER_OF = {"cluster": {"timeout": 0.6, "algorithm": "adpsgd"}, "sync join": {"timeout": 4, "algorithm": "allreduce"}}
 
 
 def events(path):
@@ -95,8 +84,7 @@ def phase_of(kind, evs):
 def one_run(bin_dir, kind, sig, delay_s, port):
     d = tempfile.mkdtemp(prefix="hearsay-signals-")
     try:
-        template = {"cluster": CLUSTER, "sync join": SYNC_CLUSTER}.get(kind, "")
-        cluster = template.format(port=port, other=port + 1)
+        cluster = CLUSTER.format(port=port, other=port + 1, **CLUSTER_OF[kind]) if kind in CLUSTER_OF else ""
         with open(os.path.join(d, "c.textproto"), "w") as f:
             f.write(CONFIG.format(cluster=cluster))
         cmd = [os.path.join(bin_dir, "hearsay-peer"), "--config", "c.textproto", "--quiet", "--log", "peer.jsonl"]

@@ -137,10 +137,7 @@ AllReduce::AllReduce(GossipEngine& e, MessageKind kind, std::vector<float> v, ui
     : e_(e), kind_(kind), v_(std::move(v)), round_(round), codec_(codec),
       raw_(!compressed || (codec.empty() ? e.spec().codec.name : codec) == "none") {
   const int n = static_cast<int>(e.peers().size());
-  // What every arriving part is held against: this peer's own vector, or its model where
-  // that is larger (a gradient share of one row may be all but zero, honestly).
-  own_norm_ = std::max(std::sqrt(host_sum_squares(v_.data(), v_.size())),
-                       std::sqrt(e.model().backend().sum_squares(e.model().params(), e.model().num_params())));
+  reference_norm_ = e.sync_reference_norm(v_);
   // A collective's phases run phase0 .. phase0 + n + 1 (a site's, with its ring all-gather,
   // up to phase0 + 2 n - 3); those of the per-step site sums (site_step) start at
   // kSiteStepPhase, so the two never share a (round, phase) key.
@@ -224,8 +221,7 @@ void AllReduce::post(const Op& op) {
 void AllReduce::take(const Op& op, const GossipEngine::Message& m) {
   const size_t b = std::min(m.offset, v_.size());
   const size_t n = std::min(m.data.size(), v_.size() - b);
-  const double sq = m.sum_squares >= 0 ? m.sum_squares : host_sum_squares(m.data.data(), m.data.size());
-  e_.check_sync_norm(m.from, round_, std::sqrt(sq), own_norm_, static_cast<double>(e_.peers().size()));
+  e_.check_sync_part(m, round_, reference_norm_, static_cast<double>(e_.peers().size()));
   float* out = v_.data() + b;
   const float* in = m.data.data();
   // One loop without branches, so that it is vectorised (every hop of every all-reduce).

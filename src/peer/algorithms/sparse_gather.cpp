@@ -4,7 +4,6 @@
 // summed on the way, so a ring would forward n-1 of them), summed in peer order on
 // arrival; and the learning-rate scaling every synchronous mean shares.
 #include <algorithm>
-#include <cmath>
 
 #include "../algorithm.h"
 #include "../algorithm_registry.h"
@@ -19,11 +18,9 @@ std::vector<float> gather_sum(GossipEngine& e, MessageKind kind, const std::shar
     if (j != e.me()) e.send_encoded(j, {.kind = kind, .synchronous = true, .round = round, .phase = phase, .total = len}, mine);
   }
   std::vector<float> sum(len, 0.0f);
-  // Each peer's part is measured before it is added, against this peer's own part or its
-  // model where that is larger: one part of finite 3e38s would otherwise take the model to
-  // chance at once.
-  const double own_norm = std::max(std::sqrt(host_sum_squares(mine->decoded.data(), mine->decoded.size())),
-                                   std::sqrt(e.model().backend().sum_squares(e.model().params(), e.model().num_params())));
+  // Each peer's part is measured before it is added: one part of finite 3e38s would
+  // otherwise take the model to chance at once.
+  const double reference = e.sync_reference_norm(mine->decoded);
   for (int j = 0; j < n; ++j) {
     if (j == e.me()) {
       for (size_t i = 0; i < len; ++i) sum[i] += mine->decoded[i];
@@ -35,8 +32,7 @@ std::vector<float> gather_sum(GossipEngine& e, MessageKind kind, const std::shar
                        " values at offset " + std::to_string(m.offset) + " for round " + std::to_string(round) + "; expected " +
                        std::to_string(len) + " at 0");
     }
-    const double sq = m.sum_squares >= 0 ? m.sum_squares : host_sum_squares(m.data.data(), m.data.size());
-    e.check_sync_norm(j, round, std::sqrt(sq), own_norm, 1);
+    e.check_sync_part(m, round, reference, 1);
     for (size_t i = 0; i < len; ++i) sum[i] += m.data[i];
   }
   return sum;
