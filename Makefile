@@ -1,4 +1,5 @@
-# hearsay: the two commands are `make demo` and `make test`. This Makefile drives CMake
+# hearsay: the two commands are `make demo` and `make test` (the fast tier; `make test-all`
+# is every test, the long tier's real-process clusters, sanitizers, hosts and Slurm too). This Makefile drives CMake
 # (as neovim's does); everything lands in build/, binaries in build/bin/.
 BUILD_DIR   ?= build
 BUILD_TYPE  ?= Release
@@ -6,7 +7,7 @@ HEARSAY_CUDA ?= AUTO
 JOBS        ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps test-deps bench-deps build test test-asan test-tsan test-hosts test-slurm demo demo-single bench wheel clean
+.PHONY: all deps test-deps bench-deps build test test-all test-asan test-tsan test-hosts test-slurm demo demo-single bench wheel clean
 
 all: build
 
@@ -32,8 +33,21 @@ data/kjv.txt: | deps
 	bible -f gen1:1-rev22:21 > data/kjv.txt.tmp
 	mv data/kjv.txt.tmp data/kjv.txt
 
-test: build test-deps
+# The fast tier: every test not labelled "long" (tests/CMakeLists.txt, tests/long_cases.cmake),
+# i.e. the unit tests and the small in-process clusters of every module. It builds only the
+# tests and hearsay-peer, and needs none of the test packages (torch, Chromium, Prometheus,
+# Slurm), so after `make demo` it is the tests' build and about a minute and a half of ctest.
+test: deps $(BUILD_DIR)/CMakeCache.txt data/kjv.txt
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target hearsay_tests
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) -LE long
+
+# The long tier, which CI runs (.ci/run): the whole build and every test (the fast tier's
+# again, and the real-process clusters, convergence runs, the Python front end, Prometheus,
+# the report in Chromium, the wheel, the fuzzers), then peers on separate hosts, a real
+# Slurm, and the suite under ASan + UBSan and under TSan.
+test-all: build test-deps
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+	$(MAKE) test-hosts test-slurm test-asan test-tsan
 
 # The tests again under AddressSanitizer and UndefinedBehaviorSanitizer (CPU only). Left
 # out: the Fashion-MNIST convergence runs (minutes, no new code paths), the 450 signalled

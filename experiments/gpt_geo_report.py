@@ -4,7 +4,10 @@ runs (one per seed): for each algorithm, the peers' mean validation loss after t
 inner step, the bytes that crossed between sites, and the time until the peers' mean
 validation loss first came within `--tolerance` (0.05 nats) of allreduce's final loss in
 the same seed; the time allreduce took to reach each one's final loss (the same loss on
-one clock); then mean and spread (sample standard deviation) over the seeds.
+one clock); then mean and spread (sample standard deviation) over the seeds. Each figure
+as hearsay_figures defines it (docs/LOGS.md, "Time to target"): the mean over the peers of
+each one's latest validation loss, on the run's clock (seconds since the first peer
+started), a crashed peer out of it while down.
 
     /usr/bin/python3 experiments/gpt_geo_report.py runs/gpt-geo-A/ runs/gpt-geo-B/ ...
 
@@ -13,95 +16,39 @@ Prints a Markdown table, and one JSON object per algorithm with --json.
 import argparse
 import glob
 import json
-import math
 import os
 import re
-import statistics
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+import hearsay_figures  # noqa: E402
+import hearsay_logs  # noqa: E402
 
 
 def sites_of(config_text):
     return dict(re.findall(r'peers\s*\{\s*name:\s*"([^"]+)"\s*site:\s*"([^"]+)"', config_text))
 
 
-def read_point(point_dir):
-    """{peer: [events]} and the peers' sites, for one run of one algorithm."""
-    with open(os.path.join(point_dir, "config.textproto"), encoding="utf-8") as f:
-        sites = sites_of(f.read())
-    logs = {}
-    for path in sorted(glob.glob(os.path.join(point_dir, "*.jsonl"))):
-        events = []
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                line = line.strip()
-                if line:
-                    events.append(json.loads(line))
-        logs[os.path.basename(path)[:-len(".jsonl")]] = events
-    return logs, sites
+class Point:
+    """One run of one algorithm: its peers' logs (hearsay_figures.Logs), their mean
+    validation loss over time, and the bytes that crossed between sites."""
 
+    def __init__(self, point_dir):
+        with open(os.path.join(point_dir, "config.textproto"), encoding="utf-8") as f:
+            sites = sites_of(f.read())
+        self.logs = hearsay_figures.Logs(dict(hearsay_logs.read_log(path) for path in hearsay_logs.peer_logs(point_dir)))
+        self.curve = self.logs.mean_curve("test_loss")
+        self.final_loss = self.logs.final("test_loss")[0]
+        self.cross_site_bytes = sum(hearsay_logs.wan_bytes_per_site(point_dir, sites).values())
 
-def final_loss(logs):
-    """The peers' mean validation loss at their last evaluation."""
-    last = []
-    for events in logs.values():
-        evals = [e for e in events if e["event"] == "eval"]
-        if not evals:
-            return None
-        last.append(evals[-1]["test_loss"])
-    return sum(last) / len(last)
-
-
-def cross_site_bytes(logs, sites):
-    """Bytes each peer sent to peers of another site, from its last gossip event, summed."""
-    total = 0
-    for peer, events in logs.items():
-        gossip = [e for e in events if e["event"] == "gossip" and "links" in e]
-        if not gossip:
-            continue
-        for neighbour, link in gossip[-1]["links"].items():
-            if sites.get(neighbour) != sites.get(peer):
-                total += link.get("bytes_sent", 0)
-    return total
-
-
-def time_to(logs, target):
-    """The first moment at which the mean over the peers of each one's latest validation
-    loss is at most target (seconds since the peers started), or None."""
-    evals = sorted((e["t"], peer, e["test_loss"]) for peer, events in logs.items() for e in events if e["event"] == "eval")
-    latest = {}
-    for t, peer, loss in evals:
-        latest[peer] = loss
-        if len(latest) == len(logs) and sum(latest.values()) / len(latest) <= target:
-            return t
-    return None
-
-
-def end_time(logs):
-    """When the last peer finished (its `end` event), seconds since the peers started."""
-    ends = [e["t"] for events in logs.values() for e in events if e["event"] == "end"]
-    return max(ends) if ends else None
-
-
-def loss_at(logs, t_end):
-    """The peers' mean of each one's latest validation loss at time t_end, or None."""
-    latest = {}
-    for events in logs.values():
-        for e in events:
-            if e["event"] == "eval" and e["t"] <= t_end:
-                latest[e["peer"]] = e["test_loss"]
-    return sum(latest.values()) / len(latest) if len(latest) == len(logs) else None
+    def time_to(self, loss):
+        """When the peers' mean validation loss first came to at most loss, or None."""
+        return hearsay_figures.time_to_target(self.curve, loss, lower_is_better=True)
 
 
 def algorithm_of(point_dir):
     m = re.search(r"algorithm=([a-z_]+)", os.path.basename(os.path.normpath(point_dir)))
     return m.group(1) if m else os.path.basename(point_dir)
-
-
-def mean_spread(values):
-    values = [v for v in values if v is not None]
-    if not values:
-        return None, None, 0
-    return statistics.mean(values), (statistics.stdev(values) if len(values) > 1 else 0.0), len(values)
 
 
 def main():
@@ -115,42 +62,34 @@ def main():
         points = {algorithm_of(d): d for d in sorted(glob.glob(os.path.join(run, "p*-algorithm=*")))}
         if "allreduce" not in points:
             sys.exit(f"gpt_geo_report: {run}: no allreduce run to compare with")
-        data = {name: read_point(d) for name, d in points.items()}
-        ref = final_loss(data["allreduce"][0])
-        ref_bytes = cross_site_bytes(*data["allreduce"])
-        for name, (logs, sites) in data.items():
-            loss = final_loss(logs)
-            sent = cross_site_bytes(logs, sites)
+        data = {name: Point(d) for name, d in points.items()}
+        ref = data["allreduce"]
+        for name, point in data.items():
+            loss = point.final_loss
+            sent = point.cross_site_bytes
             r = per_algorithm.setdefault(name, {"loss": [], "gap": [], "bytes": [], "fewer": [], "time": [], "wall": [],
                                                 "ref_at_wall": [], "ref_time_to_this": []})
             r["loss"].append(loss)
-            r["gap"].append(None if loss is None or ref is None else loss - ref)
+            r["gap"].append(None if loss is None or ref.final_loss is None else loss - ref.final_loss)
             r["bytes"].append(sent)
-            r["fewer"].append(ref_bytes / sent if sent else None)
-            r["time"].append(None if ref is None else time_to(logs, ref + args.tolerance))
-            wall = end_time(logs)
+            r["fewer"].append(ref.cross_site_bytes / sent if sent else None)
+            r["time"].append(None if ref.final_loss is None else point.time_to(ref.final_loss + args.tolerance))
+            wall = point.logs.last_end_s()
             r["wall"].append(wall)
             # allreduce's loss when this run's last peer finished: the comparison on one clock.
-            r["ref_at_wall"].append(None if wall is None else loss_at(data["allreduce"][0], wall))
+            r["ref_at_wall"].append(None if wall is None else hearsay_figures.value_at(ref.curve, wall))
             # How long allreduce took to reach this run's final loss: the same loss on one clock.
-            r["ref_time_to_this"].append(None if loss is None else time_to(data["allreduce"][0], loss))
-    print(f"| algorithm | final val loss (nats) | minus allreduce's | MB between sites | allreduce's bytes / these "
-          f"| time to allreduce's loss + {args.tolerance} (s) | time for all steps (s) | allreduce's loss at that time "
-          f"| allreduce's time to this final loss (s) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+            r["ref_time_to_this"].append(None if loss is None else ref.time_to(loss))
+    rows = [("algorithm", "final val loss (nats)", "minus allreduce's", "MB between sites", "allreduce's bytes / these",
+             f"time to allreduce's loss + {args.tolerance} (s)", "time for all steps (s)",
+             "allreduce's loss at that time", "allreduce's time to this final loss (s)")]
     for name, r in per_algorithm.items():
-        cells = []
-        for key, fmt in (("loss", "{:.3f}"), ("gap", "{:+.3f}"), ("bytes", "{:.1f}"), ("fewer", "{:.0f}x"), ("time", "{:.0f}"),
-                         ("wall", "{:.0f}"), ("ref_at_wall", "{:.3f}"), ("ref_time_to_this", "{:.0f}")):
-            vals = [None if v is None else (v / 1e6 if key == "bytes" else v) for v in r[key]]
-            m, s, n = mean_spread(vals)
-            missing = len(vals) - n
-            cell = "-" if m is None else (fmt.format(m) + " ± " + fmt.format(s).lstrip("+"))
-            if missing:
-                cell += f" ({missing} of {len(vals)} never)"
-            cells.append(cell)
-        print(f"| {name} | " + " | ".join(cells) + " |")
-        if args.json:
+        rows.append((name, *(hearsay_figures.mean_sd(r[key], 1e-6 if key == "bytes" else 1.0, fmt) for key, fmt in (
+            ("loss", "{:.3f}"), ("gap", "{:+.3f}"), ("bytes", "{:.1f}"), ("fewer", "{:.0f}x"), ("time", "{:.0f}"),
+            ("wall", "{:.0f}"), ("ref_at_wall", "{:.3f}"), ("ref_time_to_this", "{:.0f}")))))
+    hearsay_logs.print_table(rows, markdown=True)
+    if args.json:
+        for name, r in per_algorithm.items():
             print(json.dumps({"algorithm": name, **r, "seeds": len(r["loss"])}))
 
 

@@ -8,7 +8,7 @@ What it checks, and writes to RUN_DIR/chaos.json (and prints):
 - every peer's resident memory stayed flat after warm-up (sampled every 5 s to
   rss.jsonl; the growth from the first to the last third of the run after --warmup);
 - the cluster reached train.target_test_acc: the first time the mean over the peers of
-  their latest test accuracy reached it (docs/LOGS.md).
+  their latest test accuracy reached it (hearsay_figures; docs/LOGS.md, "Time to target").
 
     HEARSAY_SECRET=... /usr/bin/python3 experiments/hearsay_chaos.py configs/chaos.textproto --minutes 20
 """
@@ -23,6 +23,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+import hearsay_figures  # noqa: E402
 import hearsay_logs  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
@@ -160,9 +161,10 @@ def main():
         for line in f:
             if "target_test_acc" in line:
                 target = float(line.split("target_test_acc:")[1].split()[0])
-    # Log times are per incarnation; each "start" event's unix_time places them in the run.
-    series = hearsay_logs.mean_accuracy_series({p.name: hearsay_logs.read_log(p.log, warn=False)[1] for p in peers})
-    reached = hearsay_logs.time_to_target(series, target or 0)
+    # Log times are per incarnation; each "start" event's unix_time places them in the run,
+    # and a killed incarnation is out of the mean until its restart (hearsay_figures).
+    logs = hearsay_figures.Logs({p.name: hearsay_logs.read_log(p.log, warn=False)[1] for p in peers})
+    reached = hearsay_figures.time_to_target(logs.mean_curve("test_acc"), target or 0)
     result = {
         "config": args.config,
         "minutes": args.minutes,
@@ -173,7 +175,7 @@ def main():
         "memory_after_warmup": memory,
         "target_test_acc": target,
         "mean_acc_reached_target_at_s": reached,
-        "final_mean_test_acc": series[-1][1] if series else None,
+        "final_mean_test_acc": logs.final("test_acc")[0],
     }
     with open(os.path.join(run_dir, "chaos.json"), "w", encoding="utf-8") as f:
         json.dump(result, f, indent=2)

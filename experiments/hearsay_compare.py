@@ -11,10 +11,10 @@ the same by time.
 """
 import argparse
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hearsay_figures  # noqa: E402
 import hearsay_logs  # noqa: E402
 
 
@@ -22,14 +22,6 @@ def groups(root):
     """{point name: [run summaries]} of a hearsay-run output directory, in sweep order."""
     return {key: [hearsay_logs.run_summary(d, p.get("target_test_acc") or 0) for d, p in runs]
             for key, runs in hearsay_logs.sweep_runs(root).items()}
-
-
-def stats(values):
-    v = [x for x in values if x is not None]
-    if not v:
-        return None
-    return {"mean": statistics.fmean(v), "sd": statistics.stdev(v) if len(v) > 1 else 0.0, "lo": min(v), "hi": max(v),
-            "n": len(v), "of": len(values)}
 
 
 def agrees(real, sim):
@@ -52,16 +44,15 @@ def main():
     for key in real:
         if key not in sim:
             continue
-        tr = stats([r["time_to_target_s"] for r in real[key]])
-        ts = stats([r["time_to_target_s"] for r in sim[key]])
+        over = lambda runs, field: hearsay_figures.over_seeds([r.get(field) for r in runs])
         after = "time_to_target_after_start_s"
-        ar, as_ = stats([r.get(after) for r in real[key]]), stats([r.get(after) for r in sim[key]])
-        br = stats([r["bytes_to_target_total"] for r in real[key]])
-        bs = stats([r["bytes_to_target_total"] for r in sim[key]])
+        tr, ts = over(real[key], "time_to_target_s"), over(sim[key], "time_to_target_s")
+        ar, as_ = over(real[key], after), over(sim[key], after)
+        br, bs = over(real[key], "bytes_to_target_total"), over(sim[key], "bytes_to_target_total")
         ratio = lambda a, b: f"{b['mean'] / a['mean']:.2f}" if a and b and a["mean"] > 0 else "-"
         ok = ("time " + ("yes" if agrees(tr, ts) else "NO") + ", from the last start " + ("yes" if agrees(ar, as_) else "NO") +
               ", bytes " + ("yes" if agrees(br, bs) else "NO"))
-        seeds = lambda runs, field, scale=1.0, fmt="{:.1f}": hearsay_logs.mean_sd([r[field] for r in runs], scale, fmt)
+        seeds = lambda runs, field, scale=1.0, fmt="{:.1f}": hearsay_figures.mean_sd([r[field] for r in runs], scale, fmt)
         rows.append((key, seeds(real[key], "time_to_target_s"), seeds(sim[key], "time_to_target_s"), ratio(tr, ts),
                      seeds(real[key], after), seeds(sim[key], after), ratio(ar, as_),
                      seeds(real[key], "bytes_to_target_total", 1e-6), seeds(sim[key], "bytes_to_target_total", 1e-6),

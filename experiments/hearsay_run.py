@@ -31,6 +31,7 @@ import time
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+import hearsay_figures  # noqa: E402
 import hearsay_logs  # noqa: E402
 import hearsay_metrics  # noqa: E402
 
@@ -153,7 +154,9 @@ class PeerView:
         self.quarantined = []  # neighbours whose updates this peer refuses now
         self.state = "starting"
 
-    def poll(self, target):
+    def poll(self, target, mean):
+        """Reads what the log has gained; each evaluation goes into mean (the peers' mean
+        accuracy, hearsay_figures.MeanOfLatest)."""
         try:
             with open(self.log, encoding="utf-8", errors="replace") as f:
                 f.seek(self.offset)
@@ -179,6 +182,7 @@ class PeerView:
                 self.rate = e.get("samples_per_s")
             elif kind == "eval":
                 self.acc = e.get("test_acc", self.acc)
+                mean.set(self.name, self.acc)
                 if target > 0 and self.reached_at is None and self.acc is not None and self.acc >= target:
                     self.reached_at = e.get("t")
             elif kind == "gossip":
@@ -370,12 +374,15 @@ def run_point(args, p, point, run_dir, display, env, emulated=None, cluster_metr
     start = time.monotonic()
     stopped_by, failed, stopping_since = None, [], None
     exit_codes = {}
+    # The peers' mean accuracy by hearsay_figures' rule, as time to target reads it from the
+    # logs: every peer waited for, one that died keeping its last value (no peer restarts).
+    mean = hearsay_figures.MeanOfLatest(v.name for v in views)
     display.reset()
     while True:
         time.sleep(0.2)
         elapsed = time.monotonic() - start
         for v in views:
-            v.poll(target)
+            v.poll(target, mean)
         for name, (proc, _, _) in procs.items():
             if name in exit_codes or proc.poll() is None:
                 continue
@@ -397,9 +404,8 @@ def run_point(args, p, point, run_dir, display, env, emulated=None, cluster_metr
         if stopped_by is None:
             if STOP["signal"] is not None:
                 stopped_by = "signal"
-            elif p["stop_at_target"] and target > 0 and all(v.acc is not None for v in views) and \
-                    sum(v.acc for v in views) / len(views) >= target:
-                stopped_by = "target"  # the peers' mean accuracy, as time to target is defined
+            elif p["stop_at_target"] and hearsay_figures.reached(mean.mean(), target):
+                stopped_by = "target"
             elif p["max_wall_s"] > 0 and elapsed > p["max_wall_s"]:
                 stopped_by = "wall_time"
         if stopped_by is not None and stopping_since is None:

@@ -14,6 +14,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hearsay_figures  # noqa: E402
 import hearsay_logs  # noqa: E402
 
 
@@ -47,15 +48,15 @@ def main():
         for (n, label), group in groups.items():
             wan = [statistics.fmean(s["wan_bytes_per_site"].values()) if s.get("wan_bytes_per_site") else None for s in group]
             rows.append((str(n), label, str(len(group)),
-                         hearsay_logs.mean_sd([s["time_to_target_s"] for s in group]),
-                         hearsay_logs.mean_sd([s["bytes_sent_total"] / n for s in group], 1e-6),
-                         hearsay_logs.mean_sd(wan, 1e-6),
-                         hearsay_logs.mean_sd([s["final_test_acc"] for s in group], 100, "{:.2f}"),
-                         hearsay_logs.mean_sd([s.get("mean_model_final_test_acc") for s in group], 100, "{:.2f}"),
-                         hearsay_logs.mean_sd([s["stats"].get("wall_s") for s in group], 1, "{:.0f}"),
-                         hearsay_logs.mean_sd([s["stats"].get("peak_rss_bytes") for s in group], 1 / 2**30, "{:.2f}"),
-                         hearsay_logs.mean_sd([s["stats"].get("events_per_s") for s in group], 1, "{:.0f}"),
-                         hearsay_logs.mean_sd([s["stats"].get("virtual_per_wall") for s in group], 1, "{:.2f}")))
+                         hearsay_figures.mean_sd([s["time_to_target_s"] for s in group]),
+                         hearsay_figures.mean_sd([s["bytes_sent_total"] / n for s in group], 1e-6),
+                         hearsay_figures.mean_sd(wan, 1e-6),
+                         hearsay_figures.mean_sd([s["final_test_acc"] for s in group], 100, "{:.2f}"),
+                         hearsay_figures.mean_sd([s.get("mean_model_final_test_acc") for s in group], 100, "{:.2f}"),
+                         hearsay_figures.mean_sd([s["stats"].get("wall_s") for s in group], 1, "{:.0f}"),
+                         hearsay_figures.mean_sd([s["stats"].get("peak_rss_bytes") for s in group], 1 / 2**30, "{:.2f}"),
+                         hearsay_figures.mean_sd([s["stats"].get("events_per_s") for s in group], 1, "{:.0f}"),
+                         hearsay_figures.mean_sd([s["stats"].get("virtual_per_wall") for s in group], 1, "{:.2f}")))
     hearsay_logs.print_table(rows, args.markdown)
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 its repeats (the seeds) of the time to target (when the peers' mean test accuracy first
 reached it), the bytes every peer had sent by then, the slowest peer's median time per
 step, and the final mean accuracy. Recomputed from the peers' logs (hearsay_logs), so the
-definitions are the ones in docs/LOGS.md whatever hearsay-run wrote at the time.
+definitions are hearsay_figures' (docs/LOGS.md, "Time to target") whatever hearsay-run wrote
+at the time.
 
   experiments/hearsay_table.py runs/heterogeneous-gpus-20261201-151500 [--markdown]
 """
@@ -12,6 +13,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hearsay_figures  # noqa: E402
 import hearsay_logs  # noqa: E402
 
 
@@ -24,10 +26,10 @@ def main():
               for key, runs in hearsay_logs.sweep_runs(args.root).items()}
     rows = [("run", "seeds", "time to target s", "MB to target", "step ms (slowest peer)", "final acc %")]
     for key, runs in groups.items():
-        rows.append((key, str(len(runs)), hearsay_logs.mean_sd([r["time_to_target_s"] for r in runs]),
-                     hearsay_logs.mean_sd([r["bytes_to_target_total"] for r in runs], 1e-6),
-                     hearsay_logs.mean_sd([r["step_s_max_median"] for r in runs], 1e3, "{:.2f}"),
-                     hearsay_logs.mean_sd([r["final_test_acc"] for r in runs], 100, "{:.2f}")))
+        rows.append((key, str(len(runs)), hearsay_figures.mean_sd([r["time_to_target_s"] for r in runs]),
+                     hearsay_figures.mean_sd([r["bytes_to_target_total"] for r in runs], 1e-6),
+                     hearsay_figures.mean_sd([r["step_s_max_median"] for r in runs], 1e3, "{:.2f}"),
+                     hearsay_figures.mean_sd([r["final_test_acc"] for r in runs], 100, "{:.2f}")))
     hearsay_logs.print_table(rows, args.markdown)
 
 if __name__ == "__main__":

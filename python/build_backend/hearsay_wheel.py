@@ -28,8 +28,10 @@ import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NATIVE_PROGRAMS = ("hearsay-peer", "hearsay-sim")
-# The experiment tools hearsay-run and hearsay-plot, and the modules they import.
-TOOLS = ("hearsay_run.py", "hearsay_plot.py", "hearsay_logs.py", "hearsay_metrics.py")
+# The experiment tools hearsay-run and hearsay-plot, the modules they import, and the
+# report's page template (hearsay_plot reads it beside itself).
+TOOLS = ("hearsay_run.py", "hearsay_plot.py", "hearsay_logs.py", "hearsay_metrics.py", "hearsay_figures.py",
+         "hearsay_panels.py", "hearsay_draw.py", "report_template.html")
 TARGETS = ("hearsay-peer", "hearsay-sim", "hearsay_python_engine")
 
 

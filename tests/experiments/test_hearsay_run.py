@@ -305,7 +305,7 @@ class HearsayPlot(unittest.TestCase):
 
     def test_time_to_target_is_when_the_peers_mean_accuracy_first_reaches_it(self):
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "experiments"))
-        import hearsay_logs
+        import hearsay_figures
 
         def ev(t, acc):
             return {"t": t, "event": "eval", "test_acc": acc}
@@ -315,18 +315,18 @@ class HearsayPlot(unittest.TestCase):
             "a": [{"t": 0.0, "event": "start", "unix_time": 1000.0}, ev(1.0, 0.90), ev(3.0, 0.84), ev(4.0, 0.88)],
             "b": [{"t": 0.0, "event": "start", "unix_time": 1000.5}, ev(1.0, 0.70), ev(2.0, 0.85), ev(3.2, 0.86)],
         }
-        series = hearsay_logs.mean_accuracy_series(logs)
+        series = hearsay_figures.mean_accuracy_curve(logs)
         self.assertEqual(series[0], (1.5, 0.80))  # b's first eval, at 1.5 s of the run
-        self.assertAlmostEqual(hearsay_logs.time_to_target(series, 0.85), 2.5)  # (0.90 + 0.85) / 2 at b's t = 2
-        self.assertIsNone(hearsay_logs.time_to_target(series, 0.99))
+        self.assertAlmostEqual(hearsay_figures.time_to_target(series, 0.85), 2.5)  # (0.90 + 0.85) / 2 at b's t = 2
+        self.assertIsNone(hearsay_figures.time_to_target(series, 0.99))
         # Without unix_time the peers count as starting together.
         for events in logs.values():
             del events[0]["unix_time"]
-        self.assertAlmostEqual(hearsay_logs.time_to_target(hearsay_logs.mean_accuracy_series(logs), 0.85), 2.0)
+        self.assertAlmostEqual(hearsay_figures.time_to_target(hearsay_figures.mean_accuracy_curve(logs), 0.85), 2.0)
 
     def test_a_peer_down_for_good_after_a_simulated_crash_leaves_the_mean_and_does_not_hold_the_target(self):
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "experiments"))
-        import hearsay_logs
+        import hearsay_figures
 
         def ev(t, acc):
             return {"t": t, "event": "eval", "test_acc": acc}
@@ -335,19 +335,20 @@ class HearsayPlot(unittest.TestCase):
         logs = {"a": [{"t": 0.0, "event": "start"}, ev(1.0, 0.80), ev(2.0, 0.86)],
                 "b": [{"t": 0.0, "event": "start"}, ev(1.0, 0.82), ev(2.0, 0.88)],
                 "c": [{"t": 0.0, "event": "start"}, crash]}
-        series = hearsay_logs.mean_accuracy_series(logs)
+        series = hearsay_figures.mean_accuracy_curve(logs)
         self.assertAlmostEqual(series[-1][1], 0.87)
-        self.assertAlmostEqual(hearsay_logs.time_to_target(series, 0.85), 2.0)
+        self.assertAlmostEqual(hearsay_figures.time_to_target(series, 0.85), 2.0)
         # Without the crash event, c is waited for: no target.
         logs["c"] = [{"t": 0.0, "event": "start"}]
-        self.assertIsNone(hearsay_logs.time_to_target(hearsay_logs.mean_accuracy_series(logs), 0.85))
+        self.assertIsNone(hearsay_figures.time_to_target(hearsay_figures.mean_accuracy_curve(logs), 0.85))
         # Back at 1.5 s (its next incarnation's start) and scoring 0.70: in the mean again.
         logs["c"] = [{"t": 0.0, "event": "start"}, crash, {"t": 1.5, "event": "start"}, ev(1.8, 0.70)]
-        series = hearsay_logs.mean_accuracy_series(logs)
+        series = hearsay_figures.mean_accuracy_curve(logs)
         self.assertAlmostEqual(series[-1][1], (0.86 + 0.88 + 0.70) / 3)
 
     def test_bytes_to_target_are_every_peers_bytes_when_the_mean_reached_it(self):
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "experiments"))
+        import hearsay_figures
         import hearsay_logs
 
         def gossip(t, b):
@@ -356,12 +357,12 @@ class HearsayPlot(unittest.TestCase):
              {"t": 1.0, "event": "step", "samples_per_s": 100.0}, {"t": 2.0, "event": "step", "samples_per_s": 50.0},
              {"t": 3.0, "event": "step", "samples_per_s": 40.0}, {"t": 4.0, "event": "step", "samples_per_s": 25.0}]
         b = [{"t": 0.0, "event": "start", "unix_time": 1001.0, "batch_size": 10}, gossip(1.0, 1000), gossip(2.0, 3000)]
-        offsets = hearsay_logs.start_offsets({"a": a, "b": b})
-        self.assertEqual(offsets, {"a": 0.0, "b": 1.0})
+        logs = hearsay_figures.Logs({"a": a, "b": b})
+        self.assertEqual(logs.start_offsets(), {"a": 0.0, "b": 1.0})
         # At run time 2.5: a is at 250 (between 100 at 1 s and 300 at 3 s); b, started 1 s
         # later, is at its own 1.5 s: 2000.
-        self.assertAlmostEqual(hearsay_logs.bytes_at(a, 2.5 - offsets["a"]) + hearsay_logs.bytes_at(b, 2.5 - offsets["b"]), 2250)
-        self.assertEqual(hearsay_logs.bytes_at(b, 10.0), 3000)  # past the last event: its total
+        self.assertAlmostEqual(logs.bytes_sent(2.5), 2250)
+        self.assertEqual(logs.bytes_sent(11.0, peers=["b"]), 3000)  # past the last event: its total
         # The median window after the first: 10 / 50, 10 / 40, 10 / 25 -> 0.25 s per step.
         self.assertAlmostEqual(hearsay_logs.median_step_s(a), 0.25)
 

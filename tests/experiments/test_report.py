@@ -20,7 +20,9 @@ BIN = os.environ.get("HEARSAY_BIN_DIR", os.path.join(os.path.dirname(__file__), 
 RUN = os.path.join(BIN, "hearsay-run")
 PLOT = os.path.join(BIN, "hearsay-plot")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "experiments"))
-import hearsay_plot  # noqa: E402
+import hearsay_draw  # noqa: E402
+import hearsay_logs  # noqa: E402
+import hearsay_panels  # noqa: E402
 
 CHROMIUM = shutil.which("chromium")
 WIDTH = 1400  # the width the user study's complaint was made at
@@ -245,7 +247,7 @@ class Report(unittest.TestCase):
         self.assertGreater(max(p["right"] for p in first_row), out["width"] - 60, out)
         # Byte axes begin at the first bytes sent, not at 1 byte (10^0).
         first_bytes = min(e["bytes_sent"] for path in glob.glob(os.path.join(self.root, "p*", "*.jsonl"))
-                          for e in hearsay_plot.hearsay_logs.read_log(path)[1]
+                          for e in hearsay_logs.read_log(path)[1]
                           if e.get("event") == "gossip" and e.get("bytes_sent", 0) > 0)
         for panel in ("panel-accuracy-bytes", "panel-test-loss-bytes"):
             axis = out["axes"][panel]
@@ -287,18 +289,18 @@ class Report(unittest.TestCase):
             self.assertTrue(os.path.exists(os.path.join(self.root, src)), src)
 
     def test_no_text_overlaps_in_the_figures(self):
-        runs = hearsay_plot.find_runs([self.root])
-        lines, title = hearsay_plot.group(runs)
+        runs = hearsay_panels.find_runs([self.root])
+        lines, title = hearsay_panels.group(runs)
         self.assertEqual(title, "algorithm")
-        panels = hearsay_plot.panels_of(lines, hearsay_plot.target_of(runs))
-        for stem, fig in hearsay_plot.figures(panels, lines, title):
-            self.assertEqual(hearsay_plot.overlapping_text(fig), [], stem)
-            hearsay_plot.plt.close(fig)
+        panels = hearsay_panels.panels_of(lines, hearsay_panels.target_of(runs))
+        for stem, fig in hearsay_draw.figures(panels, lines, title):
+            self.assertEqual(hearsay_draw.overlapping_text(fig), [], stem)
+            hearsay_draw.plt.close(fig)
         # The curve against time crosses the target where the summary says it was reached.
         by_time = next(p for p in panels if p["id"] == "accuracy-time")
         for line, series in zip(lines, by_time["series"]):
             for run in line.runs:
-                crossing = next(t for t, acc in run.curve("time", 3) if acc >= 0.8)
+                crossing = next(t for t, acc in run.curve("time", "test_acc") if acc >= 0.8)
                 self.assertAlmostEqual(crossing, run.summary["time_to_target_s"], places=6)
 
 

@@ -108,6 +108,10 @@ class WheelInstall(unittest.TestCase):
             self.assertGreater(end[0]["steps"], 0)
             self.assertGreater(end[0]["bytes_sent"], 0, "the two peers gossiped")
             self.assertGreater(end[0]["final_test_acc"], 0.5, log)
+        # The report, from the wheel's own copy of the tools and the page's template (a
+        # failed report leaves the exit status alone, so it is looked for here).
+        self.assertIn("hearsay-run: report in", r.stdout, r.stderr[-2000:])
+        self.assertEqual(len(glob.glob(os.path.join(out, "*", "index.html"))), 1)
 
     def test_the_installed_hearsay_peer_is_the_native_program(self):
         r = self.venv_run([os.path.join(self.venv, "bin", "hearsay-peer"), "--version"])

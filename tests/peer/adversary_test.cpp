@@ -29,7 +29,7 @@ using test::write_file;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 constexpr const char* kSecret = "adversary-test-secret-0123456789";
 
 // A child process running hearsay-peer, its output in a file; tracks its peak RSS.
@@ -77,8 +77,8 @@ struct PeerProcess {
   }
   // Polls (sampling RSS) until the process exits or `seconds` pass. True if it exited.
   bool poll(double seconds) {
-    const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
-    while (Clock::now() < deadline) {
+    const auto deadline = SteadyClock::now() + std::chrono::duration<double>(seconds);
+    while (SteadyClock::now() < deadline) {
       if (status >= 0) return true;
       int st = 0;
       if (waitpid(pid, &st, WNOHANG) == pid) {
@@ -193,9 +193,9 @@ struct RawClient {
   }
   // Reads until `done()` holds, the other side closes, or `seconds` pass.
   void read_until(const std::function<bool()>& done, double seconds = 5) {
-    const auto deadline = Clock::now() + std::chrono::duration<double>(seconds);
+    const auto deadline = SteadyClock::now() + std::chrono::duration<double>(seconds);
     char buf[4096];
-    while (!done() && !closed && Clock::now() < deadline) {
+    while (!done() && !closed && SteadyClock::now() < deadline) {
       const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
       if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) closed = true;
       if (n <= 0) continue;
@@ -258,8 +258,8 @@ TEST_CASE("adversary: NaN models, absurd norms and a future-round flood from an 
   b->connect("a", "127.0.0.1:" + std::to_string(port));
   PeerProcess c("--config " + cfg + " --peer c --log " + dir.file("c.jsonl"), dir.file("c.out"));
   auto wait_for_models = [&] {
-    const auto deadline = Clock::now() + std::chrono::seconds(20);
-    while (Clock::now() < deadline) {
+    const auto deadline = SteadyClock::now() + std::chrono::seconds(20);
+    while (SteadyClock::now() < deadline) {
       {
         std::lock_guard<std::mutex> lock(mu);
         if (tensor_length.size() == 2) return tensor_length["a"];
@@ -345,8 +345,8 @@ TEST_CASE("adversary: strangers without the secret (reflection, relay, replay, a
   // flood below runs it out of them.
   PeerProcess a("--config " + cfg + " --peer a --log " + dir.file("a.jsonl"), dir.file("a.out"), "ulimit -n 48; ");
   PeerProcess c("--config " + cfg + " --peer c --log " + dir.file("c.jsonl"), dir.file("c.out"));
-  const auto started = Clock::now() + std::chrono::seconds(20);
-  while (test::read_file(dir.file("a.jsonl")).find(R"("state":"up","neighbour":"c")") == std::string::npos && Clock::now() < started) {
+  const auto started = SteadyClock::now() + std::chrono::seconds(20);
+  while (test::read_file(dir.file("a.jsonl")).find(R"("state":"up","neighbour":"c")") == std::string::npos && SteadyClock::now() < started) {
     a.poll(0.05);
   }
   CAPTURE(a.output());
@@ -408,8 +408,8 @@ TEST_CASE("adversary: strangers without the secret (reflection, relay, replay, a
   b->set_receiver([&](const std::string&, InFrame&&) { ++frames; });
   b->listen("127.0.0.1:" + std::to_string(port + 1));
   b->connect("a", "127.0.0.1:" + std::to_string(port));
-  const auto deadline = Clock::now() + std::chrono::seconds(15);
-  while (!b->link_stats("a").connected && Clock::now() < deadline) a.poll(0.05);
+  const auto deadline = SteadyClock::now() + std::chrono::seconds(15);
+  while (!b->link_stats("a").connected && SteadyClock::now() < deadline) a.poll(0.05);
   CHECK(b->link_stats("a").connected);
   REQUIRE(a.poll(120));
   REQUIRE(c.poll(120));
@@ -442,8 +442,8 @@ TEST_CASE("adversary: an admitted insider that floods probes and heartbeats and 
   const std::string cfg = dir.file("cluster.textproto");
   PeerProcess a("--config " + cfg + " --peer a --log " + dir.file("a.jsonl"), dir.file("a.out"));
   PeerProcess c("--config " + cfg + " --peer c --log " + dir.file("c.jsonl"), dir.file("c.out"));
-  const auto started = Clock::now() + std::chrono::seconds(20);
-  while (count(test::read_file(dir.file("c.jsonl")), R"("event":"step")") < 3 && Clock::now() < started) a.poll(0.05);
+  const auto started = SteadyClock::now() + std::chrono::seconds(20);
+  while (count(test::read_file(dir.file("c.jsonl")), R"("event":"step")") < 3 && SteadyClock::now() < started) a.poll(0.05);
   CAPTURE(a.output());
   CAPTURE(c.output());
   a.take_baseline();
@@ -457,8 +457,8 @@ TEST_CASE("adversary: an admitted insider that floods probes and heartbeats and 
   std::string burst;
   for (int i = 0; i < 512; ++i) burst += flatten(make_frame(i % 2 ? probe : heartbeat));
   int admitted = 0, cut_off = 0;
-  const auto attack_ends = Clock::now() + std::chrono::seconds(6);
-  while (Clock::now() < attack_ends) {
+  const auto attack_ends = SteadyClock::now() + std::chrono::seconds(6);
+  while (SteadyClock::now() < attack_ends) {
     RawClient b(port, 4096);
     const std::string mine(32, 'b');
     b.hello("b", mine);
@@ -470,8 +470,8 @@ TEST_CASE("adversary: an admitted insider that floods probes and heartbeats and 
     b.proof("b", admission_proof(kSecret, AdmissionTranscript{"adversary", "b", "a", mine, theirs}, Role::kDialler));
     ++admitted;
     // Until a closes the connection (a send fails) or the attack's time is up.
-    while (Clock::now() < attack_ends && b.send_bytes(burst)) a.sample_rss();
-    if (Clock::now() < attack_ends) ++cut_off;
+    while (SteadyClock::now() < attack_ends && b.send_bytes(burst)) a.sample_rss();
+    if (SteadyClock::now() < attack_ends) ++cut_off;
   }
   const size_t c_during = test::read_file(dir.file("c.jsonl")).size();
   REQUIRE(a.poll(180));
@@ -532,11 +532,11 @@ TEST_CASE("adversary: a synchronous part of finite 3e38s from an admitted inside
     b->listen("127.0.0.1:" + std::to_string(port + 1));
     b->connect("a", "127.0.0.1:" + std::to_string(port));
     PeerProcess c("--config " + cfg + " --peer c --log " + dir.file("c.jsonl"), dir.file("c.out"));
-    const auto deadline = Clock::now() + std::chrono::seconds(30);
+    const auto deadline = SteadyClock::now() + std::chrono::seconds(30);
     // Both links up and both peers in round 0 (each sent b its part): a send before a's
     // link to b was admitted would be lost, and a would wait out its sync timeout.
     uint64_t len = 0;
-    while (len == 0 && Clock::now() < deadline && !a.poll(0.05)) {
+    while (len == 0 && SteadyClock::now() < deadline && !a.poll(0.05)) {
       std::lock_guard<std::mutex> lock(mu);
       if (n.size() == 2) len = n["a"];
     }

@@ -13,7 +13,7 @@
 using namespace hearsay;
 using test::Node;
 using test::options_for;
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 namespace {
 
@@ -39,13 +39,13 @@ TEST_CASE("emulated link: 1 MiB over 50 ms / 100 Mbit/s arrives no sooner than L
   REQUIRE(b.wait_connected("a"));
 
   const size_t bytes = 1 << 20;
-  std::vector<Clock::time_point> arrivals;
+  std::vector<SteadyClock::time_point> arrivals;
   a.t->set_receiver([&](const std::string&, InFrame&&) {
     std::lock_guard<std::mutex> lock(a.mu);
-    arrivals.push_back(Clock::now());
+    arrivals.push_back(SteadyClock::now());
     a.cv.notify_all();
   });
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   const OutFrame f1 = payload_frame(bytes, 1);
   const double frame_bytes = static_cast<double>(f1.size());
   b.t->send("a", f1, nullptr);
@@ -91,15 +91,15 @@ TEST_CASE("emulated link: flows between two sites share one pipe when it is name
     b.t->connect("c", at);
     REQUIRE(a.wait_connected("c"));
     REQUIRE(b.wait_connected("c"));
-    std::vector<Clock::time_point> arrivals;
+    std::vector<SteadyClock::time_point> arrivals;
     c.t->set_receiver([&](const std::string&, InFrame&&) {
       std::lock_guard<std::mutex> lock(c.mu);
-      arrivals.push_back(Clock::now());
+      arrivals.push_back(SteadyClock::now());
       c.cv.notify_all();
     });
     const OutFrame fa = payload_frame(bytes, 1), fb = payload_frame(bytes, 2);
     const double transmit = 8.0 * static_cast<double>(fa.size()) / m.bandwidth_bps;
-    const auto t0 = Clock::now();
+    const auto t0 = SteadyClock::now();
     a.t->send("c", fa, nullptr);
     b.t->send("c", fb, nullptr);
     REQUIRE(c.wait([&] { return arrivals.size() == 2; }, 10.0));
