@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -30,6 +31,7 @@
 #include "hearsay/error.h"
 #include "hearsay/external_peer.h"
 #include "hearsay/gossip.h"
+#include "hearsay/launcher.h"
 #include "hearsay/log.h"
 #include "hearsay/model.h"
 
@@ -399,6 +401,24 @@ PYBIND11_MODULE(_engine, m) {
         return py::make_tuple(names, cfg.cluster().gossip().algorithm());
       },
       py::arg("config"), py::arg("sets") = std::vector<std::string>{});
+
+  // The launcher's resolution of include/hearsay/launcher.h (the one hearsay-peer uses):
+  // (name, launcher, local_rank) of `peers` from `env`, or None where no launcher said.
+  m.def(
+      "peer_from_launcher",
+      [](const std::map<std::string, std::string>& env, const std::vector<std::string>& peers,
+         const std::string& config) -> py::object {
+        const auto found = hearsay::peer_from_launcher(
+            [&env](const std::string& var) -> std::optional<std::string> {
+              const auto it = env.find(var);
+              if (it == env.end()) return std::nullopt;
+              return it->second;
+            },
+            peers, config);
+        if (!found) return py::none();
+        return py::make_tuple(found->name, found->launcher, found->local_rank);
+      },
+      py::arg("env"), py::arg("peers"), py::arg("config"));
 
   py::class_<PyPeer>(m, "Peer")
       .def(py::init<const std::string&, const std::string&, const std::string&, const std::vector<std::string>&, bool, bool>(),

@@ -94,10 +94,10 @@ std::string load_cluster_secret(const config::ClusterConfig& cluster);
 
 namespace hearsay {
 
-// Which peer of the config's cluster this process is: `requested` if given; else the
-// index in SLURM_ARRAY_TASK_ID (a job array: one job per peer), else SLURM_PROCID, else RANK
-// (torchrun), with the launcher's count checked against the peers. Throws InputError if it
-// names no peer.
+// Which peer of the config's cluster this process is: `requested` if given, else the one
+// its launcher's rank names (include/hearsay/launcher.h: torchrun, a Slurm job array, a
+// Slurm step, RANK; the launcher's count checked against the peers). Throws InputError if
+// it names no peer. Defined in src/config/launcher.cpp.
 std::string resolve_peer_name(const config::Config& cfg, const std::string& requested);
 
 // A peer's place in its cluster with its transport open: listening at its address, its

@@ -36,42 +36,14 @@ def _tensors(x, y, device):
     return x.to(device), torch.from_numpy(y).long().to(device)
 
 
-def _index(var, text, bound, what):
-    try:
-        i = int(text)
-    except ValueError:
-        i = -1
-    if not 0 <= i < bound:
-        raise InputError(f"{var}={text}: not an index into the {bound} {what}")
-    return i
-
-
 def _launcher(env, peers, config):
-    """Which peer of `peers` this process is, from its launcher's environment: torchrun's
-    (RANK, WORLD_SIZE, LOCAL_RANK; first, because torchrun under Slurm sets both), a Slurm
-    job array's (SLURM_ARRAY_TASK_ID, SLURM_ARRAY_TASK_COUNT) or a Slurm step's
-    (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID). Returns (name, launcher, local_rank), or
-    (None, None, 0) when no launcher said. The launcher's count must be the config's."""
-    if "RANK" in env and "WORLD_SIZE" in env:
-        rank_var, world_var, local_var, launcher = "RANK", "WORLD_SIZE", "LOCAL_RANK", "torchrun"
-    elif "SLURM_ARRAY_TASK_ID" in env:
-        rank_var, world_var, local_var, launcher = "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", None, "slurm array"
-    elif "SLURM_PROCID" in env:
-        rank_var, world_var, local_var, launcher = "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "slurm"
-    elif "RANK" in env:
-        rank_var, world_var, local_var, launcher = "RANK", None, "LOCAL_RANK", "RANK"
-    else:
-        return None, None, 0
-    if world_var and world_var in env and env[world_var] != str(len(peers)):
-        raise InputError(f"{world_var}={env[world_var]} ({launcher}) but {config} lists {len(peers)} peers in "
-                         f"cluster.peers; launch one process per peer")
-    rank = _index(rank_var, env[rank_var], len(peers), f"peers of {config}")
-    local = env.get(local_var, "0") if local_var else "0"
-    try:
-        local_rank = int(local)
-    except ValueError:
-        raise InputError(f"{local_var}={local}: not a number") from None
-    return peers[rank], launcher, local_rank
+    """Which peer of `peers` this process is, from its launcher's environment, by the one
+    resolution hearsay-peer uses too (include/hearsay/launcher.h): torchrun's RANK with
+    WORLD_SIZE first, then a Slurm job array's SLURM_ARRAY_TASK_ID, a Slurm step's
+    SLURM_PROCID, and RANK alone. Returns (name, launcher, local_rank), or (None, None, 0)
+    when no launcher said. The launcher's count must be the config's."""
+    found = _engine.peer_from_launcher(dict(env), list(peers), config)
+    return found if found is not None else (None, None, 0)
 
 
 class Peer:

@@ -12,45 +12,6 @@
 
 namespace hearsay {
 
-std::string resolve_peer_name(const config::Config& cfg, const std::string& requested) {
-  const auto& peers = cfg.cluster().peers();
-  if (!requested.empty()) {
-    for (const auto& p : peers) {
-      if (p.name() == requested) return requested;
-    }
-    throw InputError("--peer '" + requested + "': no such peer in cluster.peers");
-  }
-  // A Slurm job array (peers/slurm/hearsay.sbatch) runs each peer as a job of its own,
-  // whose one task is SLURM_PROCID 0: the array index names the peer, and the array's
-  // size must match the config's peers.
-  const bool array = std::getenv("SLURM_ARRAY_TASK_ID") != nullptr;
-  const std::vector<const char*> counts =
-      array ? std::vector<const char*>{"SLURM_ARRAY_TASK_COUNT"} : std::vector<const char*>{"SLURM_NTASKS", "WORLD_SIZE"};
-  const std::vector<const char*> indices =
-      array ? std::vector<const char*>{"SLURM_ARRAY_TASK_ID"} : std::vector<const char*>{"SLURM_PROCID", "RANK"};
-  // The launcher's count of tasks must match the config's peers, or ranks name the wrong peers.
-  for (const char* var : counts) {
-    const char* v = std::getenv(var);
-    if (v != nullptr && std::strtol(v, nullptr, 10) != peers.size()) {
-      throw InputError(std::string(var) + "=" + v + " but the config's cluster lists " + std::to_string(peers.size()) +
-                       " peers; launch one " + (array ? "array task per peer (sbatch --array=0-" +
-                                                            std::to_string(peers.size() - 1) + ")"
-                                                      : std::string("task per peer")));
-    }
-  }
-  for (const char* var : indices) {
-    const char* v = std::getenv(var);
-    if (v == nullptr) continue;
-    char* end = nullptr;
-    const long i = std::strtol(v, &end, 10);
-    if (end == v || *end != '\0' || i < 0 || i >= peers.size()) {
-      throw InputError(std::string(var) + "=" + v + ": not an index into the " + std::to_string(peers.size()) + " peers of the config");
-    }
-    return peers[static_cast<int>(i)].name();
-  }
-  throw InputError("the config lists a cluster: say which peer this is with --peer NAME (or SLURM_PROCID / RANK)");
-}
-
 // The trust model (docs/WIRE.md, "Trust"): tcp is encrypted (TLS) unless cluster.tls is
 // off; fabric shm stays on one host; fabric over a network is in clear, so it may join
 // sites only where the operator says the network between them is trusted.

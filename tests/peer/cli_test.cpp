@@ -425,7 +425,7 @@ TEST_CASE("cli: a launcher whose task count differs from the cluster's peers exi
   TempDir dir;
   const Run r = run_peer("--quiet --config " + two_peer_cluster(dir, "HOME"), "WORLD_SIZE=3 RANK=1 ");
   CHECK(r.status == 2);
-  CHECK(r.output.find("WORLD_SIZE=3 but the config's cluster lists 2 peers") != std::string::npos);
+  CHECK(r.output.find("WORLD_SIZE=3 (torchrun) but the config lists 2 peers in cluster.peers") != std::string::npos);
 }
 
 TEST_CASE("cli: a Slurm array task is the peer of its index, whatever its SLURM_PROCID, and a wrong array size is named") {
@@ -445,7 +445,8 @@ TEST_CASE("cli: a Slurm array task is the peer of its index, whatever its SLURM_
   CHECK(named.output.find("peer b of cluster") != std::string::npos);
   const Run wrong = run_peer(config, env + "SLURM_ARRAY_TASK_COUNT=3 SLURM_ARRAY_TASK_ID=1 ");
   CHECK(wrong.status == 2);
-  CHECK(wrong.output.find("SLURM_ARRAY_TASK_COUNT=3 but the config's cluster lists 2 peers; launch one array task per peer "
+  CHECK(wrong.output.find("SLURM_ARRAY_TASK_COUNT=3 (slurm array) but the config lists 2 peers in cluster.peers; launch "
+                          "one array task per peer "
                           "(sbatch --array=0-1)") != std::string::npos);
 }
 
