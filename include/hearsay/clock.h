@@ -36,14 +36,26 @@ class RealClock final : public Clock {
   void sleep_for(double seconds) override {
     if (seconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
   }
+  // An infinite timeout waits for ready() alone (a duration of infinity would overflow).
   bool wait_for(std::unique_lock<std::mutex>& lock, std::condition_variable& cv, double timeout_s,
                 const std::function<bool()>& ready) override {
+    if (!std::isfinite(timeout_s)) {
+      cv.wait(lock, ready);
+      return true;
+    }
     return cv.wait_for(lock, std::chrono::duration<double>(timeout_s), ready);
   }
 
  private:
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
+
+// The process's real clock, for what runs on real time whatever the peers' clock is: the
+// in-process cluster's harness, a preflight check, a copy between a framework's steps.
+inline RealClock& wall_clock() {
+  static RealClock clock;
+  return clock;
+}
 
 // Seconds on a clock every peer of a cluster shares: Unix time on the real clock (the
 // hosts' clocks kept in step by NTP), the virtual time on the simulator.

@@ -210,7 +210,7 @@ class ExternalPeer {
   double final_acc_ = 0, final_loss_ = 0;
   double window_loss_ = 0, window_s_ = 0, train_s_ = 0;
   int64_t window_steps_ = 0, compute_overruns_ = 0, eval_overruns_ = 0;
-  std::chrono::steady_clock::time_point last_return_;
+  double last_return_ = 0;  // clock_.now() when the last step returned to the framework
   ProgressState progress_state_;
 };
 

@@ -213,6 +213,11 @@ class GossipEngine {
   struct Encoded;
   struct DeviceSnapshot;
   Trainable& model() { return model_; }
+  // The gradient of `batch` at the model, into its gradient buffer: where the engine's
+  // site replicas apply (cluster.site_replicas), the sum over this peer's site, so that
+  // every peer of the site holds the same gradient bit for bit (site_replicas.h). Every
+  // algorithm takes its gradient here; `step` is the round its exchanges are keyed by.
+  BatchStats gradient(const Batch& batch, uint64_t step);
   // The peer's optimizer; under site replicas, seen through the leader's record of its
   // step (src/peer/site_replay.cpp).
   Optimizer& optimizer() { return site_optimizer_ ? *site_optimizer_ : optimizer_; }

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "hearsay/backend.h"
+#include "hearsay/clock.h"
 
 namespace hearsay {
 
@@ -41,7 +43,8 @@ void ChunkedCopy::chunk_done() {
 
 void ChunkedCopy::wait_for_all_claimed() {
   std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [this] { return claimed_done_.load() >= chunks_; });
+  wall_clock().wait_for(lock, done_cv_, std::numeric_limits<double>::infinity(),
+                        [this] { return claimed_done_.load() >= chunks_; });
 }
 
 std::shared_ptr<const std::vector<float>> ChunkedCopy::finish(double& sum_squares) {

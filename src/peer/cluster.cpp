@@ -2,13 +2,13 @@
 #include "hearsay/cluster.h"
 
 #include <algorithm>
-#include <chrono>
-#include <condition_variable>
 #include <cmath>
 #include <exception>
+#include <limits>
 #include <mutex>
 #include <thread>
 
+#include "hearsay/clock.h"
 #include "hearsay/error.h"
 
 namespace hearsay {
@@ -72,7 +72,7 @@ class StartGate {
   }
   void wait_for_early_peers(int64_t steps) {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] {
+    wall_clock().wait_for(lock, cv_, std::numeric_limits<double>::infinity(), [&] {
       for (size_t i = 0; i < early_.size(); ++i) {
         if (early_[i] && !done_[i] && steps_[i] < steps) return false;
       }
@@ -93,17 +93,16 @@ class StartGate {
 // Bounded: a few rounds of at most 10 s each.
 void settle(const std::vector<Peer*>& peers) {
   for (int round = 0; round < 3; ++round) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    Clock& wall = wall_clock();
+    const double deadline = wall.now() + 10;
     auto all_idle = [&] {
       for (auto& p : peers) {
         if (!p->engine()->idle()) return false;
       }
       return true;
     };
-    while (!all_idle() && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the last frames reach their inboxes
+    while (!all_idle() && wall.now() < deadline) wall.sleep_for(0.005);
+    wall.sleep_for(0.02);  // the last frames reach their inboxes
     for (auto& p : peers) p->engine()->settle();
   }
 }
@@ -160,11 +159,12 @@ ClusterResult run_cluster(const ClusterSpec& spec) {
   for (int i = 0; i < n; ++i) {
     for (int j = i + 1; j < n; ++j) transports[i]->connect(ids[j], addresses[j]);
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  Clock& wall = wall_clock();
+  const double deadline = wall.now() + 20;
   for (int i = 0; i < n; ++i) {
     while (static_cast<int>(transports[i]->connected_peers().size()) < n - 1) {
-      if (std::chrono::steady_clock::now() > deadline) throw InputError("cluster: peers did not all connect within 20 s");
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      if (wall.now() > deadline) throw InputError("cluster: peers did not all connect within 20 s");
+      wall.sleep_for(0.005);
     }
   }
 
@@ -201,7 +201,7 @@ ClusterResult run_cluster(const ClusterSpec& spec) {
   for (auto& p : peers) result.initial_params.push_back(p->params());
   std::mutex error_mu;
   std::exception_ptr first_error;  // the root cause, not the stops it triggered
-  const auto t0 = std::chrono::steady_clock::now();
+  const double t0 = wall.now();
   std::vector<std::thread> threads;
   for (int i = 0; i < n; ++i) {
     threads.emplace_back([&, i] {
@@ -221,7 +221,7 @@ ClusterResult run_cluster(const ClusterSpec& spec) {
     });
   }
   for (auto& t : threads) t.join();
-  result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  result.wall_s = wall.now() - t0;
   result.consensus = monitor.series();
   if (!spec.log_dir.empty()) {
     EventLog cluster_log(spec.log_dir + "/cluster.jsonl", "cluster");

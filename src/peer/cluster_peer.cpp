@@ -1,10 +1,10 @@
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <set>
 #include <thread>
 
+#include "hearsay/clock.h"
 #include "hearsay/config.h"
 #include "hearsay/config.pb.h"
 #include "hearsay/error.h"
@@ -108,10 +108,10 @@ ClusterMembership join_cluster(const config::Config& base, const std::string& na
   // Each pair connects once: the peer later in the list dials the earlier one.
   for (int j = 0; j < me; ++j) transport->connect(cl.peers(j).name(), cl.peers(j).address());
 
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(cl.connect_timeout_s());
-  while (static_cast<int>(transport->connected_peers().size()) < n - 1 && std::chrono::steady_clock::now() < deadline &&
-         !(stop && *stop)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  Clock& wall = wall_clock();  // a real peer joins on real time
+  const double deadline = wall.now() + cl.connect_timeout_s();
+  while (static_cast<int>(transport->connected_peers().size()) < n - 1 && wall.now() < deadline && !(stop && *stop)) {
+    wall.sleep_for(0.02);
   }
   const std::vector<std::string> up = transport->connected_peers();
   const int connected = static_cast<int>(up.size());
@@ -198,7 +198,7 @@ TrainResult run_cluster_peer(const config::Config& base, const std::string& name
     std::thread watcher([&] {
       while (!done) {
         if (stop && *stop) peer.stop();
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        wall_clock().sleep_for(0.05);
       }
     });
     try {

@@ -22,7 +22,7 @@ namespace hearsay {
 namespace {
 
 // The synchronous phases of a step's round that share the buffers (share_buffers): far
-// above any algorithm's own (theirs stay below kSiteStepPhase, 1 << 20).
+// above any algorithm's own (theirs stay below kAlgorithmPhaseLimit, 1 << 20; the site ring's from it).
 constexpr uint32_t kBufferPhase = 1u << 21;
 
 }  // namespace
@@ -119,7 +119,7 @@ void ExternalPeer::attach(ExternalModel m, bool join) {
                   .add("unix_time", shared_time_s(clock_)));
   if (engine_ && join) engine_->join();
   synchronize();
-  last_return_ = std::chrono::steady_clock::now();
+  last_return_ = clock_.now();
 }
 
 void ExternalPeer::synchronize() {
@@ -131,7 +131,7 @@ void ExternalPeer::check_attached(const char* what) const {
 }
 
 double ExternalPeer::framework_compute_s() const {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - last_return_).count();
+  return clock_.now() - last_return_;
 }
 
 void ExternalPeer::step(const ExternalStepStats& stats, float lr) {
@@ -165,7 +165,7 @@ void ExternalPeer::run_step(const ExternalStepStats& stats, float lr) {
   } end_step{engine_.get()};
   const double framework_s = framework_compute_s();
   const int64_t round = steps_;  // the step's round, as every peer of a synchronous algorithm counts it
-  const auto t0 = std::chrono::steady_clock::now();
+  const double t0 = clock_.now();
   auto* model = static_cast<ExternalTrainable*>(model_.get());
   model->arm({stats.loss_sum, stats.correct, stats.count});
   BatchStats s;
@@ -176,7 +176,7 @@ void ExternalPeer::run_step(const ExternalStepStats& stats, float lr) {
       stop_ = true;  // stopped mid-round: the loop ends and finish() writes the end event
       eval_due_ = false;
       synchronize();
-      last_return_ = std::chrono::steady_clock::now();
+      last_return_ = clock_.now();
       return;
     }
   } else {
@@ -186,7 +186,7 @@ void ExternalPeer::run_step(const ExternalStepStats& stats, float lr) {
   // Stretch the work only (the framework's and the engine's), as a native peer does.
   const double work_s = framework_s + (engine_ ? engine_->last_work_s() : 0.0);
   stretch_step(clock_, work_s, in_cluster_ ? network_.slowdown : 1.0, spec_.train.emulated_step_s, compute_overruns_);
-  const double step_s = framework_s + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double step_s = framework_s + (clock_.now() - t0);
 
   const double loss = s.loss();
   if (!std::isfinite(loss)) {
@@ -242,7 +242,7 @@ void ExternalPeer::run_step(const ExternalStepStats& stats, float lr) {
   eval_due_ = eval_due_ || steps_ == total_steps_;
   if (!eval_due_ && progress_) progress_->update(progress_state_);
   synchronize();
-  last_return_ = std::chrono::steady_clock::now();
+  last_return_ = clock_.now();
 }
 
 bool ExternalPeer::running() const {
@@ -275,7 +275,7 @@ void ExternalPeer::record_eval(double test_acc, double test_loss) {
   progress_state_.test_acc = test_acc;
   if (progress_) progress_->update(progress_state_, true);
   // The evaluation is not the next step's computation: a slowdown must not stretch it.
-  last_return_ = std::chrono::steady_clock::now();
+  last_return_ = clock_.now();
 }
 
 void ExternalPeer::finish() {

@@ -410,15 +410,8 @@ std::vector<GossipEngine::Message> Inbox::take_async() {
   return out;
 }
 
-namespace {
-RealClock& real_clock() {
-  static RealClock clock;
-  return clock;
-}
-}  // namespace
-
 Inbox::Inbox(Mixer& mixer, bool keep_payloads, Clock* clock)
-    : mixer_(mixer), keep_payloads_(keep_payloads), clock_(clock != nullptr ? clock : &real_clock()) {}
+    : mixer_(mixer), keep_payloads_(keep_payloads), clock_(clock != nullptr ? clock : &wall_clock()) {}
 
 std::optional<GossipEngine::Message> Inbox::wait_sync(int from, uint64_t round, uint32_t phase, double timeout_s,
                                                       const std::atomic<bool>& stop, std::string* refused) {

@@ -9,6 +9,7 @@
 #include "hearsay/checkpoint.h"
 #include "hearsay/error.h"
 #include "algorithm.h"
+#include "site_replicas.h"
 #include "emulated_time.h"
 #include "run_plan.h"
 
@@ -112,14 +113,15 @@ namespace {
 
 // The median time of `run` over `times` calls that follow `warmup` untimed ones (to warm
 // caches and allocators); `prepare` runs before each call, untimed.
+// Measured on `wall`, real time also in a simulation: what is measured is this machine's work.
 template <class Prepare, class Run>
-double median_seconds(int warmup, int times, Prepare prepare, Run run) {
+double median_seconds(const Clock& wall, int warmup, int times, Prepare prepare, Run run) {
   std::vector<double> took;
   for (int i = 0; i < warmup + times; ++i) {
     prepare();
-    const auto t0 = std::chrono::steady_clock::now();
+    const double t0 = wall.now();
     run();
-    if (i >= warmup) took.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (i >= warmup) took.push_back(wall.now() - t0);
   }
   std::sort(took.begin(), took.end());
   return took.empty() ? 0.0 : took[took.size() / 2];
@@ -130,7 +132,7 @@ double median_seconds(int warmup, int times, Prepare prepare, Run run) {
 double Peer::measure_step_s(int steps) {
   const int batch = spec_.train.batch_size;
   std::vector<int64_t> idx(static_cast<size_t>(batch));
-  return median_seconds(3, steps, [&] { next_batch(batch, idx.data()); }, [&] {
+  return median_seconds(real_clock_, 3, steps, [&] { next_batch(batch, idx.data()); }, [&] {
     model_->forward_backward(Batch{batch_x_.f32(), batch_y_.i32(), batch});
     optimizer_->step(model_->params(), model_->grads(), spec_.schedule.base_lr);
     backend_->synchronize();
@@ -138,7 +140,7 @@ double Peer::measure_step_s(int steps) {
 }
 
 double Peer::measure_eval_s(int times) {
-  return median_seconds(1, times, [] {}, [&] {
+  return median_seconds(real_clock_, 1, times, [] {}, [&] {
     evaluate();
     backend_->synchronize();
   });

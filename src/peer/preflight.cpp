@@ -1,14 +1,13 @@
 #include "hearsay/preflight.h"
 
 #include <algorithm>
-#include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <map>
 #include <mutex>
 #include <set>
 #include <thread>
 
+#include "hearsay/clock.h"
 #include "hearsay/config.h"
 #include "hearsay/config.pb.h"
 #include "hearsay/error.h"
@@ -18,12 +17,6 @@
 
 namespace hearsay {
 namespace {
-
-using SteadyClock = std::chrono::steady_clock;
-
-SteadyClock::time_point after_seconds(double s) {
-  return SteadyClock::now() + std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(s));
-}
 
 
 // Bandwidth probes go in frames of at most this many payload bytes, so a slow link shows
@@ -39,10 +32,11 @@ struct PeerCheck::State {
   std::unique_ptr<Transport> responder;  // answers the other checks, at this peer's address
   std::unique_ptr<Transport> prober;     // dials every other peer
 
+  RealClock clock;  // a check runs on real time, before any peer does
   std::mutex mu;
   std::condition_variable changed;
   std::map<std::string, LinkEvent> last_event;       // GUARDED_BY(mu): the prober's, per neighbour
-  std::map<uint64_t, SteadyClock::time_point> replies;     // GUARDED_BY(mu): probe seq -> when its reply came
+  std::map<uint64_t, double> replies;                // GUARDED_BY(mu): probe seq -> clock.now() when its reply came
   std::map<uint64_t, uint64_t> reply_bytes;          // GUARDED_BY(mu): probe seq -> bytes it carried
   std::set<std::string> answered;                    // GUARDED_BY(mu): peers admitted by the responder
   uint64_t next_seq = 1;                             // GUARDED_BY(mu)
@@ -51,11 +45,11 @@ struct PeerCheck::State {
 
   // Waits for `pred` (under mu) until `deadline` or a stop; true when it held.
   template <class Pred>
-  bool wait_until(SteadyClock::time_point deadline, const std::atomic<bool>* stop, Pred pred) {
+  bool wait_until(double deadline, const std::atomic<bool>* stop, Pred pred) {
     std::unique_lock<std::mutex> lock(mu);
     while (!pred()) {
-      if ((stop && *stop) || SteadyClock::now() >= deadline) return false;
-      changed.wait_for(lock, std::chrono::milliseconds(20));
+      if ((stop && *stop) || clock.now() >= deadline) return false;
+      clock.wait_for(lock, changed, 0.02, pred);
     }
     return true;
   }
@@ -73,15 +67,15 @@ struct PeerCheck::State {
   }
 
   void measure(LinkCheck& link, const std::atomic<bool>* stop) {
-    const auto deadline = after_seconds(options.probe_timeout_s);
+    const double deadline = clock.now() + options.probe_timeout_s;
     auto none = std::make_shared<const std::vector<uint8_t>>();
     std::vector<double> rtts;
     for (int i = 0; i < options.pings; ++i) {
-      const auto sent = SteadyClock::now();
+      const double sent = clock.now();
       const uint64_t seq = send_probe(link.peer, none, 0);
       if (!wait_until(deadline, stop, [&] { return replies.count(seq) > 0; })) break;
       std::lock_guard<std::mutex> lock(mu);
-      rtts.push_back(std::chrono::duration<double>(replies[seq] - sent).count());
+      rtts.push_back(replies[seq] - sent);
     }
     if (rtts.empty()) {
       link.failure = "admitted, but no answer to a probe within " + std::to_string(static_cast<int>(options.probe_timeout_s)) +
@@ -100,20 +94,20 @@ struct PeerCheck::State {
     const size_t chunk = static_cast<size_t>(std::min<uint64_t>(kProbeChunkBytes, std::max<uint64_t>(1, options.probe_bytes)));
     auto payload = std::make_shared<const std::vector<uint8_t>>(chunk, uint8_t{0});
     std::vector<uint64_t> seqs;
-    const auto start = SteadyClock::now();
+    const double start = clock.now();
     for (uint64_t sent = 0; sent < options.probe_bytes; sent += chunk) {
       seqs.push_back(send_probe(link.peer, payload, static_cast<size_t>(std::min<uint64_t>(chunk, options.probe_bytes - sent))));
     }
     const bool all = wait_until(deadline, stop, [&] { return replies.count(seqs.back()) > 0; });
     std::lock_guard<std::mutex> lock(mu);
     uint64_t acked = 0;
-    SteadyClock::time_point last = start;
+    double last = start;
     for (uint64_t s : seqs) {
       if (replies.count(s) == 0) continue;
       acked += reply_bytes[s];
       last = std::max(last, replies[s]);
     }
-    const double took = std::chrono::duration<double>((all ? last : SteadyClock::now()) - start).count();
+    const double took = (all ? last : clock.now()) - start;
     const double crossing = took > 2 * link.rtt_s ? took - link.rtt_s : took;
     link.probe_bytes = acked;
     if (acked > 0 && crossing > 0) link.bandwidth_Bps = static_cast<double>(acked) / crossing;
@@ -162,7 +156,7 @@ PeerCheck::PeerCheck(const config::Config& cfg, const std::string& peer_name, Ch
       std::lock_guard<std::mutex> lock(s.mu);
       const uint64_t seq = f.envelope->probe().seq();
       if (seq == 0 || seq >= s.next_seq) return;  // answers no probe of ours
-      s.replies[seq] = SteadyClock::now();
+      s.replies[seq] = s.clock.now();
       s.reply_bytes[seq] = f.envelope->probe().bytes();
     }
     s.changed.notify_all();
@@ -188,7 +182,7 @@ CheckReport PeerCheck::run(const std::atomic<bool>* stop) {
     others.push_back(cl.peers(j).name());
     s.prober->connect(cl.peers(j).name(), cl.peers(j).address());
   }
-  const auto deadline = after_seconds(s.options.connect_s);
+  const double deadline = s.clock.now() + s.options.connect_s;
   s.wait_until(deadline, stop, [&] {
     for (const auto& o : others) {
       auto it = s.last_event.find(o);
@@ -237,8 +231,8 @@ void PeerCheck::linger(double seconds, const std::atomic<bool>* stop) {
   s.prober->close();  // our probes are done; the others see this peer's prober go
   // A neighbour this check reached is checking back while it is connected to our
   // responder, or has yet to come; one never reached will not come in time.
-  const auto deadline = after_seconds(seconds);
-  while (SteadyClock::now() < deadline && !(stop && *stop)) {
+  const double deadline = s.clock.now() + seconds;
+  while (s.clock.now() < deadline && !(stop && *stop)) {
     const auto connected = s.responder->connected_peers();
     bool waiting = false;
     {
@@ -249,7 +243,7 @@ void PeerCheck::linger(double seconds, const std::atomic<bool>* stop) {
       }
     }
     if (!waiting) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    s.clock.sleep_for(0.05);
   }
 }
 

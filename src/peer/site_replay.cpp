@@ -20,6 +20,7 @@
 #include <cstring>
 
 #include "algorithm.h"
+#include "site_replicas.h"
 #include "update_guard.h"
 #include "hearsay/error.h"
 #include "hearsay/log.h"

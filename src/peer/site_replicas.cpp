@@ -19,6 +19,7 @@
 #include <set>
 
 #include "algorithm.h"
+#include "site_replicas.h"
 #include "algorithm_registry.h"
 #include "hearsay/log.h"
 #include "hearsay/topology.h"

@@ -14,7 +14,7 @@
 #include "hearsay/cluster.h"
 #include "hearsay/config.h"
 #include "hearsay/config.pb.h"
-#include "../../src/peer/algorithm.h"
+#include "../../src/peer/site_replicas.h"
 #include "test_util.h"
 
 using namespace hearsay;

@@ -34,7 +34,7 @@ constexpr double kExchangeTimeoutS = 10.0;
 class Adpsgd final : public Algorithm {
  public:
   BatchStats step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) override {
-    const BatchStats s = site_gradient(e, batch, step);
+    const BatchStats s = e.gradient(batch, step);
     // The requests the last step decided on, when the engine copies the model between steps
     // (below): the model they carry is the one that step left, which this step starts from.
     if (!requested_.empty()) {

@@ -17,7 +17,7 @@ class AllReduce final : public Algorithm {
     if (s.codec.name == "powersgd") powersgd_ = std::make_unique<PowerSgdAllReduce>(s.codec.rank);
   }
   BatchStats step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) override {
-    const BatchStats s = site_gradient(e, batch, step);
+    const BatchStats s = e.gradient(batch, step);
     Backend& b = e.model().backend();
     std::vector<float> g(e.model().num_params());
     b.download(g.data(), e.model().grads(), sizeof(float) * g.size());

@@ -6,7 +6,7 @@
 namespace hearsay {
 
 BatchStats local_step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) {
-  const BatchStats s = site_gradient(e, batch, step);
+  const BatchStats s = e.gradient(batch, step);
   e.optimizer().step(e.model().params(), e.model().grads(), lr);
   return s;
 }

@@ -21,7 +21,7 @@ class Demo final : public Algorithm {
   explicit Demo(const algorithms::DemoOptions& o) : o_(o) {}
 
   BatchStats step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) override {
-    const BatchStats s = site_gradient(e, batch, step);
+    const BatchStats s = e.gradient(batch, step);
     const size_t n = e.model().num_params();
     start(e, n);
     std::vector<float> g(n);

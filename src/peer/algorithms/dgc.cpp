@@ -37,7 +37,7 @@ class Dgc final : public Algorithm {
         warmup_steps_(o.sync_lr_warmup_steps()) {}
 
   BatchStats step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) override {
-    const BatchStats s = site_gradient(e, batch, step);
+    const BatchStats s = e.gradient(batch, step);
     const size_t n = e.model().num_params();
     if (!memory_) memory_ = std::make_unique<DgcMemory>(n, settings_);
     Backend& b = e.model().backend();

@@ -6,7 +6,7 @@
 // (topk, randomk, sign, qsgd, powersgd) the outer gradient travels as a sparse all-gather
 // with error feedback across outer steps (CompressedSum): local steps composed with
 // compression. Under cluster.site_replicas a site's peers
-// average their gradients every inner step (site_gradient) and so train as one replica.
+// average their gradients every inner step (GossipEngine::gradient) and so train as one replica.
 #include <cmath>
 
 #include "../algorithm.h"

@@ -15,7 +15,7 @@ namespace {
 class Dpsgd final : public Algorithm {
  public:
   BatchStats step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) override {
-    const BatchStats s = site_gradient(e, batch, step);
+    const BatchStats s = e.gradient(batch, step);
     Topology& t = e.topology();
     const auto neighbours = t.neighbours(e.me());
     auto mine = e.params_host();

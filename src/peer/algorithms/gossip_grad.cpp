@@ -29,7 +29,7 @@ class GossipGrad final : public Algorithm {
         e.mix_neighbour_model(m.from, m, d.weight);
       }
     }
-    const BatchStats s = site_gradient(e, batch, step);
+    const BatchStats s = e.gradient(batch, step);
     if (step % static_cast<uint64_t>(e.spec().gossip_every) == 0 && e.gossip_on_device()) {
       // One device copy for every target; each link's codec encodes it on the device.
       const auto g = e.snapshot_device(e.model().grads(), e.model().num_params());

@@ -49,7 +49,7 @@ class Sgp final : public Algorithm {
       e.wait_sent(step - tau);
       wait_for_in_neighbours(e, step - tau);
     }
-    const BatchStats s = site_gradient(e, batch, step);  // at z
+    const BatchStats s = e.gradient(batch, step);  // at z
     Backend& b = e.model().backend();
     const size_t n = e.model().num_params();
     b.scale(n, static_cast<float>(w_), e.model().params());  // z -> x

@@ -8,7 +8,7 @@
 //   then v_p <- mu v_p + mean(delta_p); a_p <- a_p - outer_lr (mean(delta_p) + mu v_p);
 //   x_p <- alpha x_p + (1 - alpha) a_p.
 // With one fragment, tau = 0 and alpha = 0 it is diloco. Under cluster.site_replicas a site's peers
-// average their gradients every inner step (site_gradient), as diloco's. Fragments are the model's
+// average their gradients every inner step (GossipEngine::gradient), as diloco's. Fragments are the model's
 // units (a transformer block, an embedding, a layer: a ParamView's name without its last
 // two parts, or its first part when it has at most two) dealt out in turn.
 #include <algorithm>
