@@ -9,6 +9,10 @@
   this_thread::sleep_for, and no wait on a condition variable but through Clock::wait_for;
 - the algorithms (src/peer/algorithms/) include nothing of site replicas, the wire, the
   transport or the engine's mailboxes: they see the engine through algorithm.h;
+- the engine's own files (gossip_engine.cpp, engine_*.cpp but engine_factory.cpp, which
+  composes the engine with its algorithm) include nothing of site replicas, so the engine
+  calls no site code: site replicas wrap the algorithm (site_algorithm.cpp) and call the
+  engine, never the other way (the circle issue 40 found);
 - no include circle among the headers of src/ and include/hearsay.
 """
 import pathlib
@@ -106,6 +110,17 @@ def check_algorithm_includes(problems):
                             f"through algorithm.h only")
 
 
+def check_engine_blind_to_sites(problems):
+    for p in sorted((SRC / "peer").glob("*.cpp")):
+        if not (p.name == "gossip_engine.cpp" or p.name.startswith("engine_")) or p.name == "engine_factory.cpp":
+            continue
+        text = p.read_text(errors="replace")
+        for m in re.finditer(r'#include\s+"(site_[\w]*\.h)"', text):
+            line = text.count("\n", 0, m.start()) + 1
+            problems.append(f"{p.relative_to(ROOT)}:{line}: the engine includes {m.group(1)}; site replicas wrap the "
+                            f"algorithm (site_algorithm.cpp), the engine does not call them")
+
+
 def resolve(include, where):
     for base in (where.parent, ROOT / "include", SRC):
         q = (base / include).resolve()
@@ -148,6 +163,7 @@ def main():
     check_algorithm_names(problems)
     check_clock(problems)
     check_algorithm_includes(problems)
+    check_engine_blind_to_sites(problems)
     check_include_cycles(problems)
     for p in problems:
         print(p)

@@ -141,13 +141,24 @@ class RobustMixing;
 class Outbox;
 class DeviceLinkEncoder;  // hearsay/device_codec.h (builds with CUDA)
 
+class GossipEngine;
+// The engine of a peer as its spec says (src/peer/engine_factory.cpp): the spec checked,
+// its topology (among the sites' leaders where site replicas run the algorithm there), and
+// its algorithm from the registry, wrapped in site replicas where cluster.site_replicas
+// asks. `peers` lists every peer's id in cluster order; `me` is this peer's index. The
+// transport must already be connecting to the neighbours; the engine installs its
+// receiver on it. Model, optimizer, transport and log must outlive the engine.
+std::unique_ptr<GossipEngine> make_gossip_engine(const GossipSpec& spec, std::vector<std::string> peers, int me,
+                                                 Transport& transport, Trainable& model, Optimizer& optimizer, Clock& clock,
+                                                 EventLog& log, uint64_t seed);
+
 class GossipEngine {
  public:
-  // `peers` lists every peer's id in cluster order; `me` is this peer's index. The
-  // transport must already be connecting to the neighbours; the engine installs its
-  // receiver on it. Model, optimizer, transport and log must outlive the engine.
+  // As make_gossip_engine, with the topology and the algorithm it made: the engine knows
+  // neither which algorithm it runs nor whether a site wraps it.
   GossipEngine(const GossipSpec& spec, std::vector<std::string> peers, int me, Transport& transport, Trainable& model,
-               Optimizer& optimizer, Clock& clock, EventLog& log, uint64_t seed);
+               Optimizer& optimizer, Clock& clock, EventLog& log, uint64_t seed, std::unique_ptr<Topology> topology,
+               std::unique_ptr<Algorithm> algorithm);
   ~GossipEngine();
 
   // One training step on a minibatch already on the device, with the algorithm's
@@ -219,8 +230,8 @@ class GossipEngine {
   // algorithm takes its gradient here; `step` is the round its exchanges are keyed by.
   BatchStats gradient(const Batch& batch, uint64_t step);
   // The peer's optimizer; under site replicas, seen through the leader's record of its
-  // step (src/peer/site_replay.cpp).
-  Optimizer& optimizer() { return site_optimizer_ ? *site_optimizer_ : optimizer_; }
+  // step (use_optimizer).
+  Optimizer& optimizer() { return optimizer_seen_ ? *optimizer_seen_ : optimizer_; }
   Mixer& mixer() { return mixer_; }
   Topology& topology() { return *topology_; }
   EventLog& log() { return log_; }
@@ -461,48 +472,31 @@ class GossipEngine {
   // A host pass over the whole model (`whole`) summed its squares in eight lanes: params_sq_.
   void measured_params(const double (&lanes)[8], bool whole);
  public:
-  // Site replicas (src/peer/site_replicas.cpp): the rows every peer of this site takes
-  // (in its order, all equal until the first split), and this peer's seconds per sample.
-  struct SiteSplit {
-    std::vector<int> rows;
-    double seconds_per_sample = 0;
-  };
-  SiteSplit& site_split() { return site_split_; }
-  const SiteSplit& site_split() const { return site_split_; }
+ public:
   // The site's peers that are alive as its last view change agreed (cluster order, the
   // leader first; empty: the config's site, before any change), and that change's number.
+  // Site replicas (src/peer/site_replicas.cpp) agree on it; the collectives read it.
   struct SiteView {
     std::vector<int> members;
     uint32_t epoch = 0;
   };
+  SiteView& site_view() { return site_view_; }
+  const SiteView& site_view() const { return site_view_; }
   // Steps skipped since the last call (a site's view change put this peer behind the
   // others): the step loop adds them to its count, so the site's peers end together.
   int64_t take_skipped_steps() { return std::exchange(skipped_steps_, 0); }
-  SiteView& site_view() { return site_view_; }
-  const SiteView& site_view() const { return site_view_; }
-  // A leader's record of its step, so that its site's members repeat the step rather
-  // than receive its model (src/peer/site_replay.cpp): the optimizer's one step, with the
-  // model and gradient it stepped from where they are not what the members hold.
-  struct SiteReplay {
-    bool recording = false;     // a leader, inside its algorithm's step
-    bool whole_models = false;  // the algorithm's step is not one that can be repeated: whole models from now on
-    bool resync = false;        // the next step sends the model and the optimizer's state whole
-    int optimizer_steps = 0;    // this step's
-    bool described = false;     // its one optimizer step was on the model's own buffers
-    bool moved = false;         // the model it stepped from is not the one the members hold
-    bool regraded = false;      // the gradient it stepped with is not the site's
-    float lr = 0;
-    std::vector<float> held;      // the model the members hold (the last step's end); empty: not known
-    std::vector<float> gradient;  // the site's gradient, as site_gradient left it
-    std::vector<float> before, stepped_gradient, after;  // at the optimizer step
-  };
-  SiteReplay& site_replay() { return site_replay_; }
+  // Inside a step: this peer skips `steps` steps (a site's view change put it behind).
+  void skip_steps(uint64_t steps) {
+    steps_ += steps;
+    skipped_steps_ += static_cast<int64_t>(steps);
+  }
+  // The optimizer the algorithms see (optimizer()) in place of the peer's own, or null for
+  // the peer's own: a site's leader records its step through it (site_replay.cpp).
+  void use_optimizer(Optimizer* o) { optimizer_seen_ = o; }
 
  private:
-  SiteSplit site_split_;
   SiteView site_view_;
-  SiteReplay site_replay_;
-  std::unique_ptr<Optimizer> site_optimizer_;  // optimizer_ behind a leader's record (site replicas)
+  Optimizer* optimizer_seen_ = nullptr;
   int64_t skipped_steps_ = 0;
   std::atomic<uint64_t> next_update_id_{1};  // outboxes send from the step loop and transport threads
   std::atomic<bool> stopped_{false};

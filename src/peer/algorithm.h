@@ -31,6 +31,18 @@ class Algorithm {
   // After the run (GossipEngine::settle): take in what arrived since the last step, without
   // stepping. Only algorithms that conserve a quantity need it.
   virtual void settle(GossipEngine&) {}
+
+  // What a wrapper around an algorithm (site replicas: site_replicas.h) supplies; an
+  // algorithm of its own keeps these defaults.
+  // Once, as the engine is made: a wrapper installs what it needs (GossipEngine::use_optimizer).
+  virtual void attach(GossipEngine&) {}
+  // The gradient of `batch` at the model into its gradient buffer (GossipEngine::gradient):
+  // by default the model's own; site replicas sum it over the site.
+  virtual BatchStats gradient(GossipEngine& e, const Batch& batch, uint64_t step);
+  // The rows of a config's batch this peer takes (GossipEngine::batch_rows), and the time
+  // its last computation of `rows` took (GossipEngine::note_compute).
+  virtual int batch_rows(const GossipEngine&, int batch_size) const { return batch_size; }
+  virtual void note_compute(double /*seconds*/, int /*rows*/) {}
 };
 
 // A little writer and reader for save()/load(): doubles and float vectors in order.

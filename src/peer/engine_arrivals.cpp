@@ -8,7 +8,6 @@
 #include <thread>
 
 #include "algorithm.h"
-#include "site_replicas.h"
 #include "algorithm_registry.h"
 #include "hearsay/build_config.h"
 #include "hearsay/device_codec.h"
@@ -141,12 +140,7 @@ bool GossipEngine::idle() const {
   return true;
 }
 
-void GossipEngine::settle() {
-  // A site that trains as one replica holds the leader's model as of its last step; what
-  // the leader would take in now could not reach its site any more.
-  if (site_role(*this) != SiteRole::kNone) return;
-  algorithm_->settle(*this);
-}
+void GossipEngine::settle() { algorithm_->settle(*this); }
 
 void GossipEngine::refuse_sync(int from, uint64_t round, const std::string& why) {
   refuse(from, why);

@@ -100,7 +100,7 @@ void ExternalPeer::attach(ExternalModel m, bool join) {
   }
   if (in_cluster_) {
     network_.gossip.optimizer = spec_.optimizer;
-    engine_ = std::make_unique<GossipEngine>(network_.gossip, network_.peers, network_.me, *network_.transport, *model_,
+    engine_ = make_gossip_engine(network_.gossip, network_.peers, network_.me, *network_.transport, *model_,
                                              *optimizer_, clock_, *log_, spec_.seed);
     // The framework computes each gradient between two steps without writing the
     // parameters: the engine copies them meanwhile, not on the step's time.

@@ -1,6 +1,6 @@
-// The engine's frame: its spec's checks, construction, the join protocol and the step with its site roles
-// (the other parts of GossipEngine: engine_send.cpp, engine_arrivals.cpp, engine_replica.cpp,
-// engine_device.cpp, engine_between_steps.cpp, engine_state.cpp).
+// The engine's frame: construction, the join protocol and the step
+// (its other parts: engine_send.cpp, engine_arrivals.cpp, engine_replica.cpp,
+// engine_device.cpp, engine_between_steps.cpp, engine_state.cpp; made by engine_factory.cpp).
 #include <pthread.h>
 #include <sched.h>
 
@@ -12,7 +12,6 @@
 
 #include "hearsay/checkpoint.pb.h"
 #include "algorithm.h"
-#include "site_replicas.h"
 #include "algorithm_registry.h"
 #include "hearsay/build_config.h"
 #include "hearsay/checkpoint.h"
@@ -42,71 +41,14 @@ int gossip_device(const Trainable& model) {
 
 }  // namespace
 
-void check_gossip_spec(const GossipSpec& s, int peers) {
-  const AlgorithmEntry& entry = algorithm_entry(s.algorithm);
-  if (peers < 2) throw InputError("algorithm '" + s.algorithm + "': needs at least 2 peers");
-  if (s.gossip_every < 1) throw InputError("gossip_every must be >= 1");
-  if (!(s.sync_timeout_s > 0)) throw InputError("sync_timeout_s must be > 0");
-  if (s.segment_elements < 1024) throw InputError("segment_elements must be >= 1024");
-  if (s.byzantine != "none" && s.byzantine != "scaled" && s.byzantine != "sign_flip" && s.byzantine != "random" &&
-      s.byzantine != "absurd") {
-    throw InputError("byzantine '" + s.byzantine + "': use none, scaled, sign_flip, random or absurd");
-  }
-  if (!(s.guard.max_norm_ratio >= 0) || s.guard.strikes < 0 || !(s.guard.quarantine_s >= 0)) {
-    throw InputError("guard: max_norm_ratio and quarantine_s must be >= 0 and strikes >= 0");
-  }
-  check_codec_spec(s.codec);
-  check_site_replicas(s, peers);
-  if (s.model_codec != "none" && s.model_codec != "fp16" && s.model_codec != "bf16" && s.model_codec != "int8") {
-    throw InputError("codec.model_codec '" + s.model_codec + "': use none, fp16, bf16 or int8 (whole models are not sparsified)");
-  }
-  const AdaptiveSpec& a = s.adaptive;
-  if (!(a.step_fraction > 0) || !(a.min_density > 0 && a.min_density <= a.max_density && a.max_density <= 1)) {
-    throw InputError("codec: adaptive needs step_fraction > 0 and 0 < min_density <= max_density <= 1");
-  }
-  check_algorithm_topology(s, peers);
-  if (entry.check) {
-    const auto options = parse_algorithm_options(entry, s.options);
-    try {
-      entry.check(*options, s, peers);
-    } catch (const OptionError& e) {
-      throw InputError(s.algorithm + " options: " + e.what());
-    }
-  }
-}
-
-void check_algorithm_topology(const GossipSpec& s, int peers) {
-  if (leaders_run(s)) {
-    // The algorithm runs among the sites' leaders: its topology is the one among sites.
-    int sites = 0;
-    const GossipSpec among = among_sites(s, peers, &sites);
-    if (sites >= 2) check_algorithm_topology(among, sites);
-    return;
-  }
-  const AlgorithmEntry* entry = find_algorithm(s.algorithm);
-  if (entry == nullptr || !entry->undirected_topology || peers < 2) return;
-  const auto t = make_topology(s.topology, peers);
-  for (int i = 0; i < peers; ++i) {
-    for (int j : t->neighbours(i)) {
-      const auto back = t->neighbours(j);
-      if (std::find(back.begin(), back.end(), i) != back.end()) continue;
-      throw InputError(s.algorithm + " needs an undirected topology, and '" + s.topology.kind + "' on " + std::to_string(peers) +
-                       " peers is directed (peer " + std::to_string(i) + " sends to peer " + std::to_string(j) +
-                       ", which never sends back): its Metropolis-Hastings weights would not be doubly stochastic and "
-                       "each round would wait for messages that never come; use ring, torus, complete, random, "
-                       "hierarchical, bandwidth or star");
-    }
-  }
-}
-
 GossipEngine::GossipEngine(const GossipSpec& spec, std::vector<std::string> peers, int me, Transport& transport,
-                           Trainable& model, Optimizer& optimizer, Clock& clock, EventLog& log, uint64_t seed)
+                           Trainable& model, Optimizer& optimizer, Clock& clock, EventLog& log, uint64_t seed,
+                           std::unique_ptr<Topology> topology, std::unique_ptr<Algorithm> algorithm)
     : spec_(spec), peers_(std::move(peers)), me_(me), transport_(transport), model_(model), optimizer_(optimizer), clock_(clock),
-      log_(log), mixer_(spec.mixer), topology_(make_engine_topology(spec, static_cast<int>(peers_.size()))),
+      log_(log), mixer_(spec.mixer), topology_(std::move(topology)),
       rng_(seed, 500 + me), inbox_(std::make_unique<Inbox>(mixer_, gossip_device(model) >= 0, &clock)),
       guard_(std::make_unique<UpdateGuard>(spec.guard, peers_.size())),
       robust_(std::make_unique<RobustMixing>(spec.mixer)) {
-  check_gossip_spec(spec_, static_cast<int>(peers_.size()));
   cuda_device_ = gossip_device(model_);
   on_device_ = cuda_device_ >= 0;
   link_bps_.assign(peers_.size(), 0.0);
@@ -116,9 +58,9 @@ GossipEngine::GossipEngine(const GossipSpec& spec, std::vector<std::string> peer
   outboxes_.resize(peers_.size());
   link_codecs_.resize(peers_.size());
   entry_ = &algorithm_entry(spec_.algorithm);
-  algorithm_ = entry_->make(spec_, *parse_algorithm_options(*entry_, spec_.options));
+  algorithm_ = std::move(algorithm);
   scratch_ = DeviceBuffer(model_.backend(), sizeof(float) * model_.num_params());
-  if (leaders_run(spec_)) site_optimizer_ = site_replay_optimizer(*this, optimizer_);
+  algorithm_->attach(*this);
   transport_.set_receiver([this](const std::string& from, InFrame&& f) { on_frame(from, std::move(f)); });
 }
 
@@ -252,30 +194,11 @@ BatchStats GossipEngine::step(const Batch& batch, float lr) {
   work_s_ = 0;
   work_since_ = now;
   mixed_this_step_.clear();
-  // Site replicas: a member takes part in its site's gradient sum and adopts its
-  // leader's model; the leader runs the algorithm, then sends its site that model.
-  const SiteRole role = site_role(*this);
-  if (steps_ == 0 && spec_.site_replicas) log_site(*this, role);
   BatchStats s;
   in_step_ = true;
   try {
-    try {
-      if (role == SiteRole::kLeader) {
-        refresh_site_leaders(*this);
-        begin_site_replay(*this);
-      }
-      s = role == SiteRole::kMember ? site_member_step(*this, batch, lr, steps_) : algorithm_->step(*this, batch, lr, steps_);
-      if (role == SiteRole::kLeader) send_site_update(*this, steps_);
-    } catch (const SiteViewChanged& changed) {
-      end_site_replay(*this);
-      // The step is given up: the site holds its decider's model, and a peer that was
-      // behind the newest skips to its step.
-      s = changed.stats;
-      steps_ += changed.skip;
-      skipped_steps_ += static_cast<int64_t>(changed.skip);
-    }
+    s = algorithm_->step(*this, batch, lr, steps_);
   } catch (...) {
-    end_site_replay(*this);
     start_snapshot_.reset();
     if (!owner_ends_steps_) end_step();  // what the step sent before it stopped still goes
     throw;
@@ -288,13 +211,11 @@ BatchStats GossipEngine::step(const Batch& batch, float lr) {
   return s;
 }
 
-BatchStats GossipEngine::gradient(const Batch& batch, uint64_t step) { return site_gradient(*this, batch, step); }
+BatchStats GossipEngine::gradient(const Batch& batch, uint64_t step) { return algorithm_->gradient(*this, batch, step); }
 
-int GossipEngine::batch_rows(int batch_size) const { return site_batch_rows(*this, batch_size); }
+int GossipEngine::batch_rows(int batch_size) const { return algorithm_->batch_rows(*this, batch_size); }
 
-void GossipEngine::note_compute(double seconds, int rows) {
-  if (rows > 0 && seconds > 0) site_split_.seconds_per_sample = seconds / rows;
-}
+void GossipEngine::note_compute(double seconds, int rows) { algorithm_->note_compute(seconds, rows); }
 
 
 uint64_t GossipEngine::bytes_sent() const {

@@ -50,7 +50,7 @@ Peer::Peer(PeerSpec spec, EventLog& log, Progress* progress, const PeerNetwork* 
     if (network_.transport == nullptr) throw InputError("peer: a network needs a transport");
     if (!(network_.slowdown >= 1.0)) throw InputError("peer: slowdown must be >= 1");
     network_.gossip.optimizer = spec_.optimizer;
-    engine_ = std::make_unique<GossipEngine>(network_.gossip, network_.peers, network_.me, *network_.transport, *model_,
+    engine_ = make_gossip_engine(network_.gossip, network_.peers, network_.me, *network_.transport, *model_,
                                              *optimizer_, *clock_, log_, spec_.seed);
   }
   if (data_->train.is_text() != (model_->batch_kind() == BatchKind::kTokens)) {

@@ -55,7 +55,7 @@ std::vector<float> header(Form form, float lr, float flags, size_t buffers, int6
 
 class SiteReplayOptimizer final : public Optimizer {
  public:
-  SiteReplayOptimizer(GossipEngine& e, Optimizer& inner) : e_(e), inner_(inner) {}
+  SiteReplayOptimizer(GossipEngine& e, SiteReplay& replay, Optimizer& inner) : e_(e), r_(replay), inner_(inner) {}
   const std::string& name() const override { return inner_.name(); }
   int64_t steps() const override { return inner_.steps(); }
   OptimizerState save_state() const override { return inner_.save_state(); }
@@ -63,7 +63,7 @@ class SiteReplayOptimizer final : public Optimizer {
   bool state_is_saved() const override { return inner_.state_is_saved(); }
 
   void step(float* w, const float* g, float lr) override {
-    auto& r = e_.site_replay();
+    auto& r = r_;
     if (!r.recording || r.whole_models) return inner_.step(w, g, lr);
     r.described = ++r.optimizer_steps == 1 && w == e_.model().params() && g == e_.model().grads();
     if (!r.described) return inner_.step(w, g, lr);
@@ -78,6 +78,7 @@ class SiteReplayOptimizer final : public Optimizer {
 
  private:
   GossipEngine& e_;
+  SiteReplay& r_;
   Optimizer& inner_;
 };
 
@@ -90,7 +91,7 @@ float lied_rate(const std::string& byzantine, float lr) {
 }
 
 // Why the record cannot describe this step, or "" when it can.
-std::string undescribed(const GossipEngine::SiteReplay& r, const std::vector<float>& params, bool state_saved) {
+std::string undescribed(const SiteReplay& r, const std::vector<float>& params, bool state_saved) {
   if (!state_saved) return "the optimizer's state is kept by another framework";
   if (r.optimizer_steps == 0) return "the algorithm stepped without the optimizer";
   if (r.optimizer_steps > 1) return "the algorithm stepped the optimizer more than once";
@@ -101,26 +102,26 @@ std::string undescribed(const GossipEngine::SiteReplay& r, const std::vector<flo
 
 }  // namespace
 
-std::unique_ptr<Optimizer> site_replay_optimizer(GossipEngine& e, Optimizer& inner) {
-  return std::make_unique<SiteReplayOptimizer>(e, inner);
+std::unique_ptr<Optimizer> site_replay_optimizer(GossipEngine& e, SiteState& state, Optimizer& inner) {
+  return std::make_unique<SiteReplayOptimizer>(e, state.replay, inner);
 }
 
-void begin_site_replay(GossipEngine& e) {
-  auto& r = e.site_replay();
+void begin_site_replay(GossipEngine& e, SiteState& state) {
+  auto& r = state.replay;
   r.recording = true;
   r.optimizer_steps = 0;
   r.described = r.moved = r.regraded = false;
 }
 
-void end_site_replay(GossipEngine& e) { e.site_replay().recording = false; }
+void end_site_replay(GossipEngine& e, SiteState& state) { state.replay.recording = false; }
 
-void note_site_gradient(GossipEngine& e, std::vector<float>&& gradient) {
-  auto& r = e.site_replay();
+void note_site_gradient(GossipEngine& e, SiteState& state, std::vector<float>&& gradient) {
+  auto& r = state.replay;
   if (r.recording) r.gradient = std::move(gradient);
 }
 
-std::vector<std::pair<uint32_t, std::vector<float>>> site_update_parts(GossipEngine& e, uint64_t step) {
-  auto& r = e.site_replay();
+std::vector<std::pair<uint32_t, std::vector<float>>> site_update_parts(GossipEngine& e, SiteState& state, uint64_t step) {
+  auto& r = state.replay;
   r.recording = false;
   std::vector<float> params = e.params_host();
   std::vector<std::pair<uint32_t, std::vector<float>>> parts;
@@ -152,13 +153,13 @@ std::vector<std::pair<uint32_t, std::vector<float>>> site_update_parts(GossipEng
   return parts;
 }
 
-void forget_site_replay(GossipEngine& e) {
-  auto& r = e.site_replay();
+void forget_site_replay(GossipEngine& e, SiteState& state) {
+  auto& r = state.replay;
   r.held.clear();
   r.resync = true;
 }
 
-void follow_site_leader(GossipEngine& e, uint64_t step, int leader_index, float lr,
+void follow_site_leader(GossipEngine& e, SiteState& state, uint64_t step, int leader_index, float lr,
                         const std::function<std::vector<float>(uint32_t part)>& receive) {
   const size_t n = e.model().num_params();
   const std::string& leader = e.peers()[static_cast<size_t>(leader_index)];

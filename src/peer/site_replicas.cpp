@@ -124,15 +124,15 @@ std::vector<std::string> names_of(const GossipEngine& e, const std::vector<int>&
 // a peer that was behind skips the steps between, so that every peer of the site counts
 // the same steps to the run's end), and, where this peer did not decide it, the model of
 // the peer that decided. Returns the steps this peer skips.
-uint64_t adopt_view(GossipEngine& e, uint32_t epoch, const std::vector<int>& members, uint64_t gave_up_step, uint64_t step,
+uint64_t adopt_view(GossipEngine& e, SiteState& state, uint32_t epoch, const std::vector<int>& members, uint64_t gave_up_step, uint64_t step,
                 const std::vector<float>* params) {
   auto& v = e.site_view();
   const std::vector<int> before = my_site(e);
   v.members = members;
   v.epoch = epoch;
   if (params != nullptr) e.set_params_host(*params);
-  forget_site_replay(e);  // the site's next update is whole: model and optimizer state
-  e.site_split().rows.clear();  // equal shares until the new site has measured itself
+  forget_site_replay(e, state);  // the site's next update is whole: model and optimizer state
+  state.split.rows.clear();  // equal shares until the new site has measured itself
   if (auto* t = dynamic_cast<SiteLeaderTopology*>(&e.topology())) t->set_leader(t->site_of(e.me()), members.front());
   // What the given-up attempts left: ring hops and models of earlier epochs, and the alive
   // messages of late peers (they are not in the view; their decision wait runs out).
@@ -165,7 +165,7 @@ std::string joined(const std::vector<std::string>& names) {
 // wait, directly or not, on the same lost peer). A peer that hears no decision, or that
 // finds itself alone while a peer of its site is still connected, fails saying so.
 // Returns the steps this peer skips (adopt_view).
-uint64_t change_view(GossipEngine& e, uint64_t step, int silent) {
+uint64_t change_view(GossipEngine& e, SiteState& state, uint64_t step, int silent) {
   const std::vector<int> view = my_site(e);
   const std::string& me = name_of(e, e.me());
   const uint32_t epoch = e.site_view().epoch + 1;
@@ -230,7 +230,7 @@ uint64_t change_view(GossipEngine& e, uint64_t step, int silent) {
       e.send(j, GossipEngine::Message(decision), d);
       e.send(j, GossipEngine::Message(model), params);
     }
-    return adopt_view(e, epoch, live, gave_up, step, nullptr);
+    return adopt_view(e, state, epoch, live, gave_up, step, nullptr);
   }
   const auto m = e.wait_sync_for(decider, kViewRound, decision_phase, 2 * window);
   const auto params = m ? e.wait_sync_for(decider, kViewRound, decision_phase + 1, window) : std::nullopt;
@@ -267,14 +267,14 @@ uint64_t change_view(GossipEngine& e, uint64_t step, int silent) {
                      " heard from " + joined(names_of(e, members)) + " within sync_timeout_s, " + std::to_string(window) +
                      " s, and not from this peer); the site goes on without it (restart the whole site to bring it back)");
   }
-  return adopt_view(e, epoch, members, *r, step, &params->data);
+  return adopt_view(e, state, epoch, members, *r, step, &params->data);
 }
 
 // Runs one of the site's synchronous exchanges. When a peer of the site does not answer,
 // under an algorithm that can take a new leader the site changes its view and the step is
 // given up (SiteViewChanged); else the timeout stands, saying why.
 template <class F>
-auto site_exchange(GossipEngine& e, uint64_t step, const BatchStats& s, F&& exchange) -> decltype(exchange()) {
+auto site_exchange(GossipEngine& e, SiteState& state, uint64_t step, const BatchStats& s, F&& exchange) -> decltype(exchange()) {
   try {
     return exchange();
   } catch (const PeerTimeout& t) {
@@ -282,7 +282,7 @@ auto site_exchange(GossipEngine& e, uint64_t step, const BatchStats& s, F&& exch
       if (!leaders_run(e.spec())) throw;
       throw PeerTimeout(std::string(t.what()) + "; a site elects a new leader only under adpsgd, gossip_grad and sgp", t.peer);
     }
-    throw SiteViewChanged{s, change_view(e, step, t.peer)};
+    throw SiteViewChanged{s, change_view(e, state, step, t.peer)};
   }
 }
 constexpr uint64_t kSplitEvery = 10;
@@ -293,12 +293,12 @@ constexpr double kSplitHysteresis = 0.1;
 // exact: each slot has one writer); when every peer has measured, the split that the
 // speeds give, taken if it moves a share by more than kSplitHysteresis. Every peer of
 // the site computes the same split from the same sums.
-void update_split(GossipEngine& e, const std::vector<int>& site, uint64_t step, const BatchStats& s) {
-  auto& split = e.site_split();
+void update_split(GossipEngine& e, SiteState& state, const std::vector<int>& site, uint64_t step, const BatchStats& s) {
+  auto& split = state.split;
   const int k = static_cast<int>(std::find(site.begin(), site.end(), e.me()) - site.begin());
   std::vector<float> slots(site.size(), 0.0f);
   slots[static_cast<size_t>(k)] = static_cast<float>(split.seconds_per_sample);
-  slots = site_exchange(e, step, s, [&] {
+  slots = site_exchange(e, state, step, s, [&] {
     return allreduce_sum(e, MessageKind::kGradient, std::move(slots), step, site_phase(e, kSiteSplitPhase),
                          false, ReduceScope::kSite);
   });
@@ -456,13 +456,13 @@ void log_site(GossipEngine& e, SiteRole role) {
   e.log().write(ev.add("leader", e.peers()[static_cast<size_t>(site.front())]).add("peers", static_cast<int64_t>(site.size())));
 }
 
-BatchStats site_gradient(GossipEngine& e, const Batch& batch, uint64_t step) {
+BatchStats site_gradient(GossipEngine& e, SiteState& state, const Batch& batch, uint64_t step) {
   const BatchStats s = e.model().forward_backward(batch);
   if (!e.spec().site_replicas) return s;
   const std::vector<int> site = my_site(e);
   const size_t site_peers = site.size();
   if (site_peers < 2) return s;
-  auto& split = e.site_split();
+  auto& split = state.split;
   if (split.rows.size() != site_peers) split.rows.assign(site_peers, batch.rows);  // equal, until measured
   const bool equal = std::all_of(split.rows.begin(), split.rows.end(), [&](int r) { return r == split.rows.front(); });
   Backend& b = e.model().backend();
@@ -475,7 +475,7 @@ BatchStats site_gradient(GossipEngine& e, const Batch& batch, uint64_t step) {
     const float w = static_cast<float>(batch.rows) / static_cast<float>(total);
     for (auto& v : g) v *= w;
   }
-  g = site_exchange(e, step, s, [&] {
+  g = site_exchange(e, state, step, s, [&] {
     return allreduce_sum(e, MessageKind::kGradient, std::move(g), step, site_phase(e, kSiteStepPhase), true,
                          ReduceScope::kSite, e.spec().site_codec);
   });
@@ -484,33 +484,33 @@ BatchStats site_gradient(GossipEngine& e, const Batch& batch, uint64_t step) {
     for (auto& v : g) v *= inv;
   }
   b.upload(e.model().grads(), g.data(), sizeof(float) * g.size());
-  note_site_gradient(e, std::move(g));
-  if (e.spec().site_split == "speed" && step % kSplitEvery == kSplitEvery - 1) update_split(e, site, step, s);
+  note_site_gradient(e, state, std::move(g));
+  if (e.spec().site_split == "speed" && step % kSplitEvery == kSplitEvery - 1) update_split(e, state, site, step, s);
   return s;
 }
 
-int site_batch_rows(const GossipEngine& e, int batch_size) {
+int site_batch_rows(const GossipEngine& e, const SiteState& state, int batch_size) {
   if (!e.spec().site_replicas || e.spec().site_split != "speed") return batch_size;
-  const auto& rows = e.site_split().rows;
+  const auto& rows = state.split.rows;
   if (rows.empty()) return batch_size;
   const auto site = my_site(e);
   const size_t k = static_cast<size_t>(std::find(site.begin(), site.end(), e.me()) - site.begin());
   return k < rows.size() ? rows[k] : batch_size;
 }
 
-BatchStats site_member_step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) {
-  const BatchStats s = site_gradient(e, batch, step);
+BatchStats site_member_step(GossipEngine& e, SiteState& state, const Batch& batch, float lr, uint64_t step) {
+  const BatchStats s = site_gradient(e, state, batch, step);
   const int leader = my_site(e).front();
-  follow_site_leader(e, step, leader, lr, [&](uint32_t part) {
-    return site_exchange(e, step, s, [&] { return e.wait_sync(leader, step, site_phase(e, kSiteModelPhase) + part).data; });
+  follow_site_leader(e, state, step, leader, lr, [&](uint32_t part) {
+    return site_exchange(e, state, step, s, [&] { return e.wait_sync(leader, step, site_phase(e, kSiteModelPhase) + part).data; });
   });
   return s;
 }
 
-void send_site_update(GossipEngine& e, uint64_t step) {
+void send_site_update(GossipEngine& e, SiteState& state, uint64_t step) {
   const auto site = my_site(e);
-  if (site.size() < 2) return end_site_replay(e);
-  for (auto& [part, values] : site_update_parts(e, step)) {
+  if (site.size() < 2) return end_site_replay(e, state);
+  for (auto& [part, values] : site_update_parts(e, state, step)) {
     const GossipEngine::Message header{.kind = MessageKind::kModel, .synchronous = true, .round = step,
                                        .phase = site_phase(e, kSiteModelPhase) + part, .offset = 0, .total = values.size()};
     for (size_t k = 1; k < site.size(); ++k) e.send(site[k], GossipEngine::Message(header), values);

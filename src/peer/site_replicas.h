@@ -13,12 +13,47 @@
 
 namespace hearsay {
 
+// The rows every peer of this site takes (in its order, all equal until the first split),
+// and this peer's seconds per sample.
+struct SiteSplit {
+  std::vector<int> rows;
+  double seconds_per_sample = 0;
+};
+// A leader's record of its step, so that its site's members repeat the step rather than
+// receive its model (site_replay.cpp): the optimizer's one step, with the model and
+// gradient it stepped from where they are not what the members hold.
+struct SiteReplay {
+  bool recording = false;     // a leader, inside its algorithm's step
+  bool whole_models = false;  // the algorithm's step is not one that can be repeated: whole models from now on
+  bool resync = false;        // the next step sends the model and the optimizer's state whole
+  int optimizer_steps = 0;    // this step's
+  bool described = false;     // its one optimizer step was on the model's own buffers
+  bool moved = false;         // the model it stepped from is not the one the members hold
+  bool regraded = false;      // the gradient it stepped with is not the site's
+  float lr = 0;
+  std::vector<float> held;      // the model the members hold (the last step's end); empty: not known
+  std::vector<float> gradient;  // the site's gradient, as site_gradient left it
+  std::vector<float> before, stepped_gradient, after;  // at the optimizer step
+};
+// What site replicas keep of their own, in the algorithm that wraps the configured one
+// (wrap_in_site_replicas); the site's agreed view is the engine's (GossipEngine::site_view).
+struct SiteState {
+  SiteSplit split;
+  SiteReplay replay;
+};
+
+// The configured algorithm run as site replicas (cluster.site_replicas): the wrapper
+// supplies its gradient (the site's sum), runs the leader's and the members' roles around
+// its steps (a member never runs it), replays the leader's step to the members, and changes
+// the site's view when a peer of it stops answering. The wrapped algorithm sees a peer.
+std::unique_ptr<Algorithm> wrap_in_site_replicas(std::unique_ptr<Algorithm> inner);
+
 // The gradient of `batch` at the model into its gradient buffer; under
 // cluster.site_replicas averaged over this peer's site (a ring among its peers, each hop
 // under the site codec; never across the WAN), so every peer of the site holds the same
 // gradient bit for bit. Uses the synchronous phases from kSiteStepPhase of round `step`;
 // waits for the site's peers. Every algorithm takes its gradient here.
-BatchStats site_gradient(GossipEngine& e, const Batch& batch, uint64_t step);
+BatchStats site_gradient(GossipEngine& e, SiteState& state, const Batch& batch, uint64_t step);
 inline constexpr uint32_t kSiteStepPhase = kAlgorithmPhaseLimit;
 
 // Site replicas (site_replicas.cpp; docs/ALGORITHMS.md, "Site replicas").
@@ -57,12 +92,12 @@ std::vector<int> split_rows(const std::vector<double>& seconds_per_sample, int t
 // holds that many rows' activations, so a site of 64 does not make each peer hold 64.
 inline constexpr int kMaxSiteShare = 4;
 // GossipEngine::batch_rows: this peer's rows of its site's split, else batch_size.
-int site_batch_rows(const GossipEngine& e, int batch_size);
+int site_batch_rows(const GossipEngine& e, const SiteState& state, int batch_size);
 // A member's step: its part of the site's gradient sum, then its leader's update.
 // `lr`: this step's rate on the member's own schedule (what the leader's may not exceed).
-BatchStats site_member_step(GossipEngine& e, const Batch& batch, float lr, uint64_t step);
+BatchStats site_member_step(GossipEngine& e, SiteState& state, const Batch& batch, float lr, uint64_t step);
 // The leader's update to the rest of its site (fp32, exact), after its step.
-void send_site_update(GossipEngine& e, uint64_t step);
+void send_site_update(GossipEngine& e, SiteState& state, uint64_t step);
 // A round or a count as four floats of 16 bits each (exact in fp32), and back (nullopt
 // unless the first four are whole numbers in [0, 65535]); site_replicas.cpp.
 std::vector<float> round_as_floats(uint64_t r);
@@ -71,23 +106,23 @@ std::optional<uint64_t> round_from_floats(const std::vector<float>& v);
 // optimizer's step, from the model and gradient it stepped from where the algorithm changed
 // them) rather than receive its model; whole models where a step cannot be repeated.
 // The optimizer a leader's algorithm steps: `inner`, recording that step.
-std::unique_ptr<Optimizer> site_replay_optimizer(GossipEngine& e, Optimizer& inner);
+std::unique_ptr<Optimizer> site_replay_optimizer(GossipEngine& e, SiteState& state, Optimizer& inner);
 // A leader's step begins, and ends without an update (an exception, a site of one).
-void begin_site_replay(GossipEngine& e);
-void end_site_replay(GossipEngine& e);
+void begin_site_replay(GossipEngine& e, SiteState& state);
+void end_site_replay(GossipEngine& e, SiteState& state);
 // The site's gradient, as the site's peers hold it after site_gradient (the leader keeps it).
-void note_site_gradient(GossipEngine& e, std::vector<float>&& gradient);
+void note_site_gradient(GossipEngine& e, SiteState& state, std::vector<float>&& gradient);
 // After the leader's step: the update's parts, each (its part number, its values).
-std::vector<std::pair<uint32_t, std::vector<float>>> site_update_parts(GossipEngine& e, uint64_t step);
+std::vector<std::pair<uint32_t, std::vector<float>>> site_update_parts(GossipEngine& e, SiteState& state, uint64_t step);
 // After a view change: the next update is whole (the model and the optimizer's state).
-void forget_site_replay(GossipEngine& e);
+void forget_site_replay(GossipEngine& e, SiteState& state);
 // A member's side: takes the update of `step` from peer `leader`, each part from
 // receive(part), checks it (its form; its rate against `lr`, this step's on the member's
 // own schedule; its models' and gradient's norms against the member's own, by the update
 // guard's ratio) and applies it. Throws InputError naming the leader and the part when
 // one is malformed, and refuses (GossipEngine::refuse_sync) one that fails a check;
 // nothing is taken then.
-void follow_site_leader(GossipEngine& e, uint64_t step, int leader, float lr,
+void follow_site_leader(GossipEngine& e, SiteState& state, uint64_t step, int leader, float lr,
                         const std::function<std::vector<float>(uint32_t part)>& receive);
 
 }  // namespace hearsay

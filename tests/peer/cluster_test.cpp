@@ -643,7 +643,8 @@ TEST_CASE("cluster: dpsgd's Metropolis-Hastings weights keep the mean of the mod
   check_mean_kept_and_consensus(averaging_only("dpsgd", "star"));  // fp32 rounding only
 }
 
-TEST_CASE("cluster: an emulated step pads the step's work, not its waits: a fast all-reduce peer waiting on an 8x slower one never overruns") {
+TEST_CASE("cluster: an emulated step pads the step's work, not its waits: a fast all-reduce peer waiting on an 8x slower one "
+          "overruns in at most 2 of its 32 steps, where counting its waits as work overruns nearly every one") {
   test::TempDir dir;
   ClusterSpec s;
   // 1024 samples in 2 shards of 16-row batches: 32 steps a peer, each 4 ms of emulated work
@@ -668,7 +669,9 @@ TEST_CASE("cluster: an emulated step pads the step's work, not its waits: a fast
   }
   MESSAGE("the fast peer's steps over their emulated 4 ms: " << overruns << " of 32");
   CHECK(overruns >= 0);
-  CHECK(overruns <= 8);
+  // Its real work is microseconds: a step overruns only where the machine took the thread
+  // away for 4 ms, which 2 of 32 allows; with the waits counted as work, 31 of 32 overran.
+  CHECK(overruns <= 2);
   // And the pace is the slow peer's: the wait is still waited.
   CHECK(r.peers[0].steps_per_s == doctest::Approx(r.peers[1].steps_per_s).epsilon(0.15));
   CHECK(r.peers[0].steps_per_s < 1.0 / 0.02);

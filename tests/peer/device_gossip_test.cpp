@@ -114,7 +114,7 @@ struct Pair {
       models.push_back(create_model(spec.model, *backends[i], 16, spec.seed));
       optimizers.push_back(create_optimizer(*backends[i], models[i]->num_params(), spec.optimizer));
       logs.push_back(std::make_unique<EventLog>("", ids[i]));
-      engines.push_back(std::make_unique<GossipEngine>(gossip, ids, i, *transports[i], *models[i], *optimizers[i], clock,
+      engines.push_back(make_gossip_engine(gossip, ids, i, *transports[i], *models[i], *optimizers[i], clock,
                                                        *logs[i], 7));
     }
   }

@@ -235,10 +235,6 @@ class Compiled(unittest.TestCase):
     def test_torchscript_trace_after_wrapping(self):
         self.check_trains(lambda model, x: torch.jit.trace(model, x))
 
-    def test_torch_compile_exists_only_from_torch_2(self):
-        # torch 1.13 (Debian's) has no torch.compile: TorchScript is its compiler, above.
-        self.assertEqual(hasattr(torch, "compile"), int(torch.__version__.split(".")[0]) >= 2)
-
     @unittest.skipUnless(hasattr(torch, "compile"), "torch.compile is torch 2's")
     def test_a_model_compiled_before_wrapping_is_refused(self):
         peer = alone()
