@@ -12,6 +12,8 @@
 #include "hearsay/device_codec.h"
 #include "hearsay/error.h"
 #include "mailboxes.h"
+#include "engine_device.h"
+#include "segment_frames.h"
 #include "update_guard.h"
 #include "../mixer/robust.h"
 
@@ -73,8 +75,8 @@ bool same_codec(const CodecSpec& a, const CodecSpec& b) {
          a.levels == b.levels && a.block == b.block && a.rank == b.rank && a.error_feedback == b.error_feedback;
 }
 
-// What a link still owes for one payload kind: its host encoder's residual plus its device
-// twin's (a link that fell back to the host for a while holds parts in both).
+}  // namespace
+
 std::vector<float> owed_residual(const LinkEncoder& enc, const DeviceLinkEncoder& twin) {
   std::vector<float> owed = twin.residual_host();
   const auto& host = enc.residual();
@@ -82,8 +84,6 @@ std::vector<float> owed_residual(const LinkEncoder& enc, const DeviceLinkEncoder
   for (size_t k = 0; k < host.size() && k < owed.size(); ++k) owed[k] += host[k];
   return owed;
 }
-
-}  // namespace
 
 std::shared_ptr<const GossipEngine::DeviceSnapshot> GossipEngine::snapshot_device(const float* src, size_t n) {
   HEARSAY_CHECK(on_device_, "snapshot_device on a peer that gossips on the host");

@@ -14,6 +14,7 @@
 #include "hearsay/error.h"
 #include "chunked_copy.h"
 #include "mailboxes.h"
+#include "segment_frames.h"
 #include "update_guard.h"
 
 namespace hearsay {
@@ -21,36 +22,6 @@ namespace hearsay {
 // Cuts a message into segments, encodes each with the link's codec for its kind, and
 // sends them; `done` hears once the last has left. Synchronous exchanges and messages on
 // links without a codec travel as raw fp32, referenced rather than copied.
-namespace {
-
-// The frames of one message as it is cut into segments: one Update header each (the
-// message's header, its id and count, the segment's place), each with its payload.
-struct SegmentFrames {
-  SegmentFrames(const GossipEngine::Message& m, const std::string& sender, uint64_t id, size_t count) {
-    u = envelope.mutable_update();
-    write_header(m, sender, u);
-    u->set_update_id(id);
-    u->set_segment_count(static_cast<uint32_t>(count));
-  }
-  // The header of segment `index`, for the caller to add the codec's parameters to.
-  wire::Update& segment(uint32_t index, uint64_t offset, uint64_t length) {
-    u->set_segment_offset(offset);
-    u->set_segment_length(length);
-    u->set_segment_index(index);
-    return *u;
-  }
-  void add(const uint8_t* payload, size_t size, std::shared_ptr<const void> owner) {
-    frames.push_back(make_frame(envelope, payload, size, std::move(owner)));
-    bytes += frames.back().size();
-  }
-
-  wire::Envelope envelope;
-  wire::Update* u = nullptr;
-  std::vector<OutFrame> frames;
-  size_t bytes = 0;
-};
-
-}  // namespace
 
 // With the link's codec lock held: the encoder a message of this kind travels under on
 // link i (the registry's rule, re-chosen first under adaptive compression), or null when

@@ -14,6 +14,7 @@
 #include "hearsay/checkpoint.h"
 #include "hearsay/device_codec.h"
 #include "hearsay/error.h"
+#include "engine_device.h"
 #include "mailboxes.h"
 #include "update_guard.h"
 #include "../mixer/robust.h"
