@@ -128,15 +128,3 @@ TEST_CASE("allreduce and diloco's outer average: a peer whose parts are absurd (
     }
   }
 }
-
-TEST_CASE("allreduce: under powersgd a ring so large that its two all-reduces' phases would overlap is refused at load") {
-  GossipSpec g;
-  g.algorithm = "allreduce";
-  g.topology.kind = "ring";
-  g.codec.name = "powersgd";
-  CHECK_NOTHROW(check_gossip_spec(g, 1022));
-  CHECK_THROWS_WITH_AS(check_gossip_spec(g, 1023), doctest::Contains("1023 peers would overlap them (at most 1022)"),
-                       InputError);
-  g.codec.name = "fp16";  // one all-reduce a step: no second range to meet
-  CHECK_NOTHROW(check_gossip_spec(g, 1023));
-}

@@ -58,19 +58,11 @@ const bool registered = register_algorithm<algorithms::AllreduceOptions>({
     .collective = true,
     .sums_sites_first = true,
     .check =
-        [](const algorithms::AllreduceOptions& o, const GossipSpec& s, int peers) {
+        [](const algorithms::AllreduceOptions& o, const GossipSpec& s, int) {
           check_sync_lr_options(o.sync_lr_scaling(), o.sync_lr_warmup_steps());
           const std::string& c = s.codec.name;
           if (!summable_codec(c) && c != "powersgd") {
             throw InputError("allreduce: codec '" + c + "' cannot be summed on the way; use none, fp16, bf16, int8, int4 or powersgd");
-          }
-          // PowerSGD's two all-reduces a step take the phases 0 .. peers + 1 and from
-          // kSecondPhase on: more peers than that would make the first answer the second's.
-          const int most = static_cast<int>(PowerSgdAllReduce::kSecondPhase) - 2;
-          if (c == "powersgd" && peers > most) {
-            throw InputError("allreduce: codec powersgd runs two all-reduces a step, in phases 0 to peers + 1 and from " +
-                             std::to_string(PowerSgdAllReduce::kSecondPhase) + " on; " + std::to_string(peers) +
-                             " peers would overlap them (at most " + std::to_string(most) + "); use another codec");
           }
           if (s.adaptive.enabled) throw InputError("allreduce: adaptive compression is for the asynchronous algorithms; name one codec");
         },
