@@ -13,6 +13,8 @@
   composes the engine with its algorithm) include nothing of site replicas, so the engine
   calls no site code: site replicas wrap the algorithm (site_algorithm.cpp) and call the
   engine, never the other way (the circle issue 40 found);
+- the synchronous phases are divided in one place (src/peer/phases.h): no line of another
+  file of src/peer that names a phase shifts a 1 by 16 bits or more;
 - no include circle among the headers of src/ and include/hearsay.
 """
 import pathlib
@@ -121,6 +123,19 @@ def check_engine_blind_to_sites(problems):
                             f"algorithm (site_algorithm.cpp), the engine does not call them")
 
 
+def check_phase_carving(problems):
+    for p in sources(SRC / "peer"):
+        if p.name == "phases.h":
+            continue
+        text = code_only(p.read_text(errors="replace"))
+        for m in re.finditer(r"\b1u?\s*<<\s*(1[6-9]|2[0-9]|3[01])\b", text):
+            line = text.count("\n", 0, m.start()) + 1
+            if "phase" not in text.split("\n")[line - 1].lower():
+                continue  # a size or a count, not a phase
+            problems.append(f"{p.relative_to(ROOT)}:{line}: a phase carved with 1 << {m.group(1)}; take a range of "
+                            f"src/peer/phases.h")
+
+
 def resolve(include, where):
     for base in (where.parent, ROOT / "include", SRC):
         q = (base / include).resolve()
@@ -164,6 +179,7 @@ def main():
     check_clock(problems)
     check_algorithm_includes(problems)
     check_engine_blind_to_sites(problems)
+    check_phase_carving(problems)
     check_include_cycles(problems)
     for p in problems:
         print(p)

@@ -15,6 +15,7 @@
 #include "hearsay/topology.h"
 
 #include "message.h"
+#include "phases.h"
 
 namespace hearsay {
 
@@ -107,7 +108,7 @@ std::unique_ptr<Topology> make_engine_topology(const GossipSpec& s, int peers);
 BatchStats local_step(GossipEngine& e, const Batch& batch, float lr, uint64_t step);
 // An algorithm's synchronous phases stay below this in every round; the engine's own
 // exchanges (a site's gradient ring, its leader's update) use the phases above it.
-inline constexpr uint32_t kAlgorithmPhaseLimit = 1u << 20;
+inline constexpr uint32_t kAlgorithmPhaseLimit = kAlgorithmPhases.end();
 // The peers of each site in cluster order, by site index (all in site 0 where the topology
 // names no sites); the one place site membership is derived, for site_step and AllReduce.
 std::map<int, std::vector<int>> peers_by_site(const GossipEngine& e);

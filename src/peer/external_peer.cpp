@@ -10,6 +10,7 @@
 #include "hearsay/error.h"
 #include "hearsay/gossip.h"
 #include "../log/event_schema.h"
+#include "phases.h"
 #include "../model/external.h"
 #include "../optim/callback_optimizer.h"
 #include "algorithm.h"
@@ -21,9 +22,9 @@ namespace hearsay {
 
 namespace {
 
-// The synchronous phases of a step's round that share the buffers (share_buffers): far
-// above any algorithm's own (theirs stay below kAlgorithmPhaseLimit, 1 << 20; the site ring's from it).
-constexpr uint32_t kBufferPhase = 1u << 21;
+// The synchronous phases of a step's round that share the buffers (share_buffers): their own
+// range (phases.h), apart from the algorithm's and the site's.
+constexpr uint32_t kBufferPhase = kBufferPhases.first;
 
 }  // namespace
 

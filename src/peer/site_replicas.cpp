@@ -93,24 +93,20 @@ class SiteLeaderTopology final : public Topology {
 
 // The leader's update of its site after its step (site_replay.cpp), in parts from this
 // phase up: fp32, exact, so the site holds its bits.
-constexpr uint32_t kSiteModelPhase = kSiteStepPhase + (1u << 19);
+constexpr uint32_t kSiteModelPhase = kSiteModelPhases.first;
 // The site's speeds, summed every kSplitEvery steps (fp32, one float a peer).
-constexpr uint32_t kSiteSplitPhase = kSiteStepPhase + (1u << 18);
+constexpr uint32_t kSiteSplitPhase = kSiteSplitPhases.first;
 // A view change's messages (round kViewRound): each live peer's "alive", with the round it
 // was in, and the decision of the live peer with the newest model (the view, the step, the model).
-constexpr uint32_t kSiteAlivePhase = kSiteStepPhase + (1u << 17);
-constexpr uint32_t kSiteDecisionPhase = kSiteStepPhase + (1u << 16);
+constexpr uint32_t kSiteAlivePhase = kSiteAlivePhases.first;
+constexpr uint32_t kSiteDecisionPhase = kSiteDecisionPhases.first;
 constexpr uint64_t kViewRound = ~uint64_t{0} - 1;
-// Every site phase carries its view's epoch from this bit up, so that what an attempt given
-// up left in flight never meets the next attempt's messages. Site phases have bit 20 set
-// (kSiteStepPhase); an external peer's buffer phases (bit 21) and the algorithms' own
-// (below bit 20) never collide with them.
-constexpr uint32_t kEpochShift = 22;
-constexpr uint32_t kMaxEpoch = (1u << (32 - kEpochShift)) - 1;
+// Every site phase carries its view's epoch (phases.h: e x kSiteEpochStride), so that what an
+// attempt given up left in flight never meets the next attempt's messages.
+constexpr uint32_t kMaxEpoch = kMaxSiteEpoch;
 
-uint32_t site_phase(const GossipEngine& e, uint32_t base) { return base + (e.site_view().epoch << kEpochShift); }
-bool is_site_phase(uint32_t phase) { return (phase & kSiteStepPhase) != 0; }
-uint32_t epoch_of(uint32_t phase) { return phase >> kEpochShift; }
+uint32_t site_phase(const GossipEngine& e, uint32_t base) { return base + e.site_view().epoch * kSiteEpochStride; }
+uint32_t epoch_of(uint32_t phase) { return phase / kSiteEpochStride; }
 const std::string& name_of(const GossipEngine& e, int peer) { return e.peers()[static_cast<size_t>(peer)]; }
 
 std::vector<std::string> names_of(const GossipEngine& e, const std::vector<int>& peers) {
@@ -174,8 +170,8 @@ uint64_t change_view(GossipEngine& e, SiteState& state, uint64_t step, int silen
                      " times; no more are counted (restart the site)");
   }
   const uint64_t my_round = step;  // a site's exchanges are numbered by the step
-  const uint32_t alive_phase = kSiteAlivePhase + (epoch << kEpochShift);
-  const uint32_t decision_phase = kSiteDecisionPhase + (epoch << kEpochShift);
+  const uint32_t alive_phase = kSiteAlivePhase + epoch * kSiteEpochStride;
+  const uint32_t decision_phase = kSiteDecisionPhase + epoch * kSiteEpochStride;
   const GossipEngine::Message alive{.kind = MessageKind::kModel, .synchronous = true, .round = kViewRound, .phase = alive_phase,
                                     .total = 4};
   for (int j : view) {

@@ -54,7 +54,7 @@ std::unique_ptr<Algorithm> wrap_in_site_replicas(std::unique_ptr<Algorithm> inne
 // gradient bit for bit. Uses the synchronous phases from kSiteStepPhase of round `step`;
 // waits for the site's peers. Every algorithm takes its gradient here.
 BatchStats site_gradient(GossipEngine& e, SiteState& state, const Batch& batch, uint64_t step);
-inline constexpr uint32_t kSiteStepPhase = kAlgorithmPhaseLimit;
+inline constexpr uint32_t kSiteStepPhase = kSiteRingPhases.first;
 
 // Site replicas (site_replicas.cpp; docs/ALGORITHMS.md, "Site replicas").
 // Whether only the sites' leaders run the algorithm (site replicas, and an algorithm
