@@ -18,17 +18,15 @@ LITERAL = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
 def main() -> int:
     root = pathlib.Path(__file__).resolve().parent
     bad = []
+    cases = set()
     for path in sorted(root.rglob("*.cpp")):
         text = path.read_text(encoding="utf-8", errors="replace")
         for m in CASE.finditer(text):
             name = "".join(LITERAL.findall(m.group(1)))
+            cases.add(name)
             if ";" in name:
                 line = text.count("\n", 0, m.start()) + 1
                 bad.append(f"{path.relative_to(root.parent)}:{line}: test case name holds ';': {name}")
-    cases = set()
-    for path in sorted(root.rglob("*.cpp")):
-        text = path.read_text(encoding="utf-8", errors="replace")
-        cases.update("".join(LITERAL.findall(m.group(1))) for m in CASE.finditer(text))
     long_cases = (root / "long_cases.cmake").read_text(encoding="utf-8")
     for m in re.finditer(r'^\s*"([a-z_]+):(.*)"\s*$', long_cases, re.M):
         if m.group(2) not in cases:

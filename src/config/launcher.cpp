@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "hearsay/command_line.h"
 #include "hearsay/config.h"
 #include "hearsay/config.pb.h"
 #include "hearsay/error.h"
@@ -27,14 +28,10 @@ LauncherVariables launcher_in(const Environment& env) {
   return {nullptr, nullptr, nullptr, nullptr};
 }
 
-// A whole decimal number in [0, bound), or -1.
-long index_below(const std::string& text, size_t bound) {
-  if (text.empty() || text.size() > 18) return -1;
-  for (char c : text) {
-    if (c < '0' || c > '9') return -1;
-  }
-  const long i = std::strtol(text.c_str(), nullptr, 10);
-  return i < static_cast<long>(bound) ? i : -1;
+// A whole number in [0, bound) (parse_integer: no trailing characters, no overflow), or -1.
+int64_t index_below(const std::string& text, size_t bound) {
+  int64_t i = -1;
+  return parse_integer(text, 0, static_cast<int64_t>(bound) - 1, &i) ? i : -1;
 }
 
 }  // namespace
@@ -62,14 +59,14 @@ std::optional<LaunchedPeer> peer_from_launcher(const Environment& env, const std
     }
   }
   const std::string rank_text = *env(l.rank);
-  const long rank = index_below(rank_text, peers.size());
+  const int64_t rank = index_below(rank_text, peers.size());
   if (rank < 0) {
     throw InputError(std::string(l.rank) + "=" + rank_text + ": not an index into the " + n + " peers of " + config);
   }
   LaunchedPeer p{peers[static_cast<size_t>(rank)], l.label, 0};
   if (*l.local != '\0') {
     if (const auto local = env(l.local)) {
-      const long i = index_below(*local, 1 << 20);
+      const int64_t i = index_below(*local, 1 << 20);
       if (i < 0) throw InputError(std::string(l.local) + "=" + *local + ": not a number (" + l.label + ")");
       p.local_rank = static_cast<int>(i);
     }

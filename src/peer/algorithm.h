@@ -106,9 +106,8 @@ class StateReader {
 std::unique_ptr<Topology> make_engine_topology(const GossipSpec& s, int peers);
 // The plain local step: the gradient (GossipEngine::gradient), then the optimizer.
 BatchStats local_step(GossipEngine& e, const Batch& batch, float lr, uint64_t step);
-// An algorithm's synchronous phases stay below this in every round; the engine's own
-// exchanges (a site's gradient ring, its leader's update) use the phases above it.
-inline constexpr uint32_t kAlgorithmPhaseLimit = kAlgorithmPhases.end();
+// An algorithm's synchronous phases stay inside kAlgorithmPhases (phases.h); the engine's
+// own exchanges (a site's gradient ring, its leader's update) have ranges of their own.
 // The peers of each site in cluster order, by site index (all in site 0 where the topology
 // names no sites); the one place site membership is derived, for site_step and AllReduce.
 std::map<int, std::vector<int>> peers_by_site(const GossipEngine& e);

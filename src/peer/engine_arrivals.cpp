@@ -5,16 +5,13 @@
 #include <algorithm>
 #include <limits>
 #include <cmath>
-#include <thread>
 
 #include "algorithm.h"
-#include "algorithm_registry.h"
 #include "hearsay/build_config.h"
 #include "hearsay/device_codec.h"
 #include "hearsay/error.h"
 #include "mailboxes.h"
 #include "update_guard.h"
-#include "../mixer/robust.h"
 
 namespace hearsay {
 

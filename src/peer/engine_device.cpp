@@ -4,10 +4,8 @@
 #include <algorithm>
 #include <limits>
 #include <cmath>
-#include <thread>
 
 #include "algorithm.h"
-#include "algorithm_registry.h"
 #include "hearsay/build_config.h"
 #include "hearsay/device_codec.h"
 #include "hearsay/error.h"

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <limits>
 #include <cmath>
-#include <thread>
 
 #include "algorithm.h"
 #include "hearsay/build_config.h"

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <limits>
 #include <cmath>
-#include <thread>
 
 #include "algorithm.h"
 #include "algorithm_registry.h"

@@ -4,12 +4,9 @@
 #include <algorithm>
 #include <limits>
 #include <cmath>
-#include <set>
-#include <thread>
 
 #include "hearsay/checkpoint.pb.h"
 #include "algorithm.h"
-#include "algorithm_registry.h"
 #include "hearsay/build_config.h"
 #include "hearsay/checkpoint.h"
 #include "hearsay/device_codec.h"
@@ -17,7 +14,6 @@
 #include "engine_device.h"
 #include "mailboxes.h"
 #include "update_guard.h"
-#include "../mixer/robust.h"
 
 namespace hearsay {
 

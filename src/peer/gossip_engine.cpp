@@ -1,23 +1,16 @@
 // The engine's frame: construction, the join protocol and the step
 // (its other parts: engine_send.cpp, engine_arrivals.cpp, engine_replica.cpp,
 // engine_device.cpp, engine_between_steps.cpp, engine_state.cpp; made by engine_factory.cpp).
-#include <pthread.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <limits>
 #include <cmath>
-#include <set>
-#include <thread>
 
-#include "hearsay/checkpoint.pb.h"
 #include "algorithm.h"
 #include "algorithm_registry.h"
 #include "hearsay/build_config.h"
-#include "hearsay/checkpoint.h"
 #include "hearsay/device_codec.h"
 #include "hearsay/error.h"
-#include "chunked_copy.h"
 #include "mailboxes.h"
 #include "update_guard.h"
 #include "../mixer/robust.h"
@@ -93,7 +86,6 @@ int GossipEngine::index_of(const std::string& id) const {
   }
   return -1;
 }
-
 
 void GossipEngine::note_own_gradient(const std::vector<float>& g) {
   const double sq = host_sum_squares(g.data(), g.size());
@@ -216,7 +208,6 @@ BatchStats GossipEngine::gradient(const Batch& batch, uint64_t step) { return al
 int GossipEngine::batch_rows(int batch_size) const { return algorithm_->batch_rows(*this, batch_size); }
 
 void GossipEngine::note_compute(double seconds, int rows) { algorithm_->note_compute(seconds, rows); }
-
 
 uint64_t GossipEngine::bytes_sent() const {
   uint64_t b = 0;

@@ -91,19 +91,14 @@ class SiteLeaderTopology final : public Topology {
   std::unique_ptr<Topology> sites_;
 };
 
-// The leader's update of its site after its step (site_replay.cpp), in parts from this
-// phase up: fp32, exact, so the site holds its bits.
-constexpr uint32_t kSiteModelPhase = kSiteModelPhases.first;
-// The site's speeds, summed every kSplitEvery steps (fp32, one float a peer).
-constexpr uint32_t kSiteSplitPhase = kSiteSplitPhases.first;
-// A view change's messages (round kViewRound): each live peer's "alive", with the round it
-// was in, and the decision of the live peer with the newest model (the view, the step, the model).
-constexpr uint32_t kSiteAlivePhase = kSiteAlivePhases.first;
-constexpr uint32_t kSiteDecisionPhase = kSiteDecisionPhases.first;
+// The site's phases are phases.h's: the ring (kSiteRingPhases), the leader's update after
+// its step in parts (kSiteModelPhases: fp32, exact, so the site holds its bits), the speeds
+// summed every kSplitEvery steps (kSiteSplitPhases), and a view change's messages (round
+// kViewRound): each live peer's "alive" with the round it was in (kSiteAlivePhases) and the
+// decision of the live peer with the newest model (kSiteDecisionPhases). Every one carries
+// its view's epoch (e x kSiteEpochStride), so that what an attempt given up left in flight
+// never meets the next attempt's messages.
 constexpr uint64_t kViewRound = ~uint64_t{0} - 1;
-// Every site phase carries its view's epoch (phases.h: e x kSiteEpochStride), so that what an
-// attempt given up left in flight never meets the next attempt's messages.
-constexpr uint32_t kMaxEpoch = kMaxSiteEpoch;
 
 uint32_t site_phase(const GossipEngine& e, uint32_t base) { return base + e.site_view().epoch * kSiteEpochStride; }
 uint32_t epoch_of(uint32_t phase) { return phase / kSiteEpochStride; }
@@ -165,13 +160,13 @@ uint64_t change_view(GossipEngine& e, SiteState& state, uint64_t step, int silen
   const std::vector<int> view = my_site(e);
   const std::string& me = name_of(e, e.me());
   const uint32_t epoch = e.site_view().epoch + 1;
-  if (epoch > kMaxEpoch) {
-    throw InputError("peer " + me + ": its site changed its view " + std::to_string(kMaxEpoch) +
+  if (epoch > kMaxSiteEpoch) {
+    throw InputError("peer " + me + ": its site changed its view " + std::to_string(kMaxSiteEpoch) +
                      " times; no more are counted (restart the site)");
   }
   const uint64_t my_round = step;  // a site's exchanges are numbered by the step
-  const uint32_t alive_phase = kSiteAlivePhase + epoch * kSiteEpochStride;
-  const uint32_t decision_phase = kSiteDecisionPhase + epoch * kSiteEpochStride;
+  const uint32_t alive_phase = kSiteAlivePhases.first + epoch * kSiteEpochStride;
+  const uint32_t decision_phase = kSiteDecisionPhases.first + epoch * kSiteEpochStride;
   const GossipEngine::Message alive{.kind = MessageKind::kModel, .synchronous = true, .round = kViewRound, .phase = alive_phase,
                                     .total = 4};
   for (int j : view) {
@@ -295,7 +290,7 @@ void update_split(GossipEngine& e, SiteState& state, const std::vector<int>& sit
   std::vector<float> slots(site.size(), 0.0f);
   slots[static_cast<size_t>(k)] = static_cast<float>(split.seconds_per_sample);
   slots = site_exchange(e, state, step, s, [&] {
-    return allreduce_sum(e, MessageKind::kGradient, std::move(slots), step, site_phase(e, kSiteSplitPhase),
+    return allreduce_sum(e, MessageKind::kGradient, std::move(slots), step, site_phase(e, kSiteSplitPhases.first),
                          false, ReduceScope::kSite);
   });
   std::vector<double> seconds(slots.begin(), slots.end());
@@ -472,7 +467,7 @@ BatchStats site_gradient(GossipEngine& e, SiteState& state, const Batch& batch, 
     for (auto& v : g) v *= w;
   }
   g = site_exchange(e, state, step, s, [&] {
-    return allreduce_sum(e, MessageKind::kGradient, std::move(g), step, site_phase(e, kSiteStepPhase), true,
+    return allreduce_sum(e, MessageKind::kGradient, std::move(g), step, site_phase(e, kSiteRingPhases.first), true,
                          ReduceScope::kSite, e.spec().site_codec);
   });
   if (equal) {
@@ -498,7 +493,7 @@ BatchStats site_member_step(GossipEngine& e, SiteState& state, const Batch& batc
   const BatchStats s = site_gradient(e, state, batch, step);
   const int leader = my_site(e).front();
   follow_site_leader(e, state, step, leader, lr, [&](uint32_t part) {
-    return site_exchange(e, state, step, s, [&] { return e.wait_sync(leader, step, site_phase(e, kSiteModelPhase) + part).data; });
+    return site_exchange(e, state, step, s, [&] { return e.wait_sync(leader, step, site_phase(e, kSiteModelPhases.first) + part).data; });
   });
   return s;
 }
@@ -508,7 +503,7 @@ void send_site_update(GossipEngine& e, SiteState& state, uint64_t step) {
   if (site.size() < 2) return end_site_replay(e, state);
   for (auto& [part, values] : site_update_parts(e, state, step)) {
     const GossipEngine::Message header{.kind = MessageKind::kModel, .synchronous = true, .round = step,
-                                       .phase = site_phase(e, kSiteModelPhase) + part, .offset = 0, .total = values.size()};
+                                       .phase = site_phase(e, kSiteModelPhases.first) + part, .offset = 0, .total = values.size()};
     for (size_t k = 1; k < site.size(); ++k) e.send(site[k], GossipEngine::Message(header), values);
   }
 }

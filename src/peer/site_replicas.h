@@ -51,10 +51,9 @@ std::unique_ptr<Algorithm> wrap_in_site_replicas(std::unique_ptr<Algorithm> inne
 // The gradient of `batch` at the model into its gradient buffer; under
 // cluster.site_replicas averaged over this peer's site (a ring among its peers, each hop
 // under the site codec; never across the WAN), so every peer of the site holds the same
-// gradient bit for bit. Uses the synchronous phases from kSiteStepPhase of round `step`;
+// gradient bit for bit. Uses the synchronous phases of kSiteRingPhases (phases.h) of round `step`;
 // waits for the site's peers. Every algorithm takes its gradient here.
 BatchStats site_gradient(GossipEngine& e, SiteState& state, const Batch& batch, uint64_t step);
-inline constexpr uint32_t kSiteStepPhase = kSiteRingPhases.first;
 
 // Site replicas (site_replicas.cpp; docs/ALGORITHMS.md, "Site replicas").
 // Whether only the sites' leaders run the algorithm (site replicas, and an algorithm

@@ -7,11 +7,8 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstring>
-#include <mutex>
-#include <thread>
 
 #include "hearsay/backend.h"
 #include "hearsay/clock.h"
@@ -104,13 +101,7 @@ TEST_CASE("device gossip: arrivals decode into device memory as the host path's 
     const size_t n = p.n();
     a.send(1, {.kind = MessageKind::kGradient}, normal_vector(n, 5));
     a.wait_sent(0);
-    std::vector<GossipEngine::Message> arrived;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (arrived.empty()) {
-      REQUIRE(std::chrono::steady_clock::now() < deadline);
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      arrived = b.take_async();
-    }
+    const std::vector<GossipEngine::Message> arrived = p.await_arrivals(1);
     REQUIRE(arrived.size() == 1);
     const GossipEngine::Message& m = arrived[0];
     CHECK((m.payloads != nullptr) == (codec != "int8"));

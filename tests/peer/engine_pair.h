@@ -19,6 +19,7 @@
 #include "hearsay/peer.h"
 #include "hearsay/rng.h"
 #include "hearsay/transport.h"
+#include "../../src/peer/message.h"
 
 namespace hearsay::test {
 
@@ -108,6 +109,17 @@ struct Pair {
     for (auto& t : transports) t->close();
   }
   size_t n() const { return models[0]->num_params(); }
+  // The asynchronous arrivals at peer `i`, waited for until there is one (20 s at most).
+  std::vector<GossipEngine::Message> await_arrivals(int i) {
+    const double deadline = clock.now() + 20;
+    std::vector<GossipEngine::Message> got;
+    while (got.empty()) {
+      REQUIRE(clock.now() < deadline);
+      clock.sleep_for(0.002);
+      got = engines[i]->take_async();
+    }
+    return got;
+  }
 
   RealClock clock;
   RecordingTransport* recorder = nullptr;

@@ -5,11 +5,9 @@
 // and phase.
 #include <doctest/doctest.h>
 
-#include <cstring>
-
 #include "engine_pair.h"
 #include "hearsay/codec.h"
-#include "../../src/peer/message.h"
+#include "test_util.h"
 
 using namespace hearsay;
 using namespace hearsay::test;
@@ -26,22 +24,6 @@ GossipSpec spec_with_codec(const std::string& codec) {
   return g;
 }
 
-// The asynchronous arrivals at `e`, waited for until there is one (20 s at most).
-std::vector<GossipEngine::Message> arrivals(GossipEngine& e, Clock& clock) {
-  const double deadline = clock.now() + 20;
-  std::vector<GossipEngine::Message> got;
-  while (got.empty()) {
-    REQUIRE(clock.now() < deadline);
-    clock.sleep_for(0.002);
-    got = e.take_async();
-  }
-  return got;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), sizeof(float) * a.size()) == 0;
-}
-
 }  // namespace
 
 TEST_CASE("engine: an update encoded once reaches its receiver as the sender decoded it, bit for bit, under every codec") {
@@ -49,11 +31,10 @@ TEST_CASE("engine: an update encoded once reaches its receiver as the sender dec
     CAPTURE(codec);
     Pair p(spec_with_codec(codec), "cpu", "cpu");
     GossipEngine& a = *p.engines[0];
-    GossipEngine& b = *p.engines[1];
     const auto x = normal_vector(p.n(), 21);
     const auto encoded = a.encode_once(x);
     a.send_encoded(1, {.kind = MessageKind::kGradient}, encoded);
-    const auto got = arrivals(b, p.clock);
+    const auto got = p.await_arrivals(1);
     REQUIRE(got.size() == 1);
     CHECK(got[0].from == 0);
     CHECK(same_bits(got[0].data, encoded->decoded));

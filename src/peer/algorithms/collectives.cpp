@@ -140,8 +140,8 @@ AllReduce::AllReduce(GossipEngine& e, MessageKind kind, std::vector<float> v, ui
   reference_norm_ = e.sync_reference_norm(v_);
   // A collective's phases run phase0 .. phase0 + n + 1 (a site's, with its ring all-gather,
   // up to phase0 + 2 n - 3); those of the per-step site sums (site_step) start at
-  // kAlgorithmPhaseLimit, so the two never share a (round, phase) key.
-  HEARSAY_CHECK(phase0 >= kAlgorithmPhaseLimit || phase0 + 2 * static_cast<uint32_t>(n) + 2 < kAlgorithmPhaseLimit,
+  // kAlgorithmPhases.end() (phases.h), so the two never share a (round, phase) key.
+  HEARSAY_CHECK(phase0 >= kAlgorithmPhases.end() || phase0 + 2 * static_cast<uint32_t>(n) + 2 < kAlgorithmPhases.end(),
                 "all-reduce: phase " + std::to_string(phase0) + " would reach the site sums' phases");
   const std::vector<int> site = my_site(e);
   if (scope == ReduceScope::kSite) {
