@@ -166,6 +166,8 @@ class Transport {
 
   // Set both before listen() or connect(). Frames that arrive while no receiver is set
   // are held (up to 1024 frames, 64 MiB) and handed to the next receiver set, in order.
+  // When it returns, no call of the receiver it replaced is still running (except on the
+  // calling thread itself): its owner may then be destroyed.
   virtual void set_receiver(Receiver receiver) = 0;
   virtual void set_link_listener(LinkListener listener) = 0;
 

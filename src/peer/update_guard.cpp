@@ -124,7 +124,12 @@ bool UpdateGuard::admits(int peer, double now) {
 bool UpdateGuard::refuse(int peer, double now, const std::string& reason) {
   std::lock_guard<std::mutex> lock(mu_);
   // By kind, a fixed set: the details come off the wire, and a key each would grow without end.
-  ++refused_[std::string(refusal_reason(reason))];
+  const std::string_view kind = refusal_reason(reason);
+  ++refused_[std::string(kind)];
+  // A full backlog is this peer's own pace (descheduled, or slower than an honest sender),
+  // not evidence against the sender, whose share of memory the bound already caps: were
+  // it a strike, a slow peer would shut out every fast neighbour for the cool-down.
+  if (kind == "backlog") return false;
   PeerState& p = peers_.at(static_cast<size_t>(peer));
   if (p.until >= 0 || spec_.strikes <= 0) return false;
   if (++p.failures < spec_.strikes) return false;

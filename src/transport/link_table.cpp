@@ -6,11 +6,19 @@
 
 namespace hearsay {
 
+namespace {
+// The LinkTable whose receiver this thread is running now, if any: a receiver that
+// replaces itself must not wait for its own call to end.
+thread_local const LinkTable* delivering_table = nullptr;
+}  // namespace
+
 void LinkTable::set_receiver(Transport::Receiver r) {
   std::vector<std::pair<std::string, InFrame>> early;
   Transport::Receiver now;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
+    const int own = delivering_table == this ? 1 : 0;
+    delivered_.wait(lock, [&] { return delivering_ <= own; });
     receiver_ = std::move(r);
     now = receiver_;
     if (now) {
@@ -110,7 +118,20 @@ void LinkTable::deliver(const std::string& peer, InFrame&& frame) {
       return;
     }
     r = receiver_;
+    ++delivering_;
   }
+  const LinkTable* outer = delivering_table;
+  delivering_table = this;
+  struct Done {
+    LinkTable& t;
+    const LinkTable* outer;
+    ~Done() {
+      delivering_table = outer;
+      std::lock_guard<std::mutex> lock(t.mu_);
+      --t.delivering_;
+      t.delivered_.notify_all();
+    }
+  } done{*this, outer};
   r(peer, std::move(frame));
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -86,6 +87,10 @@ class LinkTable {
   static constexpr size_t kMaxEarlyBytes = 64u << 20;
   size_t early_bytes_ = 0;                                     // GUARDED_BY(mu_)
   Transport::Receiver receiver_;                               // GUARDED_BY(mu_)
+  // Calls of the receiver running now: set_receiver waits for them, so an engine that
+  // unsets its receiver and is destroyed is never called after.
+  int delivering_ = 0;                                         // GUARDED_BY(mu_)
+  std::condition_variable delivered_;
   std::vector<std::pair<std::string, InFrame>> early_;         // GUARDED_BY(mu_)
   Transport::LinkListener listener_;
 };

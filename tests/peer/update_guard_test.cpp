@@ -84,6 +84,23 @@ TEST_CASE("guard: strikes in a row quarantine a neighbour until the cool-down, a
   CHECK(g.refused().at("non-finite") == 1);
 }
 
+TEST_CASE("guard: a full backlog (the receiver's own pace) is counted but never quarantines the sender") {
+  UpdateGuardSpec s;
+  s.strikes = 3;
+  s.quarantine_s = 10;
+  UpdateGuard g(s, 2);
+  for (int i = 0; i < 10; ++i) {
+    CHECK_FALSE(g.refuse(1, 0.1 * i, "backlog: already holding 16 model deltas from this peer (at most 16)"));
+  }
+  CHECK(g.admits(1, 1.0));
+  CHECK(g.quarantined().empty());
+  CHECK(g.refused().at("backlog") == 10);
+  // The backlog refusals did not add to the strikes either: two real ones do not reach three.
+  CHECK_FALSE(g.refuse(1, 1.1, "norm: too big"));
+  CHECK_FALSE(g.refuse(1, 1.2, "norm: too big"));
+  CHECK(g.refuse(1, 1.3, "norm: too big"));
+}
+
 TEST_CASE("guard: refusals are counted by a fixed set of kinds, however many different texts a sender makes up") {
   UpdateGuardSpec s;
   s.strikes = 0;  // no quarantine: every refusal is counted

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <asio.hpp>
 #include <cstring>
 #include <filesystem>
@@ -173,6 +174,29 @@ TEST_CASE("transports: every send's callback runs when the receiver goes away mi
     std::unique_lock<std::mutex> lock(mu);
     CHECK(cv.wait_for(lock, std::chrono::seconds(10), [&] { return called == kFrames; }));
     CHECK(ok < kFrames);
+  }
+}
+
+TEST_CASE("transports: once set_receiver returns, the receiver it replaced is not running, so its owner may go") {
+  // What GossipEngine's destructor relies on: it unsets its receiver and is then freed.
+  // Before set_receiver waited, a frame being delivered on the transport's thread ran on
+  // into the freed engine (engine_test crashed so in CI).
+  for (const auto& kind : available_transports()) {
+    CAPTURE(kind);
+    Pair p(kind, options_for("a"), options_for("b"));
+    REQUIRE(p.b.wait_connected("a"));
+    REQUIRE(p.a.wait_connected("b"));
+    std::atomic<bool> entered{false}, left{false};
+    p.b.t->set_receiver([&](const std::string&, InFrame&&) {
+      entered = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      left = true;
+    });
+    p.a.t->send("b", update_frame(std::vector<float>(16, 1.0f), 1), nullptr);
+    for (int i = 0; i < 1000 && !entered; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    REQUIRE(entered);
+    p.b.t->set_receiver(nullptr);
+    CHECK(left);
   }
 }
 
