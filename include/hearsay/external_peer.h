@@ -30,6 +30,7 @@
 namespace hearsay {
 
 class GossipEngine;
+class StepLedger;
 class Transport;
 
 // The framework's model as the engine sees it: flat parameter and gradient buffers that
@@ -195,23 +196,16 @@ class ExternalPeer {
   int64_t steps_ = 0;
   std::atomic<bool> stop_{false};
   bool eval_due_ = false;
-  bool evaluated_last_ = false;  // an eval event for the current step count
   bool finished_ = false;
   bool broken_ = false;  // a step failed part-way: the algorithm's state is not to be trusted
-  std::optional<double> time_to_target_s_;
-  uint64_t bytes_to_target_ = 0;
-  EvalCadence eval_cadence_{0, 0};  // train.eval_every_s
-  int64_t last_epoch_ = 0;
+  // The start, step, eval and end events, as the native loop writes them.
+  std::unique_ptr<StepLedger> ledger_;
   // The framework's own data (follow_data): batches per epoch and fed so far.
   int64_t data_batches_per_epoch_ = 0, data_batches_fed_ = 0;
   float* buffers_ = nullptr;
   size_t num_buffers_ = 0;
   ExternalModel::BufferSharing buffer_sharing_ = ExternalModel::BufferSharing::kBroadcast;
-  double final_acc_ = 0, final_loss_ = 0;
-  double window_loss_ = 0, window_s_ = 0, train_s_ = 0;
-  int64_t window_steps_ = 0, compute_overruns_ = 0, eval_overruns_ = 0;
   double last_return_ = 0;  // clock_.now() when the last step returned to the framework
-  ProgressState progress_state_;
 };
 
 }  // namespace hearsay

@@ -17,6 +17,7 @@
 #include "algorithm_registry.h"
 #include "emulated_time.h"
 #include "run_plan.h"
+#include "step_ledger.h"
 
 namespace hearsay {
 
@@ -65,7 +66,9 @@ ExternalPeer::ExternalPeer(const ExternalPeerOptions& o) {
   total_steps_ = planned_steps(t, shard_size_);
   schedule_ = spec_.schedule;
   schedule_.total_steps = total_steps_;
-  eval_cadence_ = EvalCadence(t.eval_every_s, shared_time_s(clock_));
+  ledger_ = std::make_unique<StepLedger>(spec_.train, spec_.log_every_steps, total_steps_, *log_, progress_.get(), clock_,
+                                         nullptr);
+  ledger_->begin_cadence();
 }
 
 ExternalPeer::~ExternalPeer() {
@@ -108,16 +111,12 @@ void ExternalPeer::attach(ExternalModel m, bool join) {
     engine_->copy_between_steps(true);
     engine_->owner_ends_steps(true);
   }
-  log_->write(log_->event("start")
-                  .add("device", backend_->name())
-                  .add("model", description)
-                  .add("params", static_cast<int64_t>(m.num_params))
-                  .add("shard_size", shard_size_)
-                  .add("batch_size", spec_.train.batch_size)
-                  .add("total_steps", total_steps_)
-                  .add("target_test_acc", spec_.train.target_test_acc)
-                  .add("seed", static_cast<int64_t>(spec_.seed))
-                  .add("unix_time", shared_time_s(clock_)));
+  ledger_->start({.device = backend_->name(),
+                  .model = description,
+                  .params = static_cast<int64_t>(m.num_params),
+                  .shard_size = shard_size_,
+                  .batch_size = spec_.train.batch_size,
+                  .seed = spec_.seed});
   if (engine_ && join) engine_->join();
   synchronize();
   last_return_ = clock_.now();
@@ -186,20 +185,12 @@ void ExternalPeer::run_step(const ExternalStepStats& stats, float lr) {
   }
   // Stretch the work only (the framework's and the engine's), as a native peer does.
   const double work_s = framework_s + (engine_ ? engine_->last_work_s() : 0.0);
-  stretch_step(clock_, work_s, in_cluster_ ? network_.slowdown : 1.0, spec_.train.emulated_step_s, compute_overruns_);
+  stretch_step(clock_, work_s, in_cluster_ ? network_.slowdown : 1.0, spec_.train.emulated_step_s,
+               ledger_->compute_overruns());
   const double step_s = framework_s + (clock_.now() - t0);
 
   const double loss = s.loss();
-  if (!std::isfinite(loss)) {
-    std::string mixed;
-    if (engine_) {
-      for (const auto& n : engine_->mixed_this_step()) mixed += (mixed.empty() ? "" : ", ") + n;
-    }
-    log_->write(log_->event("diverged").add("step", steps_).add("lr", static_cast<double>(lr)).add("after_neighbours", !mixed.empty()));
-    throw InputError("training diverged at step " + std::to_string(steps_) + " (loss is not finite) " +
-                     (mixed.empty() ? std::string("with no neighbour's update mixed in this step; lower the learning rate")
-                                    : "after mixing updates from " + mixed + " in this step; check those peers"));
-  }
+  ledger_->check_finite(loss, steps_, lr, engine_.get(), "lower the script's learning rate");
   if (engine_ && num_buffers_ > 0) {
     try {
       share_buffers(static_cast<uint64_t>(round));
@@ -209,46 +200,15 @@ void ExternalPeer::run_step(const ExternalStepStats& stats, float lr) {
   }
   ++steps_;
   if (engine_) steps_ += engine_->take_skipped_steps();  // a site's view changed with this peer behind
-  evaluated_last_ = false;
-  window_loss_ += loss;
-  window_s_ += step_s;
-  train_s_ += step_s;
-  ++window_steps_;
-  const int batch = static_cast<int>(stats.count);
-  progress_state_.step = steps_;
-  progress_state_.epoch = epochs_done();
-  progress_state_.loss = loss;
-  progress_state_.samples_per_s = train_s_ > 0 ? static_cast<double>(steps_) * batch / train_s_ : 0;
-  progress_state_.eta_s = progress_state_.samples_per_s > 0
-                              ? static_cast<double>(total_steps_ - steps_) * batch / progress_state_.samples_per_s
-                              : -1;
-  if (steps_ % spec_.log_every_steps == 0 || steps_ == total_steps_) {
-    if (engine_) engine_->log_stats(steps_);
-    log_->write(log_->event("step")
-                    .add("step", steps_)
-                    .add("epoch", progress_state_.epoch)
-                    .add("loss", window_loss_ / window_steps_)
-                    .add("lr", static_cast<double>(lr))
-                    .add("samples_per_s", window_s_ > 0 ? window_steps_ * batch / window_s_ : 0.0));
-    window_loss_ = window_s_ = 0;
-    window_steps_ = 0;
-  }
-  const TrainSpec& t = spec_.train;
-  const bool epoch_ended = static_cast<int64_t>(progress_state_.epoch) > last_epoch_;
-  last_epoch_ = static_cast<int64_t>(progress_state_.epoch);
-  eval_due_ = t.eval_every_steps > 0 ? steps_ % t.eval_every_steps == 0 : epoch_ended;
-  if (t.eval_every_s > 0) {
-    eval_due_ = eval_cadence_.due(shared_time_s(clock_));
-  }
-  eval_due_ = eval_due_ || steps_ == total_steps_;
-  if (!eval_due_ && progress_) progress_->update(progress_state_);
+  ledger_->stepped(steps_, epochs_done(), loss, lr, static_cast<int>(stats.count), step_s, engine_.get());
+  eval_due_ = ledger_->eval_due(steps_, epochs_done());
   synchronize();
   last_return_ = clock_.now();
 }
 
 bool ExternalPeer::running() const {
   if (stop_ || finished_ || steps_ >= total_steps_) return false;
-  return !(time_to_target_s_ && !engine_);  // alone, the target ends the run; a cluster's launcher stops it
+  return !ledger_->target_ends_run(engine_.get());
 }
 
 void ExternalPeer::record_eval(double test_acc, double test_loss) {
@@ -256,25 +216,11 @@ void ExternalPeer::record_eval(double test_acc, double test_loss) {
   if (!(test_acc >= 0 && test_acc <= 1)) {
     throw InputError("peer " + spec_.name + ": test accuracy " + std::to_string(test_acc) + " is not a fraction in [0, 1]");
   }
-  final_acc_ = test_acc;
-  final_loss_ = test_loss;
-  evaluated_last_ = true;
-  JsonObject e = log_->event("eval");
-  e.add("step", steps_).add("epoch", epochs_done()).add("test_acc", test_acc).add("test_loss", test_loss);
-  if (spec_.data.test.is_text()) e.add("test_bits_per_byte", test_loss / std::log(2.0));
+  // Timed from the last step's return: the framework evaluated meanwhile.
   double eval_s = framework_compute_s();
-  if (spec_.train.emulated_eval_s > 0) {
-    // A fixed evaluation time, as a native peer's (train.emulated_eval_s).
-    pad_to(clock_, eval_s, spec_.train.emulated_eval_s, eval_overruns_);
-    eval_s = std::max(eval_s, spec_.train.emulated_eval_s);
-  }
-  log_->write(e.add("eval_s", eval_s));
-  if (spec_.train.target_test_acc > 0 && !time_to_target_s_ && test_acc >= spec_.train.target_test_acc) {
-    time_to_target_s_ = log_->elapsed();
-    if (engine_) bytes_to_target_ = engine_->bytes_sent();
-  }
-  progress_state_.test_acc = test_acc;
-  if (progress_) progress_->update(progress_state_, true);
+  ledger_->pad_eval(eval_s);
+  eval_s = std::max(eval_s, spec_.train.emulated_eval_s);
+  ledger_->evaluated(steps_, epochs_done(), test_acc, test_loss, spec_.data.test.is_text(), eval_s, engine_.get());
   // The evaluation is not the next step's computation: a slowdown must not stretch it.
   last_return_ = clock_.now();
 }
@@ -282,28 +228,7 @@ void ExternalPeer::record_eval(double test_acc, double test_loss) {
 void ExternalPeer::finish() {
   if (finished_ || !model_) return;
   finished_ = true;
-  auto end = log_->event("end");
-  end.add("steps", steps_)
-      .add("epoch", epochs_done())
-      .add("final_test_acc", final_acc_)
-      .add("final_test_loss", final_loss_)
-      .add("train_s", train_s_)
-      .add("samples_per_s", train_s_ > 0 ? steps_ * spec_.train.batch_size / train_s_ : 0.0)
-      .add("bytes_sent", static_cast<int64_t>(bytes_sent()));
-  if (spec_.train.emulated_step_s > 0) {
-    end.add("emulated_step_s", spec_.train.emulated_step_s).add("compute_overruns", compute_overruns_);
-  }
-  if (spec_.train.emulated_eval_s > 0) {
-    end.add("emulated_eval_s", spec_.train.emulated_eval_s).add("eval_overruns", eval_overruns_);
-  }
-  if (time_to_target_s_) {
-    end.add("time_to_target_s", *time_to_target_s_);
-    if (engine_) end.add("bytes_to_target", static_cast<int64_t>(bytes_to_target_));
-  } else {
-    end.add_null("time_to_target_s");
-  }
-  log_->write(end);
-  if (progress_) progress_->finish(progress_state_);
+  ledger_->finish(steps_, epochs_done(), spec_.train.batch_size, stop_ && steps_ < total_steps_, bytes_sent(), engine_ != nullptr);
   close();
 }
 
@@ -364,9 +289,9 @@ void ExternalPeer::follow_data(int64_t batches_per_epoch, int64_t batches_per_st
   const auto steps = static_cast<int64_t>(epoch_steps);
   total_steps_ = t.max_steps > 0 ? (t.epochs > 0 ? std::min(steps, t.max_steps) : t.max_steps) : steps;
   schedule_.total_steps = total_steps_;
+  ledger_->set_total_steps(total_steps_);
   data_batches_per_epoch_ = batches_per_epoch;
   data_batches_fed_ = 0;
-  last_epoch_ = 0;
   if (model_) {
     // The start event went out with the config's plan: this one replaces it.
     log_->write(log_->event("plan")
@@ -412,7 +337,7 @@ std::string ExternalPeer::save_state() const {
   // The optimizer's state is the framework's (torch's state_dict), not in this one.
   save_sampler_state(sampler_->state(), c);
   if (engine_) engine_->save_state(c);
-  c.set_wall_s(train_s_);
+  c.set_wall_s(ledger_->train_s());
   std::string out;
   c.SerializeToString(&out);
   return out;

@@ -12,6 +12,7 @@
 #include "site_replicas.h"
 #include "emulated_time.h"
 #include "run_plan.h"
+#include "step_ledger.h"
 
 namespace hearsay {
 namespace {
@@ -187,24 +188,13 @@ TrainResult Peer::run() {
   const int64_t total_steps = planned_steps(t, shard);
   LrSchedule schedule = spec_.schedule;
   schedule.total_steps = total_steps;
-  const int64_t log_every = spec_.log_every_steps;
-
-  JsonObject start = log_.event("start");
-  start
-                 .add("device", backend_->name())
-                 .add("model", spec_.model_description)
-                 .add("params", static_cast<int64_t>(model_->num_params()))
-                 .add("shard_size", shard)
-                 .add("batch_size", batch)
-                 .add("total_steps", total_steps)
-                 .add("target_test_acc", t.target_test_acc)
-                 .add("seed", static_cast<int64_t>(spec_.seed))
-                 // Wall-clock time (Unix seconds) at this event: places the log's relative
-                 // times among other processes' (restarted peers append to one log). A
-                 // simulated peer's is the virtual time since the simulation began.
-                 .add("unix_time", shared_time_s(*clock_));
-  if (clock_->simulated()) start.add("simulated", true).add("evaluates", t.evaluates);
-  log_.write(start);
+  StepLedger ledger(t, spec_.log_every_steps, total_steps, log_, progress_, *clock_, metrics_);
+  ledger.start({.device = backend_->name(),
+                .model = spec_.model_description,
+                .params = static_cast<int64_t>(model_->num_params()),
+                .shard_size = shard,
+                .batch_size = batch,
+                .seed = spec_.seed});
 
   const int64_t first_step = resume();
   // A resumed peer goes on from its own state; a fresh one may start from a neighbour's.
@@ -212,37 +202,14 @@ TrainResult Peer::run() {
   TrainResult result;
   result.steps = first_step;
   std::vector<int64_t> idx(static_cast<size_t>(batch) * max_site_share(engine_ ? &network_ : nullptr));
-  double window_loss = 0, window_train_s = 0;
-  int64_t window_steps = 0;
-  double train_s = 0;
-  ProgressState state;
-  int64_t last_epoch = 0;
-
-  int64_t compute_overruns = 0;  // steps whose real computation exceeded train.emulated_step_s
-  int64_t evaluated_at = -1;  // the step of the last evaluation
-  EvalCadence eval_cadence(t.eval_every_s, shared_time_s(*clock_));
-  int64_t eval_overruns = 0;  // evaluations whose real scoring exceeded train.emulated_eval_s
+  ledger.begin_cadence();
   auto do_eval = [&](int64_t step) {
-    evaluated_at = step;
     const double t0 = log_.elapsed();
     const BatchStats s = evaluate();
-    if (t.emulated_eval_s > 0) pad_to(*clock_, log_.elapsed() - t0, t.emulated_eval_s, eval_overruns);
-    const double eval_s = log_.elapsed() - t0;
-    result.final_test_acc = s.accuracy();
-    result.evaluated = true;
-    result.final_test_loss = s.loss();
-    state.test_acc = s.accuracy();
-    if (metrics_ != nullptr) metrics_->on_eval(s.accuracy(), s.loss());
-    JsonObject e = log_.event("eval");
-    e.add("step", step).add("epoch", sampler_->epochs_done()).add("test_acc", s.accuracy()).add("test_loss", s.loss());
-    if (data_->test.is_text()) e.add("test_bits_per_byte", s.loss() / std::log(2.0));
-    log_.write(e.add("eval_s", eval_s));
+    ledger.pad_eval(log_.elapsed() - t0);
+    ledger.evaluated(step, sampler_->epochs_done(), s.accuracy(), s.loss(), data_->test.is_text(), log_.elapsed() - t0,
+                     engine_.get());
     if (network_.on_eval) network_.on_eval(step, s);
-    if (t.target_test_acc > 0 && !result.time_to_target_s && s.accuracy() >= t.target_test_acc) {
-      result.time_to_target_s = log_.elapsed();
-      result.steps_to_target = step;
-      if (engine_) result.bytes_to_target = engine_->bytes_sent();
-    }
   };
 
   const int64_t checkpoint_every = spec_.checkpoint_every_steps;
@@ -271,68 +238,22 @@ TrainResult Peer::run() {
     const double factor = network_.step_time_factor ? network_.step_time_factor(step) : 1.0;
     const double padded_from = clock_->now();
     // An emulated step computes its rows: a share of a site's batch takes its share of the time.
-    stretch_step(*clock_, work_s, network_.slowdown * factor, t.emulated_step_s * rows / batch, compute_overruns);
+    stretch_step(*clock_, work_s, network_.slowdown * factor, t.emulated_step_s * rows / batch, ledger.compute_overruns());
     if (engine_) engine_->note_compute(work_s + (clock_->now() - padded_from), rows);
     const double step_s = clock_->now() - t0;
 
     const double loss = s.loss();
-    if (!std::isfinite(loss)) {
-      log_.write(log_.event("diverged").add("step", step).add("lr", static_cast<double>(lr)).add("after_neighbours", engine_ && !engine_->mixed_this_step().empty()));
-      // Say whether the step followed neighbours' updates: a hostile or broken neighbour
-      // must not be blamed on this peer's learning rate.
-      std::string mixed;
-      if (engine_) {
-        for (const auto& n : engine_->mixed_this_step()) mixed += (mixed.empty() ? "" : ", ") + n;
-      }
-      throw InputError("training diverged at step " + std::to_string(step) + " (loss is not finite) " +
-                       (mixed.empty() ? "with no neighbour's update mixed in this step; lower optim.lr (now " +
-                                            std::to_string(spec_.schedule.base_lr) + ")"
-                                      : "after mixing updates from " + mixed +
-                                            " in this step; check those peers (their learning rate, their logs) "
-                                            "or tighten cluster.gossip.guard"));
-    }
+    ledger.check_finite(loss, step, lr, engine_.get(), "lower optim.lr (now " + std::to_string(spec_.schedule.base_lr) + ")");
     result.losses.push_back(loss);
     result.steps = step + 1;
     if (metrics_ != nullptr) metrics_->on_step(result.steps, loss, rows);
-    window_loss += loss;
-    window_train_s += step_s;
-    train_s += step_s;
-    ++window_steps;
-
-    state.step = step + 1;
-    state.epoch = sampler_->epochs_done();
-    state.loss = loss;
-    state.samples_per_s = train_s > 0 ? static_cast<double>(result.steps) * batch / train_s : 0;
-    state.eta_s = state.samples_per_s > 0 ? static_cast<double>(total_steps - result.steps) * batch / state.samples_per_s : -1;
-
     if (engine_) result.max_buffered_bytes = std::max(result.max_buffered_bytes, engine_->buffered_bytes());
-    if (result.steps % log_every == 0 || result.steps == total_steps) {
-      if (engine_) {
-        engine_->log_stats(result.steps);
-        if (network_.on_snapshot) network_.on_snapshot(result.steps, model_->get_params());
-      }
-      log_.write(log_.event("step")
-                     .add("step", result.steps)
-                     .add("epoch", state.epoch)
-                     .add("loss", window_loss / window_steps)
-                     .add("lr", static_cast<double>(lr))
-                     .add("samples_per_s", window_train_s > 0 ? window_steps * batch / window_train_s : 0.0));
-      window_loss = window_train_s = 0;
-      window_steps = 0;
-    }
-    const bool epoch_ended = static_cast<int64_t>(state.epoch) > last_epoch;
-    last_epoch = static_cast<int64_t>(state.epoch);
-    bool eval_now = t.eval_every_steps > 0 ? result.steps % t.eval_every_steps == 0 : epoch_ended;
-    if (t.eval_every_s > 0) {
-      eval_now = eval_cadence.due(shared_time_s(*clock_));
-    }
-    if (!t.evaluates) eval_now = false;
-    if (eval_now || (result.steps == total_steps && t.evaluates)) {
+    ledger.stepped(result.steps, sampler_->epochs_done(), loss, lr, batch, step_s, engine_.get(), [&] {
+      if (engine_ && network_.on_snapshot) network_.on_snapshot(result.steps, model_->get_params());
+    });
+    if (ledger.eval_due(result.steps, sampler_->epochs_done())) {
       do_eval(result.steps);
-      if (progress_) progress_->update(state, true);
-      if (result.time_to_target_s && !engine_) break;
-    } else if (progress_) {
-      progress_->update(state);
+      if (ledger.target_ends_run(engine_.get())) break;
     }
     if (checkpoint_every > 0 && result.steps % checkpoint_every == 0 && result.steps < total_steps) {
       save_checkpoint(result.steps, log_.elapsed());
@@ -342,42 +263,26 @@ TrainResult Peer::run() {
   result.stopped = stopping() && result.steps < total_steps;
   // A peer restarted from a checkpoint at (or past) its last step takes no step: its
   // result is still the model's real accuracy, not an empty one.
-  if (result.steps >= total_steps && evaluated_at != result.steps && t.evaluates) {
-    state.step = result.steps;
-    state.epoch = sampler_->epochs_done();
-    do_eval(result.steps);
-    if (progress_) progress_->update(state, true);
-  }
+  if (result.steps >= total_steps && ledger.evaluated_at() != result.steps && t.evaluates) do_eval(result.steps);
   // On a stop (SIGTERM) and at the end: nothing learnt so far is lost. A stop before this
   // run's first step has nothing new to keep (and leaves an earlier checkpoint as it was).
   if (!(result.stopped && result.steps == first_step)) save_checkpoint(result.steps, log_.elapsed());
+  const double train_s = ledger.train_s();
   result.steps_per_s = train_s > 0 ? static_cast<double>(result.steps) / train_s : 0;
   result.epochs = sampler_->epochs_done();
   result.wall_s = log_.elapsed();
+  result.final_test_acc = ledger.final_test_acc();
+  result.final_test_loss = ledger.final_test_loss();
+  result.evaluated = ledger.evaluated();
+  result.time_to_target_s = ledger.time_to_target_s();
+  result.steps_to_target = ledger.steps_to_target();
+  result.bytes_to_target = ledger.bytes_to_target();
   if (engine_) result.bytes_sent = engine_->bytes_sent();
   // The links' final counters, where the loop's last gossip event is older: the summary's
   // bytes per link and per site read the last one (a run stopped at its target ends
   // between two log.every_steps).
-  if (engine_ && result.steps % log_every != 0 && result.steps != total_steps) engine_->log_stats(result.steps);
-  auto end = log_.event("end");
-  end.add("steps", result.steps)
-      .add("epoch", result.epochs)
-      .add("final_test_acc", result.final_test_acc)
-      .add("final_test_loss", result.final_test_loss)
-      .add("train_s", train_s)
-      .add("samples_per_s", train_s > 0 ? result.steps * batch / train_s : 0.0)
-      .add("bytes_sent", static_cast<int64_t>(result.bytes_sent));
-  if (result.stopped) end.add("stopped", true);
-  if (t.emulated_step_s > 0) end.add("emulated_step_s", t.emulated_step_s).add("compute_overruns", compute_overruns);
-  if (t.emulated_eval_s > 0) end.add("emulated_eval_s", t.emulated_eval_s).add("eval_overruns", eval_overruns);
-  if (result.time_to_target_s) {
-    end.add("time_to_target_s", *result.time_to_target_s).add("steps_to_target", *result.steps_to_target);
-    if (engine_) end.add("bytes_to_target", static_cast<int64_t>(result.bytes_to_target));
-  } else {
-    end.add_null("time_to_target_s");
-  }
-  log_.write(end);
-  if (progress_) progress_->finish(state);
+  if (engine_ && result.steps % spec_.log_every_steps != 0 && result.steps != total_steps) engine_->log_stats(result.steps);
+  ledger.finish(result.steps, result.epochs, batch, result.stopped, result.bytes_sent, engine_ != nullptr);
   return result;
 }
 
