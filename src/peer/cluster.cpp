@@ -1,4 +1,3 @@
-#include "hearsay/config.pb.h"
 #include "hearsay/cluster.h"
 
 #include <algorithm>
