@@ -2,7 +2,12 @@
 // every other backend is compared with, so it must itself be right.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+
+#include "hearsay/backend.h"
+#include "test_util.h"
 
 #include "backend_ops.h"
 
@@ -180,4 +185,27 @@ TEST_CASE("cpu axpy and scale") {
   CHECK(y == std::vector<float>{3, 5, 7});
   b->scale(3, 0.5f, y.data());
   CHECK(y == std::vector<float>{1.5f, 2.5f, 3.5f});
+}
+
+TEST_CASE("cpu backend: buffers of every size come zeroed and 64-byte aligned; mapped ones take no memory until written") {
+  auto b = create_backend("cpu");
+  for (size_t bytes : {size_t{1}, size_t{63}, size_t{4096}, (size_t{1} << 20) - 1, size_t{1} << 20, (size_t{3} << 20) + 5}) {
+    CAPTURE(bytes);
+    DeviceBuffer buf(*b, bytes);
+    REQUIRE(buf.data() != nullptr);
+    CHECK(reinterpret_cast<uintptr_t>(buf.data()) % 64 == 0);
+    const auto* p = static_cast<const unsigned char*>(buf.data());
+    CHECK(std::all_of(p, p + bytes, [](unsigned char c) { return c == 0; }));
+    std::memset(buf.data(), 0xab, bytes);  // written to the end: no overrun into a header
+  }
+  // 1 GiB allocated and freed 8 times: resident memory grows by what is written (one page
+  // each), not by what is allocated, and freeing gives the mapping back.
+  const long before = test::rss_bytes();
+  for (int i = 0; i < 8; ++i) {
+    DeviceBuffer big(*b, size_t{1} << 30);
+    static_cast<char*>(big.data())[0] = 1;
+  }
+  std::vector<DeviceBuffer> held;
+  for (int i = 0; i < 4; ++i) held.emplace_back(*b, size_t{256} << 20);
+  CHECK(test::rss_bytes() - before < (64L << 20));
 }

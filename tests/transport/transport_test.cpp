@@ -578,12 +578,6 @@ TransportOptions with_tls(TransportOptions o, bool tls) {
   return o;
 }
 
-long rss_bytes() {
-  std::ifstream statm("/proc/self/statm");
-  long pages = 0, resident = 0;
-  statm >> pages >> resident;
-  return resident * sysconf(_SC_PAGESIZE);
-}
 
 size_t reasons_with(Node& n, const std::string& text) {
   std::lock_guard<std::mutex> lock(n.mu);
@@ -672,7 +666,7 @@ TEST_CASE("tcp: unadmitted connections are capped, small and timed out, an hones
   oa.handshake_timeout_s = 1.0;
   Node a(create_transport("tcp", oa));
   const std::string addr = a.t->listen("127.0.0.1:0");
-  const long rss0 = rss_bytes();
+  const long rss0 = test::rss_bytes();
   asio::io_context io;
   std::vector<std::unique_ptr<tcp::socket>> idle;  // connect, then say nothing
   for (int i = 0; i < 200; ++i) {
@@ -680,7 +674,7 @@ TEST_CASE("tcp: unadmitted connections are capped, small and timed out, an hones
     idle.back()->connect(endpoint_of(addr));
   }
   REQUIRE(a.wait([&] { return a.events.size() >= 200 - 64; }, 5.0));
-  const long held = rss_bytes() - rss0;
+  const long held = test::rss_bytes() - rss0;
   const auto counters = a.t->counters();
   CHECK(counters.rejected.at("admission") == 200 - 64);
   CHECK(reasons_with(a, "too many unadmitted connections") == 200 - 64);

@@ -11,6 +11,7 @@
 
 #include "hearsay/error.h"
 #include "transformer_kernels.h"
+#include "zeroed_memory.h"
 
 namespace hearsay {
 namespace {
@@ -43,13 +44,11 @@ class CpuBackend final : public Backend {
   bool is_host() const override { return true; }
 
   void* allocate(size_t bytes) override {
-    const size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded);
+    void* p = allocate_zeroed(bytes);
     if (p == nullptr) throw BackendError("cpu: out of memory allocating " + std::to_string(bytes) + " bytes");
-    std::memset(p, 0, rounded);
     return p;
   }
-  void deallocate(void* ptr) override { std::free(ptr); }
+  void deallocate(void* ptr) override { free_zeroed(ptr); }
   void upload(void* dst, const void* src, size_t bytes) override { copy(dst, src, bytes); }
   void download(void* dst, const void* src, size_t bytes) override { copy(dst, src, bytes); }
   void copy(void* dst, const void* src, size_t bytes) override {

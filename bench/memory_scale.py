@@ -1,0 +1,145 @@
+#!/usr/bin/python3
+"""Memory per parameter at the field's model sizes (issue 41, "Memory, accounted and cut"):
+what a peer of a cluster holds beyond what the same model, data and steps hold trained by
+one peer alone, in bytes a parameter.
+
+For each algorithm, real hearsay-peer processes on loopback (tcp, emulated links of
+1 Gbit/s and 40 ms): the native GPT (byte-level, so its vocabulary is 256 and the count is
+all transformer), AdamW, batch 2, `--steps` steps. Each process's peak resident memory is
+its kernel-reported high-water mark (wait4's ru_maxrss). The baseline is one peer alone on
+the same config without a cluster. One JSON line per run:
+
+  {"algorithm", "params", "peers", "neighbours", "steps", "alone_rss_bytes",
+   "peer_rss_bytes": [...], "extra_bytes_per_param": max over peers of (rss - alone) / params,
+   "wall_s"}
+
+    bench/memory_scale.py                                       # 85M, every algorithm, 2 peers
+    bench/memory_scale.py --size 300m --algorithms adpsgd,diloco
+    bench/memory_scale.py --algorithms adpsgd --peers 5         # 4 neighbours each (complete)
+
+The algorithms' settings: adpsgd and gossip_grad with the fp16 codec (the issue's trial),
+dgc with top-k 1% (its own codec), demo its own, diloco and streaming_diloco with int8 and
+an outer step every 4 steps (2 fragments), allreduce with int8, delta_gossip on the complete
+graph its paper assumes.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+# (layers, heads, width): the parameter count is about 12 layers width^2.
+SIZES = {"85m": (12, 12, 768), "300m": (24, 16, 1024), "10m": (4, 8, 448)}
+
+ALGORITHMS = {
+    "adpsgd": 'algorithm: "adpsgd" topology: "complete" codec { name: "fp16" }',
+    "gossip_grad": 'algorithm: "gossip_grad" topology: "complete" codec { name: "fp16" }',
+    "delta_gossip": 'algorithm: "delta_gossip" topology: "complete" codec { name: "fp16" } '
+                    '[hearsay.algorithms.delta_gossip] { local_steps: 4 }',
+    "dgc": 'algorithm: "dgc" topology: "complete" codec { name: "topk" density: 0.01 }',
+    "demo": 'algorithm: "demo" topology: "complete"',
+    "diloco": 'algorithm: "diloco" topology: "complete" codec { name: "int8" } '
+              '[hearsay.algorithms.diloco] { local_steps: 4 }',
+    "streaming_diloco": 'algorithm: "streaming_diloco" topology: "complete" codec { name: "int8" } '
+                        '[hearsay.algorithms.streaming_diloco] { local_steps: 4 fragments: 2 overlap_steps: 1 }',
+    "allreduce": 'algorithm: "allreduce" topology: "ring" codec { name: "int8" }',
+}
+
+
+def config(size, steps, gossip, peers, port0):
+    layers, heads, width = SIZES[size]
+    text = f'''name: "mem"
+seed: 1
+device: "cpu"
+model {{ kind: GPT gpt {{ layers: {layers} heads: {heads} width: {width} context: 128 }} }}
+data {{ format: TEXT text_path: "{ROOT}/data/kjv.txt" test_limit: 8 }}
+optim {{ optimizer: "adamw" lr: 0.0003 weight_decay: 0.1 }}
+train {{ batch_size: 2 epochs: 0 max_steps: {steps} eval_batch_size: 2 eval_every_steps: 1000000 }}
+log {{ every_steps: 4 }}
+'''
+    if gossip is None:
+        return text
+    names = [f"p{i}" for i in range(peers)]
+    lines = [f'  peers {{ name: "{n}" site: "{n}" address: "127.0.0.1:{port0 + i}" }}' for i, n in enumerate(names)]
+    links = [f'  site_links {{ site_a: "{a}" site_b: "{b}" link {{ latency_ms: 40 bandwidth_mbps: 1000 }} }}'
+             for i, a in enumerate(names) for b in names[i + 1:]]
+    return text + 'cluster {\n  id: "mem"\n  secret_env: "HEARSAY_SECRET"\n  connect_timeout_s: 120\n' + "\n".join(lines) + \
+        "\n" + f"  gossip {{ {gossip} }}\n" + "\n".join(links) + "\n}\n"
+
+
+def peer_bin():
+    for c in (os.path.join(ROOT, "build", "bin", "hearsay-peer"), shutil.which("hearsay-peer") or ""):
+        if c and os.access(c, os.X_OK):
+            return c
+    sys.exit("memory_scale: no hearsay-peer (make build)")
+
+
+def run(cmds, env):
+    """Starts every command at once; returns each one's peak RSS in bytes and the wall time."""
+    t0 = time.monotonic()
+    procs = [subprocess.Popen(c, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for c in cmds]
+    rss = {}
+    while len(rss) < len(procs):
+        pid, status, usage = os.wait4(-1, 0)
+        for i, p in enumerate(procs):
+            if p.pid == pid:
+                p.returncode = os.waitstatus_to_exitcode(status)
+                rss[i] = usage.ru_maxrss * 1024
+    for p in procs:
+        err = p.stderr.read().decode(errors="replace")
+        if p.returncode != 0:
+            sys.exit(f"memory_scale: {' '.join(p.args)} exited {p.returncode}:\n{err[-2000:]}")
+    return [rss[i] for i in range(len(procs))], time.monotonic() - t0
+
+
+def params_of(log):
+    with open(log) as f:
+        for line in f:
+            e = json.loads(line)
+            if e.get("event") == "start":
+                return e["params"]
+    sys.exit(f"memory_scale: no start event in {log}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", default="85m", choices=sorted(SIZES))
+    ap.add_argument("--algorithms", default=",".join(ALGORITHMS))
+    ap.add_argument("--peers", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--port", type=int, default=17400)
+    args = ap.parse_args()
+    env = dict(os.environ, HEARSAY_SECRET="memory-scale-bench-secret", OPENBLAS_CORETYPE=os.environ.get("OPENBLAS_CORETYPE", "Haswell"))
+    binary = peer_bin()
+    with tempfile.TemporaryDirectory(prefix="hearsay-memory-") as tmp:
+        path = os.path.join(tmp, "alone.textproto")
+        with open(path, "w") as f:
+            f.write(config(args.size, args.steps, None, 1, 0))
+        os.makedirs(tmp + "/alone")
+        (alone,), _ = run([[binary, "--config", path, "--quiet", "--log", tmp + "/alone/mem.jsonl"]], env)
+        params = params_of(tmp + "/alone/mem.jsonl")
+        for algorithm in args.algorithms.split(","):
+            if algorithm not in ALGORITHMS:
+                sys.exit(f"memory_scale: unknown algorithm '{algorithm}' (one of {', '.join(ALGORITHMS)})")
+            logs = os.path.join(tmp, algorithm)
+            os.makedirs(logs)
+            path = os.path.join(tmp, algorithm + ".textproto")
+            with open(path, "w") as f:
+                f.write(config(args.size, args.steps, ALGORITHMS[algorithm], args.peers, args.port))
+            rss, wall = run([[binary, "--config", path, "--peer", f"p{i}", "--quiet", "--log", f"{logs}/p{i}.jsonl"]
+                             for i in range(args.peers)], env)
+            neighbours = args.peers - 1 if algorithm != "allreduce" else 2 if args.peers > 2 else 1
+            print(json.dumps({"algorithm": algorithm, "size": args.size, "params": params, "peers": args.peers,
+                              "neighbours": neighbours, "steps": args.steps, "alone_rss_bytes": alone,
+                              "peer_rss_bytes": rss, "extra_bytes_per_param": round(max(r - alone for r in rss) / params, 2),
+                              "wall_s": round(wall, 1)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
