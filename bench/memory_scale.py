@@ -9,9 +9,9 @@ all transformer), AdamW, batch 2, `--steps` steps. Each process's peak resident 
 its kernel-reported high-water mark (wait4's ru_maxrss). The baseline is one peer alone on
 the same config without a cluster. One JSON line per run:
 
-  {"algorithm", "params", "peers", "neighbours", "steps", "alone_rss_bytes",
+  {"algorithm", "params", "peers", "neighbours", "steps", "optimizer", "alone_rss_bytes",
    "peer_rss_bytes": [...], "extra_bytes_per_param": max over peers of (rss - alone) / params,
-   "wall_s"}
+   "p0_owners_bytes_per_param": the largest memory event of peer p0, by owner, "wall_s"}
 
     bench/memory_scale.py                                       # 85M, every algorithm, 2 peers
     bench/memory_scale.py --size 300m --algorithms adpsgd,diloco
@@ -42,7 +42,7 @@ ALGORITHMS = {
     "gossip_grad": 'algorithm: "gossip_grad" topology: "complete" codec { name: "fp16" }',
     "delta_gossip": 'algorithm: "delta_gossip" topology: "complete" codec { name: "fp16" } '
                     '[hearsay.algorithms.delta_gossip] { local_steps: 4 }',
-    "dgc": 'algorithm: "dgc" topology: "complete" codec { name: "topk" density: 0.01 }',
+    "dgc": 'algorithm: "dgc" topology: "complete" codec { name: "topk" density: 0.01 }',  # with SGD: OPTIMIZERS
     "demo": 'algorithm: "demo" topology: "complete"',
     "diloco": 'algorithm: "diloco" topology: "complete" codec { name: "int8" } '
               '[hearsay.algorithms.diloco] { local_steps: 4 }',
@@ -51,15 +51,20 @@ ALGORITHMS = {
     "allreduce": 'algorithm: "allreduce" topology: "ring" codec { name: "int8" }',
 }
 
+# The optimizer each algorithm runs with, and so its baseline alone: AdamW, but dgc's
+# momentum correction is momentum SGD's (its paper's).
+ADAMW = 'optimizer: "adamw" lr: 0.0003 weight_decay: 0.1'
+OPTIMIZERS = {"dgc": 'optimizer: "sgd" lr: 0.01 momentum: 0.9'}
 
-def config(size, steps, gossip, peers, port0):
+
+def config(size, steps, gossip, peers, port0, optim=ADAMW):
     layers, heads, width = SIZES[size]
     text = f'''name: "mem"
 seed: 1
 device: "cpu"
 model {{ kind: GPT gpt {{ layers: {layers} heads: {heads} width: {width} context: 128 }} }}
 data {{ format: TEXT text_path: "{ROOT}/data/kjv.txt" test_limit: 8 }}
-optim {{ optimizer: "adamw" lr: 0.0003 weight_decay: 0.1 }}
+optim {{ {optim} }}
 train {{ batch_size: 2 epochs: 0 max_steps: {steps} eval_batch_size: 2 eval_every_steps: 1000000 }}
 log {{ every_steps: 4 }}
 '''
@@ -107,6 +112,19 @@ def params_of(log):
     sys.exit(f"memory_scale: no start event in {log}")
 
 
+def owners_per_param(log, params):
+    """The largest memory event of a peer's log, by owner, in bytes a parameter."""
+    best = None
+    with open(log) as f:
+        for line in f:
+            e = json.loads(line)
+            if e.get("event") == "memory" and (best is None or e["total_bytes"] > best["total_bytes"]):
+                best = e
+    if best is None:
+        return {}
+    return {k: round(v / params, 2) for side in ("host", "device") for k, v in sorted(best[side].items()) if v > 0}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", default="85m", choices=sorted(SIZES))
@@ -118,26 +136,34 @@ def main():
     env = dict(os.environ, HEARSAY_SECRET="memory-scale-bench-secret", OPENBLAS_CORETYPE=os.environ.get("OPENBLAS_CORETYPE", "Haswell"))
     binary = peer_bin()
     with tempfile.TemporaryDirectory(prefix="hearsay-memory-") as tmp:
-        path = os.path.join(tmp, "alone.textproto")
-        with open(path, "w") as f:
-            f.write(config(args.size, args.steps, None, 1, 0))
-        os.makedirs(tmp + "/alone")
-        (alone,), _ = run([[binary, "--config", path, "--quiet", "--log", tmp + "/alone/mem.jsonl"]], env)
-        params = params_of(tmp + "/alone/mem.jsonl")
+        alone_rss = {}  # by optimizer
+
+        def alone(optim):
+            if optim not in alone_rss:
+                name = f"alone{len(alone_rss)}"
+                path = os.path.join(tmp, name + ".textproto")
+                with open(path, "w") as f:
+                    f.write(config(args.size, args.steps, None, 1, 0, optim))
+                (rss,), _ = run([[binary, "--config", path, "--quiet", "--log", f"{tmp}/{name}.jsonl"]], env)
+                alone_rss[optim] = (rss, params_of(f"{tmp}/{name}.jsonl"))
+            return alone_rss[optim]
         for algorithm in args.algorithms.split(","):
             if algorithm not in ALGORITHMS:
                 sys.exit(f"memory_scale: unknown algorithm '{algorithm}' (one of {', '.join(ALGORITHMS)})")
             logs = os.path.join(tmp, algorithm)
             os.makedirs(logs)
             path = os.path.join(tmp, algorithm + ".textproto")
+            optim = OPTIMIZERS.get(algorithm, ADAMW)
+            base, params = alone(optim)
             with open(path, "w") as f:
-                f.write(config(args.size, args.steps, ALGORITHMS[algorithm], args.peers, args.port))
+                f.write(config(args.size, args.steps, ALGORITHMS[algorithm], args.peers, args.port, optim))
             rss, wall = run([[binary, "--config", path, "--peer", f"p{i}", "--quiet", "--log", f"{logs}/p{i}.jsonl"]
                              for i in range(args.peers)], env)
             neighbours = args.peers - 1 if algorithm != "allreduce" else 2 if args.peers > 2 else 1
             print(json.dumps({"algorithm": algorithm, "size": args.size, "params": params, "peers": args.peers,
-                              "neighbours": neighbours, "steps": args.steps, "alone_rss_bytes": alone,
-                              "peer_rss_bytes": rss, "extra_bytes_per_param": round(max(r - alone for r in rss) / params, 2),
+                              "neighbours": neighbours, "steps": args.steps, "optimizer": optim.split('"')[1], "alone_rss_bytes": base,
+                              "peer_rss_bytes": rss, "extra_bytes_per_param": round(max(r - base for r in rss) / params, 2),
+                              "p0_owners_bytes_per_param": owners_per_param(f"{logs}/p0.jsonl", params),
                               "wall_s": round(wall, 1)}), flush=True)
 
 

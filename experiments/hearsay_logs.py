@@ -96,7 +96,18 @@ def peer_summary(logs, name, target):
         "bytes_sent": round(logs.bytes_sent(peers=[name])),
         "finished": end is not None,
         "wall_s": events[-1]["t"] if events else 0,
+        "memory": peak_memory(events),
     }
+
+
+def peak_memory(events):
+    """The largest of a peer's memory events (docs/LOGS.md): its bytes by owner, host and
+    device, its total and bytes a parameter; None for a log without one (an older peer)."""
+    memory = [e for e in events if e.get("event") == "memory"]
+    if not memory:
+        return None
+    m = max(memory, key=lambda e: e.get("total_bytes", 0))
+    return {k: m[k] for k in ("step", "host", "device", "total_bytes", "bytes_per_param", "resident_bytes") if k in m}
 
 
 def median_step_s(events):

@@ -10,6 +10,7 @@
 // Operations may run asynchronously on the device; download() and synchronize() wait.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -42,6 +43,11 @@ struct AdamWParams {
 class Backend {
  public:
   virtual ~Backend() = default;
+
+  // Bytes of this backend's memory that DeviceBuffers hold now (every buffer a backend
+  // hands out goes through one): the model, gradient, optimizer state, activations and
+  // the engine's scratch, on the device a peer's memory event names.
+  uint64_t buffer_bytes() const { return buffer_bytes_.load(std::memory_order_relaxed); }
 
   // "cpu" or "cuda:N".
   virtual std::string name() const = 0;
@@ -146,6 +152,10 @@ class Backend {
   // every backend uses the same values. m and v (n floats each) are both required.
   virtual void adamw_update(float* w, const float* g, float* m, float* v, size_t n,
                             const AdamWParams& p, int64_t t) = 0;
+
+ private:
+  friend class DeviceBuffer;
+  std::atomic<uint64_t> buffer_bytes_{0};
 };
 
 // n floats of `backend`'s memory at `src` as a host vector (empty when src is null):

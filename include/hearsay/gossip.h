@@ -190,6 +190,10 @@ class GossipEngine {
   // Writes a "gossip" event (traffic, staleness, mixing) to the log, and hands the same
   // figures to the metrics board when there is one.
   void log_stats(int64_t step);
+  // Adds the host memory the engine's own owners hold now (docs/LOGS.md, `memory`):
+  // outboxes, inbox, link encoders' residuals, the algorithm's state, the parameter
+  // snapshots, push-sum's returned mass. Step-loop thread.
+  void add_memory(MemoryUse& m);
   // Where log_stats also publishes (hearsay-peer --metrics); null: nowhere. Must outlive
   // the engine.
   void set_metrics(MetricsBoard* board) { metrics_ = board; }

@@ -56,6 +56,20 @@ inline std::string_view refusal_reason(std::string_view why) {
   return "other";
 }
 
+// What a peer holds, by owner and by where it lives (docs/LOGS.md, the `memory` event):
+// bytes of host memory and of the device's (a GPU peer's model, gradient, optimizer state
+// and activations).
+struct MemoryUse {
+  std::map<std::string, uint64_t> host, device;
+  uint64_t total() const {
+    uint64_t t = 0;
+    for (const auto* side : {&host, &device}) {
+      for (const auto& [owner, bytes] : *side) t += bytes;
+    }
+    return t;
+  }
+};
+
 class MetricsBoard {
  public:
   // `labels`: constant labels of hearsay_info (peer, cluster, algorithm, transport, device).
@@ -85,6 +99,8 @@ class MetricsBoard {
   };
   // Never waits: returns false (and drops this copy) while a scrape is reading the last one.
   bool offer_gossip(Gossip g);
+  // What the peer holds, by owner (its memory events); the same never-waiting rule.
+  bool offer_memory(const MemoryUse& m);
 
   // The whole board in the text exposition format 0.0.4 (one scrape).
   std::string render() const;
@@ -101,6 +117,8 @@ class MetricsBoard {
   mutable std::mutex gossip_mu_;
   Gossip gossip_;  // GUARDED_BY(gossip_mu_)
   bool has_gossip_ = false;
+  mutable std::mutex memory_mu_;
+  MemoryUse memory_;  // GUARDED_BY(memory_mu_)
 };
 
 // Serves render() at http://ADDRESS/metrics on its own thread (HEAD too; any other path

@@ -81,6 +81,9 @@ class Optimizer {
   // framework keeps it, as a torch optimizer does), so that a copy loaded elsewhere steps
   // as this one would.
   virtual bool state_is_saved() const { return true; }
+  // Bytes of the backend's memory this optimizer's own state holds (momentum, moments; a
+  // clip's copy of the gradient): the `optimizer` owner of a memory event.
+  virtual uint64_t state_bytes() const { return 0; }
 };
 
 // Makes an optimizer for n parameters on a backend from a spec whose name is its own.

@@ -6,10 +6,14 @@
 namespace hearsay {
 
 DeviceBuffer::DeviceBuffer(Backend& backend, size_t bytes)
-    : backend_(&backend), ptr_(backend.allocate(bytes)), bytes_(bytes) {}
+    : backend_(&backend), ptr_(backend.allocate(bytes)), bytes_(bytes) {
+  backend_->buffer_bytes_ += bytes_;
+}
 
 DeviceBuffer::~DeviceBuffer() {
-  if (ptr_ != nullptr) backend_->deallocate(ptr_);
+  if (ptr_ == nullptr) return;
+  backend_->buffer_bytes_ -= bytes_;
+  backend_->deallocate(ptr_);
 }
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
@@ -19,7 +23,10 @@ DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   if (this != &other) {
-    if (ptr_ != nullptr) backend_->deallocate(ptr_);
+    if (ptr_ != nullptr) {
+      backend_->buffer_bytes_ -= bytes_;
+      backend_->deallocate(ptr_);
+    }
     backend_ = std::exchange(other.backend_, nullptr);
     ptr_ = std::exchange(other.ptr_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);

@@ -111,6 +111,13 @@ bool MetricsBoard::offer_gossip(Gossip g) {
   return true;
 }
 
+bool MetricsBoard::offer_memory(const MemoryUse& m) {
+  std::unique_lock<std::mutex> lock(memory_mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return false;
+  memory_ = m;
+  return true;
+}
+
 std::string MetricsBoard::render() const {
   Gossip g;
   bool has_gossip = false;
@@ -121,7 +128,11 @@ std::string MetricsBoard::render() const {
   }
   Text t;
   std::string info;
-  for (const auto& [k, v] : labels_) info += (info.empty() ? "" : ",") + label(k.c_str(), v);
+  for (const auto& [k, v] : labels_) {
+    // Appended in two steps: GCC 12 warns (-Wrestrict, a false positive) on "," + label().
+    if (!info.empty()) info += ',';
+    info += label(k.c_str(), v);
+  }
   t.family("hearsay_info", "gauge", "What this peer is: its name, cluster, algorithm, transport and device.");
   t.sample("hearsay_info", info, "1");
   t.scalar("hearsay_steps_total", "counter", "Training steps taken.", number(static_cast<uint64_t>(steps_.load())));
@@ -134,6 +145,19 @@ std::string MetricsBoard::render() const {
   }
   t.scalar("hearsay_evaluations_total", "counter", "Evaluations on the test set.", number(static_cast<uint64_t>(evals_.load())));
   t.scalar("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", number(resident_memory_bytes()));
+  MemoryUse memory;
+  {
+    std::lock_guard<std::mutex> lock(memory_mu_);
+    memory = memory_;
+  }
+  if (memory.total() > 0) {
+    t.family("hearsay_memory_bytes", "gauge", "Bytes this peer holds, by owner and where (host or device): its memory events.");
+    for (const auto& [where, side] : {std::pair{"host", &memory.host}, std::pair{"device", &memory.device}}) {
+      for (const auto& [owner, bytes] : *side) {
+        t.sample("hearsay_memory_bytes", label("owner", owner) + "," + label("where", where), number(bytes));
+      }
+    }
+  }
   if (!has_gossip) return t.take();
 
   uint64_t connected = 0;

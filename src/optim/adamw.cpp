@@ -61,6 +61,9 @@ class AdamW final : public Optimizer {
   size_t n_;
   AdamWParams params_;  // lr is replaced by the schedule's rate at each step
   DeviceBuffer m_, v_;
+
+ public:
+  uint64_t state_bytes() const override { return m_.bytes() + v_.bytes(); }
   int64_t steps_ = 0;
 };
 

@@ -30,6 +30,7 @@ class GlobalNormClip final : public Optimizer {
   OptimizerState save_state() const override { return inner_->save_state(); }
   void load_state(const OptimizerState& state, const std::string& where) override { inner_->load_state(state, where); }
   bool state_is_saved() const override { return inner_->state_is_saved(); }
+  uint64_t state_bytes() const override { return inner_->state_bytes() + clipped_.bytes(); }
 
  private:
   std::unique_ptr<Optimizer> inner_;

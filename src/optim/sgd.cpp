@@ -53,6 +53,9 @@ class Sgd final : public Optimizer {
   size_t n_;
   SgdParams params_;  // lr is replaced by the schedule's rate at each step
   DeviceBuffer velocity_;
+
+ public:
+  uint64_t state_bytes() const override { return velocity_.bytes(); }
   int64_t steps_ = 0;
 };
 

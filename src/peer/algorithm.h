@@ -3,6 +3,7 @@
 // around it; it reaches the model, the mixer and the network only through the engine.
 #pragma once
 
+#include <initializer_list>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -19,6 +20,13 @@
 
 namespace hearsay {
 
+// Bytes the floats of these vectors hold (their capacity: what the allocator keeps).
+inline uint64_t floats_held(std::initializer_list<const std::vector<float>*> vs) {
+  uint64_t b = 0;
+  for (const auto* v : vs) b += v->capacity() * sizeof(float);
+  return b;
+}
+
 class Algorithm {
  public:
   virtual ~Algorithm() = default;
@@ -32,6 +40,10 @@ class Algorithm {
   // After the run (GossipEngine::settle): take in what arrived since the last step, without
   // stepping. Only algorithms that conserve a quantity need it.
   virtual void settle(GossipEngine&) {}
+  // Bytes of host memory the algorithm's own state holds now (public copies, an outer
+  // model and its momentum, error-feedback memories): the `algorithm` owner of a peer's
+  // memory event. Buffers of one step's life are not state and are not counted.
+  virtual uint64_t held_bytes() const { return 0; }
 
   // What a wrapper around an algorithm (site replicas: site_replicas.h) supplies; an
   // algorithm of its own keeps these defaults.
@@ -211,6 +223,12 @@ class PowerSgdAllReduce {
   static constexpr uint32_t kSecondPhase = 1024;
   explicit PowerSgdAllReduce(int rank);
   std::vector<float> average(GossipEngine& e, std::vector<float> g, uint64_t round);
+  // Its error memory and warm-start factors.
+  uint64_t held_bytes() const {
+    uint64_t b = floats_held({&error_});
+    for (const auto& q : warm_) b += floats_held({&q});
+    return b;
+  }
   std::string save() const;
   void load(StateReader& r, GossipEngine& e);
 

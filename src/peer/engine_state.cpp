@@ -1,9 +1,10 @@
 // GossipEngine's checkpoint state (the clock, what each link's codec still owes, the
-// algorithm's own) and its periodic statistics in the event log.
+// algorithm's own), its periodic statistics in the event log and what it holds in memory.
 
 #include <algorithm>
-#include <limits>
 #include <cmath>
+#include <limits>
+#include <unordered_set>
 
 #include "hearsay/checkpoint.pb.h"
 #include "algorithm.h"
@@ -74,6 +75,31 @@ void GossipEngine::load_state(const ckpt::Checkpoint& c) {
     }
   }
   algorithm_->load(c.algorithm_state(), *this);
+}
+
+void GossipEngine::add_memory(MemoryUse& m) {
+  std::unordered_set<const void*> seen;  // a snapshot in several outboxes is one buffer
+  uint64_t out = 0, residuals = 0;
+  for (size_t i = 0; i < peers_.size(); ++i) {
+    if (outboxes_[i]) out += outboxes_[i]->held_memory(seen);
+    if (link_codecs_[i]) {
+      std::lock_guard<std::mutex> lock(link_codecs_[i]->mu);
+      residuals += (link_codecs_[i]->update->residual().capacity() + link_codecs_[i]->model->residual().capacity()) *
+                   sizeof(float);
+    }
+  }
+  uint64_t snapshots = 0;
+  for (const auto& b : copy_buffers_) {
+    if (seen.insert(b.get()).second) snapshots += b->capacity() * sizeof(float);
+  }
+  if (start_snapshot_ && seen.insert(start_snapshot_.get()).second) snapshots += start_snapshot_->capacity() * sizeof(float);
+  m.host["outboxes"] += out;
+  m.host["inbox"] += inbox_->held_memory(seen);
+  m.host["link_residuals"] += residuals;
+  m.host["algorithm"] += algorithm_->held_bytes();
+  m.host["snapshots"] += snapshots;
+  std::lock_guard<std::mutex> lock(returned_mu_);
+  if (!returned_x_.empty()) m.host["push_sum_returned"] += returned_x_.capacity() * sizeof(float);
 }
 
 void GossipEngine::log_stats(int64_t step) {

@@ -17,6 +17,7 @@
 #include "algorithm_registry.h"
 #include "emulated_time.h"
 #include "run_plan.h"
+#include "memory_use.h"
 #include "step_ledger.h"
 
 namespace hearsay {
@@ -111,6 +112,7 @@ void ExternalPeer::attach(ExternalModel m, bool join) {
     engine_->copy_between_steps(true);
     engine_->owner_ends_steps(true);
   }
+  ledger_->set_memory_source([this] { return measure_memory(*model_, *optimizer_, true, engine_.get()); });
   ledger_->start({.device = backend_->name(),
                   .model = description,
                   .params = static_cast<int64_t>(m.num_params),

@@ -145,6 +145,13 @@ static size_t held_bytes(const GossipEngine::Message& m) {
   return b;
 }
 
+// The same, with a shared snapshot counted only the first time `seen` meets it.
+static uint64_t distinct_bytes(const GossipEngine::Message& m, std::unordered_set<const void*>& seen) {
+  uint64_t b = held_bytes(m);
+  if (m.shared && !seen.insert(m.shared.get()).second) b -= m.shared->size() * sizeof(float);
+  return b;
+}
+
 // --- Outbox ---------------------------------------------------------------------------
 
 // A synchronous message's (round, phase); none for an asynchronous one.
@@ -218,6 +225,14 @@ size_t Outbox::buffered_bytes() const {
   size_t b = in_flight_bytes_;
   for (const auto& [k, m] : pending_) b += held_bytes(m);
   for (const auto& m : sync_) b += held_bytes(m);
+  return b;
+}
+
+uint64_t Outbox::held_memory(std::unordered_set<const void*>& seen) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t b = in_flight_bytes_;  // the message on the wire: its parts belong to the frames now
+  for (const auto& [k, m] : pending_) b += distinct_bytes(m, seen);
+  for (const auto& m : sync_) b += distinct_bytes(m, seen);
   return b;
 }
 
@@ -470,6 +485,12 @@ size_t Inbox::buffered_bytes() const {
   }
   for (const auto& [k, m] : sync_) b += held_bytes(m);
   return b;
+}
+
+uint64_t Inbox::held_memory(std::unordered_set<const void*>&) const {
+  // What arrives is decoded into buffers of its own: nothing here is shared with another
+  // owner, so every byte counts.
+  return buffered_bytes();
 }
 
 }  // namespace hearsay

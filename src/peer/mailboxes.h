@@ -33,6 +33,9 @@ class Outbox {
   Outbox(Send send, Mixer& mixer) : send_(std::move(send)), mixer_(mixer) {}
   void offer(GossipEngine::Message&& m);
   size_t buffered_bytes() const;
+  // The memory its messages hold, a snapshot shared with other outboxes counted once over
+  // all who pass the same `seen` (a peer's memory event).
+  uint64_t held_memory(std::unordered_set<const void*>& seen) const;
   uint64_t failed() const;
   // The sender's step of the oldest message not yet reported sent (in flight, pending or
   // folded into a pending one); none when the outbox is empty.
@@ -81,6 +84,7 @@ class Inbox {
   // Senders whose synchronous (round, phase) message is waiting; takes those messages.
   std::vector<int> take_senders_of(uint64_t round, uint32_t phase);
   size_t buffered_bytes() const;
+  uint64_t held_memory(std::unordered_set<const void*>& seen) const;
 
   static constexpr size_t kSyncRounds = 4;     // distinct rounds held per sender
   static constexpr size_t kSyncMessages = 64;  // synchronous messages held per sender

@@ -12,6 +12,7 @@
 #include "site_replicas.h"
 #include "emulated_time.h"
 #include "run_plan.h"
+#include "memory_use.h"
 #include "step_ledger.h"
 
 namespace hearsay {
@@ -189,6 +190,7 @@ TrainResult Peer::run() {
   LrSchedule schedule = spec_.schedule;
   schedule.total_steps = total_steps;
   StepLedger ledger(t, spec_.log_every_steps, total_steps, log_, progress_, *clock_, metrics_);
+  ledger.set_memory_source([this] { return measure_memory(*model_, *optimizer_, false, engine_.get()); });
   ledger.start({.device = backend_->name(),
                 .model = spec_.model_description,
                 .params = static_cast<int64_t>(model_->num_params()),

@@ -55,6 +55,7 @@ class SiteReplicas final : public Algorithm {
   }
 
   std::string save() const override { return inner_->save(); }
+  uint64_t held_bytes() const override { return inner_->held_bytes() + site_held_bytes(state_); }
   void load(const std::string& state, GossipEngine& e) override { inner_->load(state, e); }
   void settle(GossipEngine& e) override {
     // A site that trains as one replica holds the leader's model as of its last step; what

@@ -41,6 +41,12 @@ struct SiteState {
   SiteSplit split;
   SiteReplay replay;
 };
+// Bytes a site's replay holds (up to five model-sized vectors on a leader).
+inline uint64_t site_held_bytes(const SiteState& s) {
+  const SiteReplay& r = s.replay;
+  return (r.held.capacity() + r.gradient.capacity() + r.before.capacity() + r.stepped_gradient.capacity() +
+          r.after.capacity()) * sizeof(float);
+}
 
 // The configured algorithm run as site replicas (cluster.site_replicas): the wrapper
 // supplies its gradient (the site's sum), runs the leader's and the members' roles around

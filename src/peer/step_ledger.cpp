@@ -1,6 +1,8 @@
 #include "step_ledger.h"
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "hearsay/error.h"
 #include "hearsay/gossip.h"
@@ -29,6 +31,50 @@ void StepLedger::start(const RunStart& s) {
       .add("unix_time", shared_time_s(clock_));
   if (clock_.simulated()) e.add("simulated", true).add("evaluates", train_.evaluates);
   log_.write(e);
+  params_ = s.params;
+  note_memory(0, true);
+}
+
+namespace {
+
+// Whether any owner's bytes moved by more than 1% and 1 MiB (an owner that came or went
+// counts from zero).
+bool memory_moved(const MemoryUse& was, const MemoryUse& now) {
+  for (const auto& [a, b] : {std::pair{&was.host, &now.host}, std::pair{&was.device, &now.device}}) {
+    std::map<std::string, std::pair<uint64_t, uint64_t>> both;
+    for (const auto& [k, v] : *a) both[k].first = v;
+    for (const auto& [k, v] : *b) both[k].second = v;
+    for (const auto& [k, v] : both) {
+      const double d = std::abs(static_cast<double>(v.second) - static_cast<double>(v.first));
+      if (d > (1u << 20) && d > 0.01 * static_cast<double>(std::max(v.first, v.second))) return true;
+    }
+  }
+  return false;
+}
+
+JsonObject owners(const std::map<std::string, uint64_t>& side) {
+  JsonObject o;
+  for (const auto& [k, v] : side) o.add(k, static_cast<int64_t>(v));
+  return o;
+}
+
+}  // namespace
+
+void StepLedger::note_memory(int64_t step, bool force) {
+  if (!memory_source_) return;
+  const MemoryUse m = memory_source_();
+  if (!force && !memory_moved(last_memory_, m)) return;
+  last_memory_ = m;
+  const uint64_t total = m.total();
+  JsonObject e = log_.event("memory");
+  e.add("step", step).add_raw("host", owners(m.host).str()).add_raw("device", owners(m.device).str());
+  e.add("total_bytes", static_cast<int64_t>(total));
+  if (params_ > 0) e.add("bytes_per_param", static_cast<double>(total) / static_cast<double>(params_));
+  // Resident memory is this machine's figure, not the run's: a simulation's logs stay
+  // byte-identical without it (and its peers share one process).
+  if (!clock_.simulated()) e.add("resident_bytes", static_cast<int64_t>(resident_memory_bytes()));
+  log_.write(e);
+  if (metrics_ != nullptr) metrics_->offer_memory(m);
 }
 
 void StepLedger::begin_cadence() { cadence_ = EvalCadence(train_.eval_every_s, shared_time_s(clock_)); }
@@ -69,6 +115,7 @@ void StepLedger::stepped(int64_t steps, double epoch, double loss, float lr, int
                  .add("samples_per_s", window_s_ > 0 ? window_steps_ * batch / window_s_ : 0.0));
   window_loss_ = window_s_ = 0;
   window_steps_ = 0;
+  note_memory(steps);
 }
 
 bool StepLedger::eval_due(int64_t steps, double epoch) {

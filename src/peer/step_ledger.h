@@ -37,10 +37,15 @@ class StepLedger {
   StepLedger(const TrainSpec& train, int64_t log_every_steps, int64_t total_steps, EventLog& log, Progress* progress,
              Clock& clock, MetricsBoard* metrics);
 
+  // Where the memory events come from (measure_memory, memory_use.h); none: no memory
+  // events. Called on the step-loop thread at the start and at the log points.
+  void set_memory_source(std::function<MemoryUse()> source) { memory_source_ = std::move(source); }
+
   // A plan that changed before the first step (the framework's own data).
   void set_total_steps(int64_t total_steps) { total_steps_ = total_steps; }
   int64_t total_steps() const { return total_steps_; }
 
+  // The start event, and the first memory event.
   void start(const RunStart& s);
   // train.eval_every_s counts from now.
   void begin_cadence();
@@ -55,6 +60,9 @@ class StepLedger {
   // `batch` is the samples a step counts for rates; `step_s` the step's time.
   void stepped(int64_t steps, double epoch, double loss, float lr, int batch, double step_s, GossipEngine* engine,
                const std::function<void()>& at_log_point = {});
+  // A memory event after `step` steps when an owner's bytes moved by more than 1% (and
+  // 1 MiB) since the last one, or when `force`; the metrics board gets it too.
+  void note_memory(int64_t step, bool force = false);
   // Whether an evaluation follows this step (train.eval_every_*, an epoch's end, the last
   // step; never when train.evaluates is off). Call once after each stepped(); without an
   // evaluation it updates the progress line.
@@ -89,6 +97,9 @@ class StepLedger {
   Progress* progress_;
   Clock& clock_;
   MetricsBoard* metrics_;
+  std::function<MemoryUse()> memory_source_;
+  MemoryUse last_memory_;
+  int64_t params_ = 0;
   EvalCadence cadence_{0, 0};
   ProgressState state_;
   int64_t last_epoch_ = 0;

@@ -187,7 +187,7 @@ TEST_CASE("cpu axpy and scale") {
   CHECK(y == std::vector<float>{1.5f, 2.5f, 3.5f});
 }
 
-TEST_CASE("cpu backend: buffers of every size come zeroed and 64-byte aligned; mapped ones take no memory until written") {
+TEST_CASE("cpu backend: buffers of every size come zeroed and 64-byte aligned, and mapped ones take no memory until written") {
   auto b = create_backend("cpu");
   for (size_t bytes : {size_t{1}, size_t{63}, size_t{4096}, (size_t{1} << 20) - 1, size_t{1} << 20, (size_t{3} << 20) + 5}) {
     CAPTURE(bytes);

@@ -43,17 +43,30 @@ std::vector<json> events(const std::string& path) {
   return out;
 }
 
-// The events without what measures this machine's time.
-std::vector<json> without_times(std::vector<json> evs) {
-  for (auto& e : evs) {
+// The events without what measures this machine's time, and without the memory events:
+// a framework's peer holds other buffers (its optimizer's state is the framework's).
+std::vector<json> without_times(const std::vector<json>& evs) {
+  std::vector<json> out;
+  for (auto e : evs) {
+    if (e["event"] == "memory") continue;
     for (const char* k : {"t", "unix_time", "samples_per_s", "train_s", "eval_s", "time_to_target_s", "model"}) e.erase(k);
+    out.push_back(std::move(e));
   }
-  return evs;
+  return out;
+}
+
+// The first memory event of a log.
+json first_memory(const std::vector<json>& evs) {
+  for (const auto& e : evs) {
+    if (e["event"] == "memory") return e;
+  }
+  return json();
 }
 
 // One run of the config, extended by `extra`, by each loop; the events of both, times left out.
 struct BothLoops {
   std::vector<json> native, external;
+  json native_memory, external_memory;  // each loop's first memory event
   int evals = 0;  // evaluations the external peer asked its framework for
 };
 
@@ -110,8 +123,11 @@ BothLoops run_both(const std::string& extra) {
     ++out.evals;
   }
   ext.finish();
-  out.native = without_times(events(dir.file("native.jsonl")));
-  out.external = without_times(events(dir.file("external.jsonl")));
+  const auto native = events(dir.file("native.jsonl")), external = events(dir.file("external.jsonl"));
+  out.native = without_times(native);
+  out.external = without_times(external);
+  out.native_memory = first_memory(native);
+  out.external_memory = first_memory(external);
   return out;
 }
 
@@ -143,6 +159,12 @@ TEST_CASE("external peer alone: the same config, data and model give the native 
       CAPTURE(i);
       CHECK(r.native[i].dump() == r.external[i].dump());
     }
+    // Both account for the model, 8 bytes a parameter (value and gradient); the native
+    // peer's backend also holds SGD's momentum (4) and its activations.
+    REQUIRE(r.native_memory.is_object());
+    REQUIRE(r.external_memory.is_object());
+    CHECK(r.native_memory["host"]["model"] == r.external_memory["host"]["model"]);
+    CHECK(r.native_memory["host"]["optimizer"] == r.native_memory["host"]["model"].get<int64_t>() / 2);
     REQUIRE(!r.native.empty());
     const json& end = r.native.back();
     CHECK(end["event"] == "end");

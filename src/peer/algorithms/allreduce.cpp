@@ -32,6 +32,7 @@ class AllReduce final : public Algorithm {
     e.optimizer().step(e.model().params(), e.model().grads(), lr * lr_scale(e, step));
     return s;
   }
+  uint64_t held_bytes() const override { return powersgd_ ? powersgd_->held_bytes() : 0; }
   std::string save() const override { return powersgd_ ? powersgd_->save() : std::string(); }
   void load(const std::string& state, GossipEngine& e) override {
     if (state.empty()) return;

@@ -70,6 +70,15 @@ class Choco final : public Algorithm {
     if (!xi.empty()) e.set_params_host(xi);
   }
 
+  uint64_t held_bytes() const override {
+    uint64_t b = 0;
+    for (const auto& [j, c] : copies_) {
+      b += floats_held({&c.x});
+      for (const auto& m : c.waiting) b += floats_held({&m.data});
+    }
+    return b;
+  }
+
   // Copies (peer, x^), then how many deltas each copy has taken, then the round state.
   std::string save() const override {
     StateWriter w;

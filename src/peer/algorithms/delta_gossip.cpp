@@ -53,6 +53,7 @@ class DeltaGossip final : public Algorithm {
     e.set_params_host(x);
   }
 
+  uint64_t held_bytes() const override { return floats_held({&anchor_}); }
   std::string save() const override { return StateWriter().put_optional(anchor_).str(); }
   void load(const std::string& state, GossipEngine& e) override {
     if (state.empty()) return;

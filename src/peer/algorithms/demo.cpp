@@ -36,6 +36,7 @@ class Demo final : public Algorithm {
     return s;
   }
 
+  uint64_t held_bytes() const override { return memory_ ? memory_->held_bytes() : 0; }
   std::string save() const override { return memory_ ? StateWriter().put(memory_->momentum()).str() : std::string(); }
   void load(const std::string& state, GossipEngine& e) override {
     if (state.empty()) return;

@@ -60,6 +60,8 @@ class DemoMemory {
   // or its sign.
   std::vector<float> direction(std::vector<float> sum, int peers, bool sign) const;
   const std::vector<float>& momentum() const { return m_; }
+  // Its momentum, coefficients and the transform's scratch.
+  uint64_t held_bytes() const { return (m_.capacity() + y_.capacity() + back_.capacity()) * sizeof(float); }
   std::vector<float>& momentum_mut() { return m_; }
   const std::vector<float>& coefficients() const { return y_; }
 

@@ -56,6 +56,9 @@ class Dgc final : public Algorithm {
     return s;
   }
 
+  uint64_t held_bytes() const override {
+    return memory_ ? floats_held({&memory_->momentum(), &memory_->velocity()}) : 0;
+  }
   std::string save() const override {
     if (!memory_) return {};
     return StateWriter().put(memory_->momentum()).put(memory_->velocity()).str();

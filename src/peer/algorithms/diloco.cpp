@@ -44,6 +44,7 @@ class Diloco final : public Algorithm {
     return s;
   }
 
+  uint64_t held_bytes() const override { return floats_held({&anchor_, &velocity_}); }
   std::string save() const override {
     StateWriter w;
     w.put_optional(anchor_).put_optional(velocity_);

@@ -86,6 +86,7 @@ class StreamingDiloco final : public Algorithm {
     return s;
   }
 
+  uint64_t held_bytes() const override { return floats_held({&anchor_, &velocity_}); }
   std::string save() const override {
     StateWriter w;
     w.put(static_cast<double>(syncs_));
