@@ -52,9 +52,11 @@ ALGORITHMS = {
 }
 
 # The optimizer each algorithm runs with, and so its baseline alone: AdamW, but dgc's
-# momentum correction is momentum SGD's (its paper's).
+# momentum correction is momentum SGD's (its paper's); DeMo takes its own step.
 ADAMW = 'optimizer: "adamw" lr: 0.0003 weight_decay: 0.1'
-OPTIMIZERS = {"dgc": 'optimizer: "sgd" lr: 0.01 momentum: 0.9'}
+OPTIMIZERS = {"dgc": 'optimizer: "sgd" lr: 0.01 momentum: 0.9',
+              # DeMo keeps its own momentum and takes its own step: plain SGD, no momentum.
+              "demo": 'optimizer: "sgd" lr: 0.01'}
 
 
 def config(size, steps, gossip, peers, port0, optim=ADAMW):

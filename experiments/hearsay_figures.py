@@ -340,6 +340,18 @@ def staleness(peer_events):
     return out
 
 
+def compute_utilisation(peer_events):
+    """The mean over peers of their compute utilisation (docs/LOGS.md, "Compute
+    utilisation"): each peer's own forward, backward and optimizer time over its training
+    time, from its end event; None when no peer's log has one."""
+    values = []
+    for events in peer_events.values():
+        end = next((e for e in reversed(events) if e.get("event") == "end"), None)
+        if end is not None and end.get("compute_utilisation") is not None:
+            values.append(end["compute_utilisation"])
+    return sum(values) / len(values) if values else None
+
+
 def over_seeds(values):
     """A figure over its seeds (None: that run never had it): {"mean", "sd" (sample standard
     deviation; None with one value), "lo", "hi", "n" (runs that had it), "of" (runs)}, or

@@ -97,6 +97,7 @@ def peer_summary(logs, name, target):
         "finished": end is not None,
         "wall_s": events[-1]["t"] if events else 0,
         "memory": peak_memory(events),
+        "compute_utilisation": end.get("compute_utilisation") if end else None,
     }
 
 
@@ -156,6 +157,8 @@ def run_summary(directory, target):
         "step_s_max_median": max(step_s) if step_s else None,
         "steps_total": sum(p["steps"] for p in peers.values()),
         "staleness": hearsay_figures.staleness(all_events),
+        # The mean over peers of their own compute's share of their training time.
+        "compute_utilisation": hearsay_figures.compute_utilisation(all_events),
         # Neighbours a peer stopped mixing because their updates kept failing its checks.
         "quarantines": quarantines,
         "peers": peers,

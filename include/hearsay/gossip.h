@@ -169,6 +169,9 @@ class GossipEngine {
   // or slowed device stretches. Summed span by span, so on the simulator's virtual clock,
   // where work takes no time, it is exactly 0.
   double last_work_s() const { return work_s_; }
+  // Of that, the last step's own computation: its forward and backward passes and its
+  // optimizer steps (docs/LOGS.md, compute utilisation).
+  double last_compute_s() const { return compute_s_; }
   // Site replicas with site_split "speed": the rows this peer takes in its next step, its
   // share of its site's batch (the site's peers x `batch_size`); else `batch_size`.
   int batch_rows(int batch_size) const;
@@ -233,9 +236,12 @@ class GossipEngine {
   // every peer of the site holds the same gradient bit for bit (site_replicas.h). Every
   // algorithm takes its gradient here; `step` is the round its exchanges are keyed by.
   BatchStats gradient(const Batch& batch, uint64_t step);
+  // The model's forward and backward pass on `batch`, timed as the step's own computation
+  // (last_compute_s): the one way an algorithm or a wrapper computes a gradient.
+  BatchStats forward_backward(const Batch& batch);
   // The peer's optimizer; under site replicas, seen through the leader's record of its
-  // step (use_optimizer).
-  Optimizer& optimizer() { return optimizer_seen_ ? *optimizer_seen_ : optimizer_; }
+  // step (use_optimizer). Its steps are timed as the step's own computation.
+  Optimizer& optimizer() { return *timed_optimizer_; }
   Mixer& mixer() { return mixer_; }
   Topology& topology() { return *topology_; }
   EventLog& log() { return log_; }
@@ -497,6 +503,8 @@ class GossipEngine {
   // The optimizer the algorithms see (optimizer()) in place of the peer's own, or null for
   // the peer's own: a site's leader records its step through it (site_replay.cpp).
   void use_optimizer(Optimizer* o) { optimizer_seen_ = o; }
+  // The peer's own optimizer, untimed and unwrapped: what such a recording wraps.
+  Optimizer& own_optimizer() { return optimizer_; }
 
  private:
   SiteView site_view_;
@@ -505,6 +513,8 @@ class GossipEngine {
   std::atomic<uint64_t> next_update_id_{1};  // outboxes send from the step loop and transport threads
   std::atomic<bool> stopped_{false};
   double work_s_ = 0, work_since_ = 0;  // step-loop thread only: last_work_s, and when its current span began
+  double compute_s_ = 0;                // step-loop thread only: last_compute_s
+  std::unique_ptr<Optimizer> timed_optimizer_;  // optimizer(): the one in force, timed into compute_s_
   mutable std::mutex link_mu_;
   std::vector<double> link_bps_;  // GUARDED_BY(link_mu_): measured throughput per link, smoothed
   std::map<std::string, double> distances_;  // step-loop thread only; one per neighbour per log window

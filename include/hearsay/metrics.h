@@ -79,6 +79,8 @@ class MetricsBoard {
   void on_step(int64_t steps, double loss, int64_t batch_size);
   // After each evaluation: lock-free.
   void on_eval(double accuracy, double loss);
+  // The peer's compute utilisation so far (docs/LOGS.md), at its log points: lock-free.
+  void on_compute(double utilisation) { utilisation_ = utilisation; }
 
   // What the gossip engine knows at its log points.
   struct Link {
@@ -111,6 +113,7 @@ class MetricsBoard {
   std::atomic<double> loss_{0}, steps_per_s_{0};
   std::atomic<double> test_acc_{-1}, test_loss_{-1};
   std::atomic<int64_t> evals_{0};
+  std::atomic<double> utilisation_{-1};
   // The step rate over windows of at least a second (step loop only).
   double window_start_s_ = -1;
   int64_t window_start_steps_ = 0;

@@ -75,6 +75,7 @@ struct TrainResult {
   std::optional<int64_t> steps_to_target;  // the step of that evaluation
   std::vector<double> losses;              // training loss of every step (for tests)
   double steps_per_s = 0;                  // over the whole run, waits and slowdown included
+  double compute_utilisation = 0;          // the end event's (docs/LOGS.md, "Compute utilisation")
   size_t max_buffered_bytes = 0;           // gossip buffers' high-water mark
   uint64_t bytes_sent = 0;                 // to every neighbour, frames whole
   uint64_t bytes_to_target = 0;            // bytes_sent when the target accuracy was reached

@@ -143,6 +143,11 @@ std::string MetricsBoard::render() const {
     t.scalar("hearsay_test_accuracy_ratio", "gauge", "Test accuracy of the last evaluation, 0 to 1.", number(test_acc_.load()));
     t.scalar("hearsay_test_loss", "gauge", "Test loss of the last evaluation.", number(test_loss_.load()));
   }
+  if (utilisation_.load() >= 0) {
+    t.scalar("hearsay_compute_utilisation_ratio", "gauge",
+             "The share of training time in the peer's own forward, backward and optimizer passes, 0 to 1.",
+             number(utilisation_.load()));
+  }
   t.scalar("hearsay_evaluations_total", "counter", "Evaluations on the test set.", number(static_cast<uint64_t>(evals_.load())));
   t.scalar("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", number(resident_memory_bytes()));
   MemoryUse memory;

@@ -24,4 +24,14 @@ inline void stretch_step(Clock& clock, double took, double slowdown, double base
   if (slowdown > 1.0) clock.sleep_for((slowdown - 1.0) * took);
 }
 
+// A step's own computation (its forward, backward and optimizer passes) as the peer's
+// clock saw it, from what they measured: with an emulated step, the time it was padded to
+// (the emulated GPU's), or what they took where that was longer; without one, what they
+// took stretched by the slowdown as stretch_step stretches it. Compute utilisation
+// (docs/LOGS.md) is the sum of this over a peer's training time.
+inline double step_compute_s(double measured, double slowdown, double base_s) {
+  if (base_s > 0) return std::max(measured, slowdown * base_s);
+  return measured * std::max(1.0, slowdown);
+}
+
 }  // namespace hearsay

@@ -58,6 +58,8 @@ const float* GossipEngine::on_backend(const std::vector<float>& y) {
   // A host backend reads host memory as it is: a copy would cost a pass over the model.
   Backend& b = model_.backend();
   if (b.is_host()) return y.data();
+  // Made at first use: a host peer never holds it.
+  if (scratch_.bytes() == 0) scratch_ = DeviceBuffer(b, sizeof(float) * model_.num_params());
   b.upload(scratch_.data(), y.data(), sizeof(float) * y.size());
   return scratch_.f32();
 }

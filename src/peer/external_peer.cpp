@@ -171,9 +171,11 @@ void ExternalPeer::run_step(const ExternalStepStats& stats, float lr) {
   auto* model = static_cast<ExternalTrainable*>(model_.get());
   model->arm({stats.loss_sum, stats.correct, stats.count});
   BatchStats s;
+  double optimizer_s = 0;  // the framework's optimizer step, timed
   if (engine_) {
     try {
       s = engine_->step(Batch{nullptr, nullptr, static_cast<int>(stats.count)}, lr);
+      optimizer_s = engine_->last_compute_s();
     } catch (const StopRequested&) {
       stop_ = true;  // stopped mid-round: the loop ends and finish() writes the end event
       eval_due_ = false;
@@ -183,12 +185,16 @@ void ExternalPeer::run_step(const ExternalStepStats& stats, float lr) {
     }
   } else {
     s = model->forward_backward(Batch{});
+    const double o0 = clock_.now();
     optimizer_->step(model->params(), model->grads(), lr);
+    optimizer_s = clock_.now() - o0;
   }
   // Stretch the work only (the framework's and the engine's), as a native peer does.
   const double work_s = framework_s + (engine_ ? engine_->last_work_s() : 0.0);
-  stretch_step(clock_, work_s, in_cluster_ ? network_.slowdown : 1.0, spec_.train.emulated_step_s,
-               ledger_->compute_overruns());
+  const double slowdown = in_cluster_ ? network_.slowdown : 1.0;
+  stretch_step(clock_, work_s, slowdown, spec_.train.emulated_step_s, ledger_->compute_overruns());
+  // The framework's forward and backward passes ran before this call, between steps.
+  const double compute_s = step_compute_s(framework_s + optimizer_s, slowdown, spec_.train.emulated_step_s);
   const double step_s = framework_s + (clock_.now() - t0);
 
   const double loss = s.loss();
@@ -202,7 +208,7 @@ void ExternalPeer::run_step(const ExternalStepStats& stats, float lr) {
   }
   ++steps_;
   if (engine_) steps_ += engine_->take_skipped_steps();  // a site's view changed with this peer behind
-  ledger_->stepped(steps_, epochs_done(), loss, lr, static_cast<int>(stats.count), step_s, engine_.get());
+  ledger_->stepped(steps_, epochs_done(), loss, lr, static_cast<int>(stats.count), step_s, compute_s, engine_.get());
   eval_due_ = ledger_->eval_due(steps_, epochs_done());
   synchronize();
   last_return_ = clock_.now();

@@ -6,6 +6,7 @@
 #include <limits>
 #include <cmath>
 
+#include "timed_optimizer.h"
 #include "algorithm.h"
 #include "algorithm_registry.h"
 #include "hearsay/build_config.h"
@@ -52,7 +53,8 @@ GossipEngine::GossipEngine(const GossipSpec& spec, std::vector<std::string> peer
   link_codecs_.resize(peers_.size());
   entry_ = &algorithm_entry(spec_.algorithm);
   algorithm_ = std::move(algorithm);
-  scratch_ = DeviceBuffer(model_.backend(), sizeof(float) * model_.num_params());
+  timed_optimizer_ = std::make_unique<TimedOptimizer>(
+      [this]() -> Optimizer& { return optimizer_seen_ ? *optimizer_seen_ : optimizer_; }, clock_, compute_s_);
   algorithm_->attach(*this);
   transport_.set_receiver([this](const std::string& from, InFrame&& f) { on_frame(from, std::move(f)); });
 }
@@ -184,6 +186,7 @@ BatchStats GossipEngine::step(const Batch& batch, float lr) {
   serve_join_requests();
   ++logical_clock_;
   work_s_ = 0;
+  compute_s_ = 0;
   work_since_ = now;
   mixed_this_step_.clear();
   BatchStats s;
@@ -204,6 +207,13 @@ BatchStats GossipEngine::step(const Batch& batch, float lr) {
 }
 
 BatchStats GossipEngine::gradient(const Batch& batch, uint64_t step) { return algorithm_->gradient(*this, batch, step); }
+
+BatchStats GossipEngine::forward_backward(const Batch& batch) {
+  const double t0 = clock_.now();
+  const BatchStats s = model_.forward_backward(batch);
+  compute_s_ += clock_.now() - t0;
+  return s;
+}
 
 int GossipEngine::batch_rows(int batch_size) const { return algorithm_->batch_rows(*this, batch_size); }
 

@@ -223,16 +223,20 @@ TrainResult Peer::run() {
     next_batch(rows, idx.data());
     const float lr = schedule.at(step);
     BatchStats s;
+    double compute_s = 0;  // the step's own forward, backward and optimizer passes
     if (engine_) {
       try {
         s = engine_->step(Batch{batch_x_.f32(), batch_y_.i32(), rows}, lr);
+        compute_s = engine_->last_compute_s();
         step += engine_->take_skipped_steps();  // the site's view changed with this peer behind
       } catch (const StopRequested&) {
         break;  // stopped mid-round: end the run normally, with its end event
       }
     } else {
+      const double c0 = clock_->now();
       s = model_->forward_backward(Batch{batch_x_.f32(), batch_y_.i32(), batch});
       optimizer_->step(model_->params(), model_->grads(), lr);
+      compute_s = clock_->now() - c0;
     }
     // Stretch the step's work only (computation, codecs, mixing: all a GPU's): waiting
     // on the network is not what a slower GPU slows.
@@ -241,6 +245,7 @@ TrainResult Peer::run() {
     const double padded_from = clock_->now();
     // An emulated step computes its rows: a share of a site's batch takes its share of the time.
     stretch_step(*clock_, work_s, network_.slowdown * factor, t.emulated_step_s * rows / batch, ledger.compute_overruns());
+    compute_s = step_compute_s(compute_s, network_.slowdown * factor, t.emulated_step_s * rows / batch);
     if (engine_) engine_->note_compute(work_s + (clock_->now() - padded_from), rows);
     const double step_s = clock_->now() - t0;
 
@@ -250,7 +255,7 @@ TrainResult Peer::run() {
     result.steps = step + 1;
     if (metrics_ != nullptr) metrics_->on_step(result.steps, loss, rows);
     if (engine_) result.max_buffered_bytes = std::max(result.max_buffered_bytes, engine_->buffered_bytes());
-    ledger.stepped(result.steps, sampler_->epochs_done(), loss, lr, batch, step_s, engine_.get(), [&] {
+    ledger.stepped(result.steps, sampler_->epochs_done(), loss, lr, batch, step_s, compute_s, engine_.get(), [&] {
       if (engine_ && network_.on_snapshot) network_.on_snapshot(result.steps, model_->get_params());
     });
     if (ledger.eval_due(result.steps, sampler_->epochs_done())) {
@@ -271,6 +276,7 @@ TrainResult Peer::run() {
   if (!(result.stopped && result.steps == first_step)) save_checkpoint(result.steps, log_.elapsed());
   const double train_s = ledger.train_s();
   result.steps_per_s = train_s > 0 ? static_cast<double>(result.steps) / train_s : 0;
+  result.compute_utilisation = train_s > 0 ? std::min(1.0, ledger.compute_s() / train_s) : 0;
   result.epochs = sampler_->epochs_done();
   result.wall_s = log_.elapsed();
   result.final_test_acc = ledger.final_test_acc();

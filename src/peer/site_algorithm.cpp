@@ -16,7 +16,7 @@ class SiteReplicas final : public Algorithm {
     inner_->attach(e);
     // A leader's optimizer steps are recorded, so that its members repeat them.
     if (leaders_run(e.spec())) {
-      recorder_ = site_replay_optimizer(e, state_, e.optimizer());
+      recorder_ = site_replay_optimizer(e, state_, e.own_optimizer());
       e.use_optimizer(recorder_.get());
     }
   }

@@ -448,7 +448,7 @@ void log_site(GossipEngine& e, SiteRole role) {
 }
 
 BatchStats site_gradient(GossipEngine& e, SiteState& state, const Batch& batch, uint64_t step) {
-  const BatchStats s = e.model().forward_backward(batch);
+  const BatchStats s = e.forward_backward(batch);
   if (!e.spec().site_replicas) return s;
   const std::vector<int> site = my_site(e);
   const size_t site_peers = site.size();

@@ -9,6 +9,12 @@
 #include "emulated_time.h"
 
 namespace hearsay {
+namespace {
+
+// A step's own computation over its wall time (docs/LOGS.md): at most 1, 0 with no time.
+double utilisation(double compute_s, double wall_s) { return wall_s > 0 ? std::min(1.0, compute_s / wall_s) : 0.0; }
+
+}  // namespace
 
 StepLedger::StepLedger(const TrainSpec& train, int64_t log_every_steps, int64_t total_steps, EventLog& log,
                        Progress* progress, Clock& clock, MetricsBoard* metrics)
@@ -93,11 +99,13 @@ void StepLedger::check_finite(double loss, int64_t step, float lr, const GossipE
                                         "or tighten cluster.gossip.guard"));
 }
 
-void StepLedger::stepped(int64_t steps, double epoch, double loss, float lr, int batch, double step_s, GossipEngine* engine,
-                         const std::function<void()>& at_log_point) {
+void StepLedger::stepped(int64_t steps, double epoch, double loss, float lr, int batch, double step_s, double compute_s,
+                         GossipEngine* engine, const std::function<void()>& at_log_point) {
   window_loss_ += loss;
   window_s_ += step_s;
   train_s_ += step_s;
+  window_compute_s_ += compute_s;
+  compute_s_ += compute_s;
   ++window_steps_;
   state_.step = steps;
   state_.epoch = epoch;
@@ -112,8 +120,10 @@ void StepLedger::stepped(int64_t steps, double epoch, double loss, float lr, int
                  .add("epoch", epoch)
                  .add("loss", window_loss_ / window_steps_)
                  .add("lr", static_cast<double>(lr))
-                 .add("samples_per_s", window_s_ > 0 ? window_steps_ * batch / window_s_ : 0.0));
-  window_loss_ = window_s_ = 0;
+                 .add("samples_per_s", window_s_ > 0 ? window_steps_ * batch / window_s_ : 0.0)
+                 .add("compute_utilisation", utilisation(window_compute_s_, window_s_)));
+  if (metrics_ != nullptr) metrics_->on_compute(utilisation(compute_s_, train_s_));
+  window_loss_ = window_s_ = window_compute_s_ = 0;
   window_steps_ = 0;
   note_memory(steps);
 }
@@ -161,7 +171,9 @@ void StepLedger::finish(int64_t steps, double epoch, int batch, bool stopped, ui
       .add("final_test_loss", final_loss_)
       .add("train_s", train_s_)
       .add("samples_per_s", train_s_ > 0 ? steps * batch / train_s_ : 0.0)
-      .add("bytes_sent", static_cast<int64_t>(bytes_sent));
+      .add("bytes_sent", static_cast<int64_t>(bytes_sent))
+      .add("compute_s", compute_s_)
+      .add("compute_utilisation", utilisation(compute_s_, train_s_));
   if (stopped) end.add("stopped", true);
   if (train_.emulated_step_s > 0) end.add("emulated_step_s", train_.emulated_step_s).add("compute_overruns", compute_overruns_);
   if (train_.emulated_eval_s > 0) end.add("emulated_eval_s", train_.emulated_eval_s).add("eval_overruns", eval_overruns_);

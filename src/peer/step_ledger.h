@@ -57,8 +57,10 @@ class StepLedger {
 
   // After a step, `steps` now done: the windows, the progress figures, and at the log
   // points the engine's stats, `at_log_point` (may be empty) and the step event.
-  // `batch` is the samples a step counts for rates; `step_s` the step's time.
-  void stepped(int64_t steps, double epoch, double loss, float lr, int batch, double step_s, GossipEngine* engine,
+  // `batch` is the samples a step counts for rates; `step_s` the step's time, `compute_s`
+  // its own computation's (step_compute_s, emulated_time.h).
+  void stepped(int64_t steps, double epoch, double loss, float lr, int batch, double step_s, double compute_s,
+               GossipEngine* engine,
                const std::function<void()>& at_log_point = {});
   // A memory event after `step` steps when an owner's bytes moved by more than 1% (and
   // 1 MiB) since the last one, or when `force`; the metrics board gets it too.
@@ -81,6 +83,7 @@ class StepLedger {
 
   int64_t& compute_overruns() { return compute_overruns_; }
   double train_s() const { return train_s_; }
+  double compute_s() const { return compute_s_; }
   int64_t evaluated_at() const { return evaluated_at_; }
   bool evaluated() const { return evaluated_at_ >= 0; }
   double final_test_acc() const { return final_acc_; }
@@ -104,6 +107,7 @@ class StepLedger {
   ProgressState state_;
   int64_t last_epoch_ = 0;
   double window_loss_ = 0, window_s_ = 0, train_s_ = 0;
+  double window_compute_s_ = 0, compute_s_ = 0;
   int64_t window_steps_ = 0, compute_overruns_ = 0, eval_overruns_ = 0;
   int64_t evaluated_at_ = -1;
   double final_acc_ = 0, final_loss_ = 0;

@@ -22,7 +22,7 @@ namespace {
 // A step event with every required field, as the peer writes it.
 JsonObject step_event(const EventLog& log) {
   JsonObject e = log.event("step");
-  e.add("step", 10).add("epoch", 0.5).add("loss", 0.25).add("lr", 0.1).add("samples_per_s", 1000.0);
+  e.add("step", 10).add("epoch", 0.5).add("loss", 0.25).add("lr", 0.1).add("samples_per_s", 1000.0).add("compute_utilisation", 0.75);
   return e;
 }
 
@@ -103,7 +103,7 @@ TEST_CASE("event log: each event is one line with t, peer and event first") {
   CHECK(text.rfind("{\"t\":", 0) == 0);
   CHECK(
       text.find(
-          R"("peer":"p0","event":"step","step":10,"epoch":0.5,"loss":0.25,"lr":0.1,"samples_per_s":1000.0})") !=
+          R"("peer":"p0","event":"step","step":10,"epoch":0.5,"loss":0.25,"lr":0.1,"samples_per_s":1000.0,"compute_utilisation":0.75})") !=
       std::string::npos);
   CHECK(text.find(R"("peer":"p0","event":"join","from":"p1","their_step":7})") !=
         std::string::npos);
@@ -144,7 +144,8 @@ TEST_CASE("event schema: optional fields may be left out, and nested fields are 
         .add("final_test_acc", 0.9)
         .add("final_test_loss", 0.3)
         .add("train_s", 2.0);
-    e.add("samples_per_s", 500.0).add("bytes_sent", 0).add_null("time_to_target_s");
+    e.add("samples_per_s", 500.0).add("bytes_sent", 0).add("compute_s", 1.5).add("compute_utilisation", 0.75);
+    e.add_null("time_to_target_s");
     return e;
   };
   CHECK(log_schema::problem(end()).empty());

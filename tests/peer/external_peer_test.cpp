@@ -49,7 +49,8 @@ std::vector<json> without_times(const std::vector<json>& evs) {
   std::vector<json> out;
   for (auto e : evs) {
     if (e["event"] == "memory") continue;
-    for (const char* k : {"t", "unix_time", "samples_per_s", "train_s", "eval_s", "time_to_target_s", "model"}) e.erase(k);
+    for (const char* k : {"t", "unix_time", "samples_per_s", "train_s", "eval_s", "time_to_target_s", "model", "compute_s",
+                        "compute_utilisation"}) e.erase(k);
     out.push_back(std::move(e));
   }
   return out;

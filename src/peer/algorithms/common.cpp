@@ -5,7 +5,7 @@
 
 namespace hearsay {
 
-BatchStats Algorithm::gradient(GossipEngine& e, const Batch& batch, uint64_t) { return e.model().forward_backward(batch); }
+BatchStats Algorithm::gradient(GossipEngine& e, const Batch& batch, uint64_t) { return e.forward_backward(batch); }
 
 BatchStats local_step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) {
   const BatchStats s = e.gradient(batch, step);
