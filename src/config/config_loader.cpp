@@ -518,6 +518,12 @@ void validate(const config::Config& c, const Locator& at) {
   }
   if (c.checkpoint().every_steps() < 0) fail("checkpoint.every_steps", "must be >= 0");
   validate_simulation(c, fail);
+  if (!c.experiment().simulate()) {
+    bool several = false;
+    if (const std::string problem = peer_memory_problem(c, &several); !problem.empty()) {
+      fail(several ? "cluster.peers" : "model", problem);
+    }
+  }
 }
 
 }  // namespace

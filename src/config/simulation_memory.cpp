@@ -10,6 +10,7 @@
 #include "hearsay/config.h"
 #include "hearsay/config.pb.h"
 #include "hearsay/data.h"
+#include "../peer/algorithm_registry.h"
 
 namespace hearsay {
 namespace {
@@ -158,5 +159,46 @@ std::string simulation_memory_problem(const config::Config& c) {
                             "; simulate fewer peers or a smaller model (docs/SIMULATION.md, \"Memory\")";
 }
 
+namespace {
+
+// Whether a peer's address names this machine (127.0.0.0/8, ::1, localhost).
+bool on_this_machine(const std::string& address) {
+  return address.rfind("127.", 0) == 0 || address.rfind("[::1]", 0) == 0 || address.rfind("localhost:", 0) == 0;
+}
+
+}  // namespace
+
+std::string peer_memory_problem(const config::Config& c, bool* several) {
+  double features = 1;
+  const double params = model_params_at_least(c, &features);
+  const auto& o = c.optim();
+  const std::string optimizer = optimizer_name(o);
+  const double optimizer_buffers = optimizer == "adamw" ? 2 : o.momentum() > 0 ? 1 : 0;
+  const bool cluster = c.cluster().peers_size() >= 2;
+  const AlgorithmEntry* algorithm = cluster ? find_algorithm(c.cluster().gossip().algorithm()) : nullptr;
+  const double algorithm_buffers = algorithm != nullptr ? algorithm->model_buffers : 0;
+  // Parameters and gradient, the optimizer's state, the algorithm's, and in a cluster one
+  // model or update arriving (decoded, whole).
+  const double buffers = 2 + optimizer_buffers + algorithm_buffers + (cluster ? 1 : 0);
+  int here = 0;
+  for (const auto& p : c.cluster().peers()) here += on_this_machine(p.address()) ? 1 : 0;
+  here = std::max(here, 1);
+  *several = here > 1;
+  const double per_peer = buffers * params * 4;
+  const double need = here * per_peer;
+  std::string limit_is;
+  const double limit = memory_limit_bytes(&limit_is);
+  if (limit <= 0 || need <= limit) return "";
+  std::string parts = "parameters, gradient";
+  if (optimizer_buffers > 0) parts += optimizer == "adamw" ? ", AdamW's two moments" : ", the momentum";
+  if (algorithm_buffers > 0) parts += ", " + std::to_string(static_cast<int>(algorithm_buffers)) + " of " + algorithm->name + "'s own";
+  if (cluster) parts += ", one model arriving";
+  const std::string who = here > 1 ? std::to_string(here) + " peers on this machine (at loopback addresses) need"
+                                   : "a peer of this model needs";
+  return who + " at least " + bytes_text(need) + " (" + std::to_string(static_cast<int64_t>(params)) + " parameters x " +
+         std::to_string(static_cast<int>(buffers)) + " model-sized buffers: " + parts + (here > 1 ? ", each" : "") +
+         "; activations and data come on top), more than the " + bytes_text(limit) + " of " + limit_is +
+         "; choose a smaller model" + (here > 1 ? ", fewer peers here, or spread them over machines" : " or a larger machine");
+}
 
 }  // namespace hearsay

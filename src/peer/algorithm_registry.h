@@ -67,6 +67,10 @@ struct AlgorithmEntry {
   // Its collectives already sum each site's gradients first and cross the WAN only between
   // the sites' leaders (hierarchical): cluster.site_replicas adds nothing to it.
   bool sums_sites_first = false;
+  // Model-sized buffers its own state keeps, as its paper states it (diloco: the outer
+  // model and its momentum): the least a peer holds, which a config is checked against
+  // before it runs (src/config/simulation_memory.cpp); its memory events count them.
+  int model_buffers = 0;
   // The options message's default instance (its type is what the config's extension
   // holds); never null.
   const google::protobuf::Message* options = nullptr;
@@ -94,6 +98,7 @@ struct AlgorithmDefinition {
   bool steps_without_optimizer = false;
   bool new_site_leader = false;
   bool sums_sites_first = false;
+  int model_buffers = 0;
   std::vector<SendRule> sends;
   std::function<void(const Options&, const GossipSpec&, int peers)> check;
   std::function<std::unique_ptr<Algorithm>(const GossipSpec&, const Options&)> make;
@@ -115,6 +120,7 @@ bool register_algorithm(AlgorithmDefinition<Options> d) {
   e.steps_without_optimizer = d.steps_without_optimizer;
   e.new_site_leader = d.new_site_leader;
   e.sums_sites_first = d.sums_sites_first;
+  e.model_buffers = d.model_buffers;
   e.options = &Options::default_instance();
   e.sends = std::move(d.sends);
   if (d.check) {

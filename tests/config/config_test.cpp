@@ -366,6 +366,38 @@ TEST_CASE("config: 100,000 simulated peers are refused at load by the memory est
   CHECK(seconds < 5.0);
 }
 
+TEST_CASE("config: a model no machine here can hold is refused at load, at the model or at the peers this machine runs") {
+  // A 20B-parameter GPT (width 12288, 11 layers) with AdamW: 4 model-sized buffers of 80 GB,
+  // beyond any machine the tests run on, refused before the data is read or anything made.
+  const std::string big = "model { kind: GPT gpt { layers: 11 heads: 96 width: 12288 context: 128 } }\n"  // 1
+                          "data { format: SYNTHETIC }\n"                                                   // 2
+                          "optim { optimizer: \"adamw\" }\n";                                              // 3
+  CHECK_THROWS_WITH_AS(parse_config(big, "big.textproto"),
+                       doctest::Contains("big.textproto:1:1: model: a peer of this model needs at least "), InputError);
+  CHECK_THROWS_WITH_AS(parse_config(big, "big.textproto"),
+                       doctest::Contains("x 4 model-sized buffers: parameters, gradient, AdamW's two moments;"), InputError);
+  // The 85M GPT fits alone; 8,000 of its peers at loopback addresses (hearsay-run starts them
+  // all here) with diloco do not, and the error is at cluster.peers, counting diloco's own.
+  std::string many = "model { kind: GPT gpt { layers: 12 heads: 12 width: 768 context: 128 } }\n"  // 1
+                     "data { format: SYNTHETIC }\n"                                              // 2
+                     "cluster { secret_env: \"S\" gossip { algorithm: \"diloco\" }\n";          // 3
+  CHECK_NOTHROW(parse_config(many.substr(0, many.find("cluster")), "one.textproto"));
+  for (int i = 0; i < 8000; ++i) {
+    many += "  peers { name: \"p" + std::to_string(i) + "\" address: \"127.0.0.1:" + std::to_string(20000 + i) + "\" }\n";
+  }
+  many += "}\n";
+  std::string message;
+  try {
+    parse_config(many, "many.textproto");
+  } catch (const InputError& e) {
+    message = e.what();
+  }
+  CAPTURE(message);
+  CHECK(message.find("many.textproto:4:3: cluster.peers: 8000 peers on this machine (at loopback addresses) need at least ") !=
+        std::string::npos);
+  CHECK(message.find("2 of diloco's own, one model arriving, each") != std::string::npos);
+}
+
 TEST_CASE("config: a 10 MB name, or a name with a control byte, is refused at its place and not quoted back") {
   const std::string huge(10 << 20, 'n');
   std::string message;

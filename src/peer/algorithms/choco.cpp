@@ -248,6 +248,7 @@ const bool registered = register_algorithm<algorithms::ChocoOptions>({
     .name = "choco",
     .undirected_topology = true,
     .joins_from_neighbour = true,
+    .model_buffers = 2,  // its own public copy and at least one neighbour's
     .sends = {{MessageKind::kModelDelta, Compression::kUpdate}},
     .check = [](const algorithms::ChocoOptions& o, const GossipSpec&, int) {
       if (!(o.consensus_step() > 0 && o.consensus_step() <= 1)) throw OptionError("consensus_step", "must be in (0, 1]");

@@ -87,6 +87,7 @@ class DeltaGossip final : public Algorithm {
 const bool registered = register_algorithm<algorithms::DeltaGossipOptions>({
     .name = "delta_gossip",
     .joins_from_neighbour = true,
+    .model_buffers = 1,  // its anchor (the last agreed model)
     .sends = {{MessageKind::kModelDelta, Compression::kUpdate}},
     .check =
         [](const algorithms::DeltaGossipOptions& o, const GossipSpec& s, int) {

@@ -80,6 +80,7 @@ const bool registered = register_algorithm<algorithms::DemoOptions>({
     .collective = true,
     .owns_update = true,
     .steps_without_optimizer = true,
+    .model_buffers = 2,  // its momentum and its transform's coefficients
     .check =
         [](const algorithms::DemoOptions& o, const GossipSpec& s, int) {
           if (!(o.momentum() >= 0 && o.momentum() < 1)) throw OptionError("momentum", "must be in [0, 1), got " + std::to_string(o.momentum()));

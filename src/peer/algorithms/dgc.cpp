@@ -86,6 +86,7 @@ const bool registered = register_algorithm<algorithms::DgcOptions>({
     .synchronous = true,
     .collective = true,
     .steps_without_optimizer = true,
+    .model_buffers = 2,  // its momentum and its accumulated gradient
     .check =
         [](const algorithms::DgcOptions& o, const GossipSpec& s, int) {
           if (s.optimizer.name != "sgd") {

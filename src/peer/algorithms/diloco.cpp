@@ -72,6 +72,7 @@ const bool registered = register_algorithm<algorithms::DilocoOptions>({
     .name = "diloco",
     .synchronous = true,
     .collective = true,
+    .model_buffers = 2,  // the outer model and its momentum
     .check =
         [](const algorithms::DilocoOptions& o, const GossipSpec& s, int) {
           if (o.local_steps() < 1) throw OptionError("local_steps", "must be >= 1, got " + std::to_string(o.local_steps()));

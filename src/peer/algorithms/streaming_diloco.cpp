@@ -158,6 +158,7 @@ const bool registered = register_algorithm<algorithms::StreamingDilocoOptions>({
     .name = "streaming_diloco",
     .synchronous = true,
     .collective = true,
+    .model_buffers = 2,  // the outer model and its momentum
     .check =
         [](const algorithms::StreamingDilocoOptions& o, const GossipSpec& s, int) {
           if (o.local_steps() < 1) throw OptionError("local_steps", "must be >= 1, got " + std::to_string(o.local_steps()));
