@@ -93,20 +93,23 @@ Gpt::Gpt(const GptSpec& spec, Backend& backend, int max_batch, uint64_t seed)
 
   // GPT-2's initialisation: N(0, 0.02) for weights and embeddings, the residual
   // projections scaled by 1/sqrt(2 x layers), zero biases, unit LayerNorm gains.
-  std::vector<float> host(num_params_, 0.0f);
+  // Written in place on a host backend (its fresh buffer is zeros): a staging copy of a
+  // 1B-parameter model would be 4 GB more and a pass more.
+  std::vector<float> staging(backend_.is_host() ? 0 : num_params_, 0.0f);
+  float* const host = backend_.is_host() ? params_.f32() : staging.data();
   Rng rng(seed, 2000);
   const float proj_std = 0.02f / std::sqrt(2.0f * spec.layers);
   for (const ParamView& view : views_) {
-    float* p = host.data() + view.offset;
+    float* p = host + view.offset;
     const bool is_ln_gain = view.name.find("ln_") != std::string::npos && view.name.ends_with(".weight");
     if (is_ln_gain) {
       for (size_t i = 0; i < view.size; ++i) p[i] = 1.0f;
     } else if (view.shape.size() == 2) {
       const float std = view.name.ends_with("c_proj.weight") ? proj_std : 0.02f;
-      for (size_t i = 0; i < view.size; ++i) p[i] = static_cast<float>(rng.normal()) * std;
+      rng.normals(p, view.size, std);
     }
   }
-  set_params(host);
+  if (!backend_.is_host()) set_params(staging);
 }
 
 Gpt::~Gpt() = default;

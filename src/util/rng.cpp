@@ -1,5 +1,8 @@
 #include "hearsay/rng.h"
 
+#include <algorithm>
+#include <thread>
+#include <vector>
 #include <cmath>
 
 namespace hearsay {
@@ -54,12 +57,43 @@ uint64_t Rng::below(uint64_t n) {
   return static_cast<uint64_t>(m >> 64);
 }
 
+namespace {
+
+// Box-Muller from two uniforms: one definition for normal() and normals(), so both give
+// the same bits.
+double box_muller(double u1, double u2) { return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2); }
+
+}  // namespace
+
 double Rng::normal() {
-  // One value per call keeps the stream simple to reason about; speed is not an issue here.
+  // One value per call keeps the stream simple to reason about.
   double u1 = uniform();
   while (u1 <= 0.0) u1 = uniform();
   const double u2 = uniform();
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+  return box_muller(u1, u2);
+}
+
+void Rng::normals(float* out, size_t n, float scale, unsigned threads) {
+  if (threads == 0) threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  constexpr size_t kChunk = size_t{1} << 20;
+  std::vector<double> u(2 * std::min(n, kChunk));
+  for (size_t begin = 0; begin < n; begin += kChunk) {
+    const size_t len = std::min(kChunk, n - begin);
+    for (size_t i = 0; i < len; ++i) {
+      double u1 = uniform();
+      while (u1 <= 0.0) u1 = uniform();
+      u[2 * i] = u1;
+      u[2 * i + 1] = uniform();
+    }
+    const auto transform = [&](size_t from, size_t to) {
+      for (size_t i = from; i < to; ++i) out[begin + i] = static_cast<float>(box_muller(u[2 * i], u[2 * i + 1])) * scale;
+    };
+    const unsigned t = len < 65536 ? 1u : threads;
+    std::vector<std::thread> helpers;
+    for (unsigned k = 1; k < t; ++k) helpers.emplace_back(transform, len * k / t, len * (k + 1) / t);
+    transform(0, len / t);
+    for (auto& h : helpers) h.join();
+  }
 }
 
 double Rng::gamma(double shape) {

@@ -1,6 +1,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
+#include <vector>
 
 #include "hearsay/rng.h"
 
@@ -43,4 +45,20 @@ TEST_CASE("rng: normal and gamma have the right first moments") {
   CHECK(std::abs(sq / n - 1.0) < 0.02);
   CHECK(std::abs(g / n - 2.5) < 0.03);
   CHECK(std::abs(g_small / n - 0.3) < 0.01);
+}
+
+TEST_CASE("rng: normals() gives what normal() gives one by one, bit for bit, on any number of threads, and leaves the stream there") {
+  // 2.5 chunks of 2^20, so the chunk boundaries and the threads' cuts are crossed.
+  const size_t n = (size_t{5} << 20) / 2 + 7;
+  Rng one(9, 3);
+  std::vector<float> want(n);
+  for (auto& v : want) v = static_cast<float>(one.normal()) * 0.02f;
+  for (unsigned threads : {1u, 3u, 0u}) {
+    CAPTURE(threads);
+    Rng many(9, 3);
+    std::vector<float> got(n);
+    many.normals(got.data(), n, 0.02f, threads);
+    CHECK(std::memcmp(got.data(), want.data(), n * sizeof(float)) == 0);
+    CHECK(many.next_u64() == Rng(one).next_u64());  // the same place in the stream after
+  }
 }
