@@ -102,6 +102,24 @@ TEST_CASE("metrics board: steps, loss and the gossip figures come out in the exp
   CHECK(m.back() == '\n');
 }
 
+TEST_CASE("metrics board: memory by owner and where, and compute utilisation, once offered") {
+  MetricsBoard board(std::map<std::string, std::string>{{"peer", "eu-0"}});
+  const std::string before = board.render();
+  CHECK(before.find("hearsay_memory_bytes") == std::string::npos);  // nothing measured yet
+  CHECK(before.find("hearsay_compute_utilisation_ratio") == std::string::npos);
+  MemoryUse m;
+  m.host = {{"model", 800}, {"outboxes", 400}};
+  m.device = {{"optimizer", 1600}};
+  CHECK(board.offer_memory(m));
+  board.on_compute(0.875);
+  const std::string after = board.render();
+  CHECK(after.find("hearsay_memory_bytes{owner=\"model\",where=\"host\"} 800\n") != std::string::npos);
+  CHECK(after.find("hearsay_memory_bytes{owner=\"outboxes\",where=\"host\"} 400\n") != std::string::npos);
+  CHECK(after.find("hearsay_memory_bytes{owner=\"optimizer\",where=\"device\"} 1600\n") != std::string::npos);
+  CHECK(count(after, "# TYPE hearsay_memory_bytes gauge\n") == 1);
+  CHECK(after.find("hearsay_compute_utilisation_ratio 0.875\n") != std::string::npos);
+}
+
 TEST_CASE("metrics board: a refusal's text never becomes a label value, each renders under one of a fixed set") {
   MetricsBoard board(std::map<std::string, std::string>{{"peer", "p"}});
   MetricsBoard::Gossip g;
