@@ -135,6 +135,7 @@ std::vector<std::string> gossip_algorithms();
 bool is_synchronous(const std::string& algorithm);
 
 class Algorithm;
+class CallbackGate;
 class Inbox;
 class UpdateGuard;
 class RobustMixing;
@@ -514,6 +515,9 @@ class GossipEngine {
   std::atomic<bool> stopped_{false};
   double work_s_ = 0, work_since_ = 0;  // step-loop thread only: last_work_s, and when its current span began
   double compute_s_ = 0;                // step-loop thread only: last_compute_s
+  // Every send completion enters through it; the destructor closes it, so none runs into a
+  // freed engine (src/util/callback_gate.h).
+  std::shared_ptr<CallbackGate> send_gate_;
   std::unique_ptr<Optimizer> timed_optimizer_;  // optimizer(): the one in force, timed into compute_s_
   mutable std::mutex link_mu_;
   std::vector<double> link_bps_;  // GUARDED_BY(link_mu_): measured throughput per link, smoothed

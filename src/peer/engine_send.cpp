@@ -6,6 +6,7 @@
 #include <limits>
 #include <cmath>
 
+#include "../util/callback_gate.h"
 #include "algorithm.h"
 #include "algorithm_registry.h"
 #include "hearsay/build_config.h"
@@ -106,8 +107,11 @@ void GossipEngine::send_frames(int i, std::vector<OutFrame> frames, size_t bytes
   auto failed = std::make_shared<std::atomic<bool>>(false);
   const double t0 = clock_.now();
   for (auto& f : frames) {
-    transport_.send(peers_[i], std::move(f), [this, i, bytes, t0, remaining, failed, done, returned, weight,
-                                              offset](const SendStatus& st) {
+    transport_.send(peers_[i], std::move(f), [this, gate = send_gate_, i, bytes, t0, remaining, failed, done, returned,
+                                              weight, offset](const SendStatus& st) {
+      // The transport may finish a send after this engine is gone: then nothing is told.
+      const CallbackGate::Pass pass(*gate);
+      if (!pass) return;
       if (!st.ok) *failed = true;
       if (--*remaining != 0) return;
       if (*failed && returned) give_back(*returned, offset, weight);

@@ -6,6 +6,7 @@
 #include <limits>
 #include <cmath>
 
+#include "../util/callback_gate.h"
 #include "timed_optimizer.h"
 #include "algorithm.h"
 #include "algorithm_registry.h"
@@ -53,6 +54,7 @@ GossipEngine::GossipEngine(const GossipSpec& spec, std::vector<std::string> peer
   link_codecs_.resize(peers_.size());
   entry_ = &algorithm_entry(spec_.algorithm);
   algorithm_ = std::move(algorithm);
+  send_gate_ = std::make_shared<CallbackGate>();
   timed_optimizer_ = std::make_unique<TimedOptimizer>(
       [this]() -> Optimizer& { return optimizer_seen_ ? *optimizer_seen_ : optimizer_; }, clock_, compute_s_);
   algorithm_->attach(*this);
@@ -62,8 +64,9 @@ GossipEngine::GossipEngine(const GossipSpec& spec, std::vector<std::string> peer
 GossipEngine::~GossipEngine() {
   stop();
   stop_copying();
-  // Arrivals after this point have nowhere to go.
+  // Arrivals after this point have nowhere to go, and sends that finish tell no one.
   transport_.set_receiver(nullptr);
+  send_gate_->close();
 }
 
 Outbox& GossipEngine::outgoing_link(int i) {
