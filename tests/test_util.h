@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "hearsay/metrics.h"
+
 namespace hearsay::test {
 
 // Under a sanitizer, a process's RSS is mostly the sanitizer's own (shadow memory, ASan's
@@ -48,13 +50,8 @@ inline std::string read_file(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-// This process's resident memory now, in bytes.
-inline long rss_bytes() {
-  std::ifstream statm("/proc/self/statm");
-  long pages = 0, resident = 0;
-  statm >> pages >> resident;
-  return resident * sysconf(_SC_PAGESIZE);
-}
+// This process's resident memory now, in bytes (the metrics' own reading of it).
+inline long rss_bytes() { return static_cast<long>(resident_memory_bytes()); }
 
 // Whether two tensors are equal bit for bit (the equal-copies invariants).
 inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {

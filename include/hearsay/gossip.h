@@ -87,6 +87,12 @@ struct UpdateGuardSpec {
 enum class MessageKind { kGradient, kModel, kModelDelta, kPushSum };
 const char* message_kind_name(MessageKind kind);
 
+// What GossipSpec::byzantine may be (fault injection for experiments): the config's check
+// and the engine's read this one list.
+inline bool is_byzantine_kind(const std::string& kind) {
+  return kind == "none" || kind == "scaled" || kind == "sign_flip" || kind == "random" || kind == "absurd";
+}
+
 struct GossipSpec {
   // A registered algorithm's name (src/peer/algorithm_registry.h; docs/ALGORITHMS.md).
   std::string algorithm = "adpsgd";
@@ -107,7 +113,7 @@ struct GossipSpec {
   // update it sends. none; scaled (x 5); sign_flip (negated); random (Gaussian of the
   // same norm); absurd (x 1e30, in synchronous exchanges too). docs/ALGORITHMS.md,
   // "Hostile and broken updates".
-  std::string byzantine = "none";
+  std::string byzantine = "none";  // one of byzantine_kinds()
   // cluster.site_replicas (docs/ALGORITHMS.md, "Site replicas"): a site's peers train as
   // one replica; `site_codec` carries the hops of its gradient sum (empty: codec.name).
   bool site_replicas = false;

@@ -358,8 +358,7 @@ void validate(const config::Config& c, const Locator& at) {
       if (!(p.slowdown() >= 1 && p.slowdown() <= kMaxSlowdown)) {
         fail(at_i + ".slowdown", "must be >= 1 and at most 1e6, got " + number(p.slowdown()));
       }
-      const std::set<std::string> lies{"none", "scaled", "sign_flip", "random", "absurd"};
-      if (lies.count(p.byzantine()) == 0) {
+      if (!is_byzantine_kind(p.byzantine())) {
         fail(at_i + ".byzantine", "unknown '" + wire_text(p.byzantine()) + "'; use none, scaled, sign_flip, random or absurd");
       }
     }

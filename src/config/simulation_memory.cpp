@@ -102,6 +102,13 @@ double model_params_at_least(const config::Config& c, double* features) {
   }
 }
 
+// Model-sized buffers of the configured optimizer's state: AdamW's two moments, SGD's
+// momentum when it has one.
+int optimizer_buffers(const config::Config& c) {
+  const std::string optimizer = optimizer_name(c.optim());
+  return optimizer == "adamw" ? 2 : c.optim().momentum() > 0 ? 1 : 0;
+}
+
 // The memory a simulation may take: this machine's physical memory, or the limit of the
 // cgroup this process runs in (a container's) when that is lower; 0 when unknown.
 double memory_limit_bytes(std::string* what) {
@@ -132,9 +139,7 @@ std::string simulation_memory_problem(const config::Config& c) {
   double features = 1;
   const double params = model_params_at_least(c, &features);
   // Parameters, gradients, the model or update being mixed, and the optimizer's state.
-  const auto& o = c.optim();
-  const std::string optimizer = optimizer_name(o);
-  const double buffers = 3 + (optimizer == "adamw" ? 2 : o.momentum() > 0 ? 1 : 0);
+  const double buffers = 3 + optimizer_buffers(c);
   const auto& d = c.data();
   double train = 0, test = 0;
   if (d.format() == config::DataConfig::SYNTHETIC) {
@@ -171,15 +176,13 @@ bool on_this_machine(const std::string& address) {
 std::string peer_memory_problem(const config::Config& c, bool* several) {
   double features = 1;
   const double params = model_params_at_least(c, &features);
-  const auto& o = c.optim();
-  const std::string optimizer = optimizer_name(o);
-  const double optimizer_buffers = optimizer == "adamw" ? 2 : o.momentum() > 0 ? 1 : 0;
+  const double optimizer_state = optimizer_buffers(c);
   const bool cluster = c.cluster().peers_size() >= 2;
   const AlgorithmEntry* algorithm = cluster ? find_algorithm(c.cluster().gossip().algorithm()) : nullptr;
   const double algorithm_buffers = algorithm != nullptr ? algorithm->model_buffers : 0;
   // Parameters and gradient, the optimizer's state, the algorithm's, and in a cluster one
   // model or update arriving (decoded, whole).
-  const double buffers = 2 + optimizer_buffers + algorithm_buffers + (cluster ? 1 : 0);
+  const double buffers = 2 + optimizer_state + algorithm_buffers + (cluster ? 1 : 0);
   int here = 0;
   for (const auto& p : c.cluster().peers()) here += on_this_machine(p.address()) ? 1 : 0;
   here = std::max(here, 1);
@@ -190,7 +193,7 @@ std::string peer_memory_problem(const config::Config& c, bool* several) {
   const double limit = memory_limit_bytes(&limit_is);
   if (limit <= 0 || need <= limit) return "";
   std::string parts = "parameters, gradient";
-  if (optimizer_buffers > 0) parts += optimizer == "adamw" ? ", AdamW's two moments" : ", the momentum";
+  if (optimizer_state > 0) parts += optimizer_state == 2 ? ", AdamW's two moments" : ", the momentum";
   if (algorithm_buffers > 0) parts += ", " + std::to_string(static_cast<int>(algorithm_buffers)) + " of " + algorithm->name + "'s own";
   if (cluster) parts += ", one model arriving";
   const std::string who = here > 1 ? std::to_string(here) + " peers on this machine (at loopback addresses) need"

@@ -16,8 +16,7 @@ void check_gossip_spec(const GossipSpec& s, int peers) {
   if (s.gossip_every < 1) throw InputError("gossip_every must be >= 1");
   if (!(s.sync_timeout_s > 0)) throw InputError("sync_timeout_s must be > 0");
   if (s.segment_elements < 1024) throw InputError("segment_elements must be >= 1024");
-  if (s.byzantine != "none" && s.byzantine != "scaled" && s.byzantine != "sign_flip" && s.byzantine != "random" &&
-      s.byzantine != "absurd") {
+  if (!is_byzantine_kind(s.byzantine)) {
     throw InputError("byzantine '" + s.byzantine + "': use none, scaled, sign_flip, random or absurd");
   }
   if (!(s.guard.max_norm_ratio >= 0) || s.guard.strikes < 0 || !(s.guard.quarantine_s >= 0)) {

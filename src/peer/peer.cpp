@@ -276,7 +276,7 @@ TrainResult Peer::run() {
   if (!(result.stopped && result.steps == first_step)) save_checkpoint(result.steps, log_.elapsed());
   const double train_s = ledger.train_s();
   result.steps_per_s = train_s > 0 ? static_cast<double>(result.steps) / train_s : 0;
-  result.compute_utilisation = train_s > 0 ? std::min(1.0, ledger.compute_s() / train_s) : 0;
+  result.compute_utilisation = ledger.compute_utilisation();
   result.epochs = sampler_->epochs_done();
   result.wall_s = log_.elapsed();
   result.final_test_acc = ledger.final_test_acc();

@@ -122,7 +122,7 @@ void StepLedger::stepped(int64_t steps, double epoch, double loss, float lr, int
                  .add("lr", static_cast<double>(lr))
                  .add("samples_per_s", window_s_ > 0 ? window_steps_ * batch / window_s_ : 0.0)
                  .add("compute_utilisation", utilisation(window_compute_s_, window_s_)));
-  if (metrics_ != nullptr) metrics_->on_compute(utilisation(compute_s_, train_s_));
+  if (metrics_ != nullptr) metrics_->on_compute(compute_utilisation());
   window_loss_ = window_s_ = window_compute_s_ = 0;
   window_steps_ = 0;
   note_memory(steps);
@@ -163,6 +163,8 @@ void StepLedger::evaluated(int64_t step, double epoch, double test_acc, double t
   if (progress_ != nullptr) progress_->update(state_, true);
 }
 
+double StepLedger::compute_utilisation() const { return utilisation(compute_s_, train_s_); }
+
 void StepLedger::finish(int64_t steps, double epoch, int batch, bool stopped, uint64_t bytes_sent, bool in_cluster) {
   auto end = log_.event("end");
   end.add("steps", steps)
@@ -173,7 +175,7 @@ void StepLedger::finish(int64_t steps, double epoch, int batch, bool stopped, ui
       .add("samples_per_s", train_s_ > 0 ? steps * batch / train_s_ : 0.0)
       .add("bytes_sent", static_cast<int64_t>(bytes_sent))
       .add("compute_s", compute_s_)
-      .add("compute_utilisation", utilisation(compute_s_, train_s_));
+      .add("compute_utilisation", compute_utilisation());
   if (stopped) end.add("stopped", true);
   if (train_.emulated_step_s > 0) end.add("emulated_step_s", train_.emulated_step_s).add("compute_overruns", compute_overruns_);
   if (train_.emulated_eval_s > 0) end.add("emulated_eval_s", train_.emulated_eval_s).add("eval_overruns", eval_overruns_);

@@ -84,6 +84,8 @@ class StepLedger {
   int64_t& compute_overruns() { return compute_overruns_; }
   double train_s() const { return train_s_; }
   double compute_s() const { return compute_s_; }
+  // compute_s over train_s (docs/LOGS.md, "Compute utilisation"), as the end event gives it.
+  double compute_utilisation() const;
   int64_t evaluated_at() const { return evaluated_at_; }
   bool evaluated() const { return evaluated_at_ >= 0; }
   double final_test_acc() const { return final_acc_; }

@@ -3,29 +3,26 @@
 #include <algorithm>
 #include <cstdio>
 #include <set>
+#include <utility>
 
 namespace hearsay {
-
-namespace {
-// The LinkTable whose receiver this thread is running now, if any: a receiver that
-// replaces itself must not wait for its own call to end.
-thread_local const LinkTable* delivering_table = nullptr;
-}  // namespace
 
 void LinkTable::set_receiver(Transport::Receiver r) {
   std::vector<std::pair<std::string, InFrame>> early;
   Transport::Receiver now;
+  std::shared_ptr<CallbackGate> old;
   {
-    std::unique_lock<std::mutex> lock(mu_);
-    const int own = delivering_table == this ? 1 : 0;
-    delivered_.wait(lock, [&] { return delivering_ <= own; });
+    std::lock_guard<std::mutex> lock(mu_);
     receiver_ = std::move(r);
     now = receiver_;
+    // Calls of the replaced receiver go through its own gate, closed below.
+    old = std::exchange(gate_, std::make_shared<CallbackGate>());
     if (now) {
       early.swap(early_);
       early_bytes_ = 0;
     }
   }
+  old->close();
   // Frames that arrived before anyone listened (a neighbour that started first), in order.
   for (auto& [peer, frame] : early) now(peer, std::move(frame));
 }
@@ -102,37 +99,30 @@ void LinkTable::dropped(const std::string& peer, const std::string& address, con
 }
 
 void LinkTable::deliver(const std::string& peer, InFrame&& frame) {
-  Transport::Receiver r;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!receiver_) {
-      // Held, boundedly, until a receiver is set: a peer still loading its data must not
-      // lose the first round of a synchronous algorithm.
-      early_bytes_ += frame.payload.size();
-      early_.emplace_back(peer, std::move(frame));
-      while (early_.size() > kMaxEarlyFrames || early_bytes_ > kMaxEarlyBytes) {
-        early_bytes_ -= early_.front().second.payload.size();
-        early_.erase(early_.begin());
-        count("early_overflow");
+  for (;;) {
+    Transport::Receiver r;
+    std::shared_ptr<CallbackGate> gate;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!receiver_) {
+        // Held, boundedly, until a receiver is set: a peer still loading its data must not
+        // lose the first round of a synchronous algorithm.
+        early_bytes_ += frame.payload.size();
+        early_.emplace_back(peer, std::move(frame));
+        while (early_.size() > kMaxEarlyFrames || early_bytes_ > kMaxEarlyBytes) {
+          early_bytes_ -= early_.front().second.payload.size();
+          early_.erase(early_.begin());
+          count("early_overflow");
+        }
+        return;
       }
-      return;
+      r = receiver_;
+      gate = gate_;
     }
-    r = receiver_;
-    ++delivering_;
+    const CallbackGate::Pass pass(*gate);
+    if (pass) return r(peer, std::move(frame));
+    // The receiver was replaced meanwhile: the frame goes to the one now set.
   }
-  const LinkTable* outer = delivering_table;
-  delivering_table = this;
-  struct Done {
-    LinkTable& t;
-    const LinkTable* outer;
-    ~Done() {
-      delivering_table = outer;
-      std::lock_guard<std::mutex> lock(t.mu_);
-      --t.delivering_;
-      t.delivered_.notify_all();
-    }
-  } done{*this, outer};
-  r(peer, std::move(frame));
 }
 
 std::shared_ptr<Connection> LinkTable::find(const std::string& peer) const {

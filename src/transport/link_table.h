@@ -3,7 +3,6 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -11,6 +10,7 @@
 #include <vector>
 
 #include "hearsay/transport.h"
+#include "../util/callback_gate.h"
 
 namespace hearsay {
 
@@ -87,10 +87,10 @@ class LinkTable {
   static constexpr size_t kMaxEarlyBytes = 64u << 20;
   size_t early_bytes_ = 0;                                     // GUARDED_BY(mu_)
   Transport::Receiver receiver_;                               // GUARDED_BY(mu_)
-  // Calls of the receiver running now: set_receiver waits for them, so an engine that
-  // unsets its receiver and is destroyed is never called after.
-  int delivering_ = 0;                                         // GUARDED_BY(mu_)
-  std::condition_variable delivered_;
+  // The gate the receiver's calls pass through: set_receiver closes the replaced one's,
+  // waiting for its calls, so an engine that unsets its receiver and is destroyed is never
+  // called after. Replaced with the receiver.
+  std::shared_ptr<CallbackGate> gate_ = std::make_shared<CallbackGate>();  // GUARDED_BY(mu_)
   std::vector<std::pair<std::string, InFrame>> early_;         // GUARDED_BY(mu_)
   Transport::LinkListener listener_;
 };
