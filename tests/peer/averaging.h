@@ -35,7 +35,12 @@ inline ClusterResult averaging_only(const std::string& algorithm, const std::str
   s.gossip.topology.kind = topology;
   s.gossip.mixer.weighting = "polynomial";  // staleness-weighted shares, as by default
   s.distinct_init = true;
-  s.slowdown = std::vector<double>(n, 20.0);
+  // Steps paced at a fixed 1 ms, not stretched by a slowdown: a slowdown multiplies what a
+  // step measured, so a peer descheduled on a loaded machine (CI runs two suites at once)
+  // then sleeps 20 times the time it lost, the peers drift apart in pace and too few
+  // exchanges happen before they stop (a CI run of adpsgd ended at 0.009 of its spread).
+  s.base.train.emulated_step_s = 0.001;
+  s.slowdown = std::vector<double>(n, 1.0);
   if (adjust) adjust(s);
   return run_cluster(s);
 }

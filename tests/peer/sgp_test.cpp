@@ -30,7 +30,7 @@ double push_sum_weight(const std::string& state) {
 // Every way a push can be late or lost: latency with jitter; one link (0 -> 1) slower
 // than the pushes sent over it, so they fold into one pending message (coalescing); one
 // peer 2x slower; 5% of frames lost, and a 0.2 s outage of the link 2 -> 3, both reported
-// to the sender as failed sends; numerators in fp16. 1,024 steps (about 0.5 s), so that
+// to the sender as failed sends; numerators in fp16. 1,024 steps (about 1 s at 1 ms a step), so that
 // the run outlasts the delays.
 void hostile_links(ClusterSpec& s) {
   s.base.train.epochs = 64;
