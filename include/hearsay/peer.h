@@ -114,6 +114,8 @@ struct PeerNetwork {
   std::function<void(int64_t step, const BatchStats& result)> on_eval;
 };
 
+class CheckpointWriter;
+
 class Peer {
  public:
   // Loads data, builds the model on the configured device. Throws InputError on bad
@@ -159,6 +161,8 @@ class Peer {
   void load_token_batch(const Dataset& set, const int64_t* idx, int n);
   // checkpoint.dir/NAME.ckpt, or "" without checkpoints.
   std::string checkpoint_path() const;
+  // Snapshots the state and hands it to the checkpoint writer, which writes it while the
+  // next steps run (src/peer/checkpoint_writer.h).
   void save_checkpoint(int64_t step, double wall_s);
   // What run() sizes its steps by: in a cluster the mean shard (every peer takes the same
   // number of steps: synchronous algorithms meet every round), alone this peer's.
@@ -178,6 +182,7 @@ class Peer {
   RealClock real_clock_;
   Clock* clock_ = &real_clock_;  // network.clock when given
   std::unique_ptr<GossipEngine> engine_;
+  std::unique_ptr<CheckpointWriter> checkpoints_;  // null without checkpoint.dir
   PeerNetwork network_;
   std::atomic<bool> stop_{false};
   const std::atomic<bool>* stop_when_ = nullptr;

@@ -1,16 +1,12 @@
+// What a checkpoint holds, checked and converted: its provenance against this run's, its
+// values' bounds, and the optimizer's and the sampler's state to and from its message.
+// The file itself: checkpoint_file.cpp.
 #include "hearsay/checkpoint.pb.h"
 #include "hearsay/checkpoint.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <sstream>
 
@@ -18,115 +14,6 @@
 #include "hearsay/wire.h"
 
 namespace hearsay {
-namespace {
-
-constexpr uint32_t kMagic = 0x4b435348;  // "HSCK" in memory order
-constexpr uint32_t kVersion = 1;
-constexpr size_t kHeader = 24;           // magic u32, version u32, body length u64, crc u32, reserved u32
-
-void write_all(int fd, const char* p, size_t n, const std::string& path) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) throw InputError("checkpoint " + path + ": write failed: " + std::strerror(errno));
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-}
-
-}  // namespace
-
-void write_checkpoint(const std::string& path, const ckpt::Checkpoint& c) {
-  std::string body;
-  if (!c.SerializeToString(&body)) throw InputError("checkpoint " + path + ": could not serialise (over 2 GiB?)");
-  char header[kHeader] = {};
-  const uint64_t len = body.size();
-  const uint32_t crc = crc32c(body.data(), body.size());
-  std::memcpy(header, &kMagic, 4);
-  std::memcpy(header + 4, &kVersion, 4);
-  std::memcpy(header + 8, &len, 8);
-  std::memcpy(header + 16, &crc, 4);
-  const std::filesystem::path target(path);
-  std::error_code ec;
-  if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path(), ec);
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw InputError("checkpoint " + tmp + ": cannot create: " + std::strerror(errno));
-  try {
-    write_all(fd, header, kHeader, tmp);
-    write_all(fd, body.data(), body.size(), tmp);
-    if (::fsync(fd) != 0) throw InputError("checkpoint " + tmp + ": fsync failed: " + std::strerror(errno));
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    throw InputError("checkpoint " + path + ": rename failed: " + why);
-  }
-  // The rename itself must survive a crash too.
-  const std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-}
-
-std::optional<ckpt::Checkpoint> read_checkpoint(const std::string& path, uint64_t max_bytes) {
-  auto refuse = [&](const std::string& why) {
-    return InputError("checkpoint " + path + ": " + why + "; refusing to load it (move it away to start afresh)");
-  };
-  // Opened without blocking (a FIFO would wait for a writer forever), then vetted on the
-  // descriptor itself, so what is checked is what is read.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0 && errno == ENOENT) return std::nullopt;
-  if (fd < 0) throw InputError("checkpoint " + path + ": cannot open: " + std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) throw refuse(std::string("cannot stat: ") + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) {
-    throw refuse(std::string("not a regular file (") +
-                 (S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device" : S_ISDIR(st.st_mode) ? "a directory" : "a special file") +
-                 ")");
-  }
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
-  if (size < kHeader) throw refuse("only " + std::to_string(size) + " bytes, shorter than its header");
-  if (size > max_bytes) {
-    throw refuse(std::to_string(size) + " bytes, more than this run's model and state can need (" + std::to_string(max_bytes) +
-                 " at most)");
-  }
-  std::string data(size, '\0');
-  for (size_t at = 0; at < size;) {
-    const ssize_t n = ::read(fd, data.data() + at, size - at);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw refuse(std::string("read failed: ") + std::strerror(errno));
-    if (n == 0) throw refuse("shorter than when it was opened (written to meanwhile?)");
-    at += static_cast<size_t>(n);
-  }
-  uint32_t magic, version, crc;
-  uint64_t len;
-  std::memcpy(&magic, data.data(), 4);
-  std::memcpy(&version, data.data() + 4, 4);
-  std::memcpy(&len, data.data() + 8, 8);
-  std::memcpy(&crc, data.data() + 16, 4);
-  if (magic != kMagic) throw refuse("not a hearsay checkpoint (bad magic)");
-  if (version != kVersion) throw refuse("version " + std::to_string(version) + ", this peer reads version 1");
-  if (len != data.size() - kHeader) {
-    throw refuse("header says " + std::to_string(len) + " body bytes, the file has " + std::to_string(data.size() - kHeader) +
-                 " (truncated?)");
-  }
-  if (crc32c(data.data() + kHeader, len) != crc) throw refuse("checksum mismatch (the file is damaged)");
-  ckpt::Checkpoint c;
-  if (!c.ParseFromArray(data.data() + kHeader, static_cast<int>(len))) throw refuse("its body does not parse");
-  return c;
-}
 
 std::string checkpoint_provenance_mismatch(const ckpt::Checkpoint& c, const CheckpointExpectation& want) {
   std::string why;
@@ -168,19 +55,22 @@ std::string checkpoint_provenance_mismatch(const ckpt::Checkpoint& c, const Chec
 namespace {
 
 // The first value of `bytes` (little-endian floats) that is not finite or exceeds `bound`.
-std::string first_bad_value(const std::string& bytes, float bound) {
-  const size_t n = bytes.size() / 4;
+std::string first_bad_value(const char* bytes, size_t size, float bound) {
+  const size_t n = size / 4;
   for (size_t i = 0; i < n; ++i) {
     float v;
-    std::memcpy(&v, bytes.data() + 4 * i, 4);
+    std::memcpy(&v, bytes + 4 * i, 4);
     if (!std::isfinite(v) || std::fabs(v) > bound) return "element " + std::to_string(i) + " is " + std::to_string(v);
   }
   return {};
 }
 
+std::string first_bad_value(const std::string& bytes, float bound) { return first_bad_value(bytes.data(), bytes.size(), bound); }
+
 }  // namespace
 
-void vet_checkpoint_values(const ckpt::Checkpoint& c, const CheckpointExpectation& want, const std::string& where) {
+void vet_checkpoint_values(const ckpt::Checkpoint& c, const CheckpointExpectation& want, const std::string& where,
+                           const float* params) {
   auto refuse = [&](const std::string& why) { return InputError(where + ": " + why + "; refusing to load it"); };
   if (c.num_params() != want.num_params) {
     throw refuse("holds a model of " + std::to_string(c.num_params()) + " parameters, this config's has " + std::to_string(want.num_params));
@@ -189,10 +79,11 @@ void vet_checkpoint_values(const ckpt::Checkpoint& c, const CheckpointExpectatio
     throw refuse("its step " + std::to_string(c.step()) + " is outside this run's 0.." + std::to_string(want.last_step));
   }
   if (!std::isfinite(c.wall_s()) || c.wall_s() < 0 || c.wall_s() > 1e9) throw refuse("its time (wall_s " + std::to_string(c.wall_s()) + ") is not a time");
-  if (c.params().size() != 4 * want.num_params) {
+  if (params == nullptr && c.params().size() != 4 * want.num_params) {
     throw refuse("its parameters are " + std::to_string(c.params().size()) + " bytes, not " + std::to_string(4 * want.num_params));
   }
-  if (const std::string bad = first_bad_value(c.params(), kMaxCheckpointValue); !bad.empty()) {
+  const char* param_bytes = params != nullptr ? reinterpret_cast<const char*>(params) : c.params().data();
+  if (const std::string bad = first_bad_value(param_bytes, 4 * want.num_params, kMaxCheckpointValue); !bad.empty()) {
     throw refuse("parameter " + bad + " (finite and within " + std::to_string(static_cast<int64_t>(kMaxCheckpointValue)) + " expected)");
   }
   // The optimizer's state: finite, and far looser bounds (AdamW's second moment is a square).

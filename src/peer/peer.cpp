@@ -14,6 +14,7 @@
 #include "run_plan.h"
 #include "memory_use.h"
 #include "step_ledger.h"
+#include "checkpoint_writer.h"
 
 namespace hearsay {
 namespace {
@@ -190,7 +191,11 @@ TrainResult Peer::run() {
   LrSchedule schedule = spec_.schedule;
   schedule.total_steps = total_steps;
   StepLedger ledger(t, spec_.log_every_steps, total_steps, log_, progress_, *clock_, metrics_);
-  ledger.set_memory_source([this] { return measure_memory(*model_, *optimizer_, false, engine_.get()); });
+  ledger.set_memory_source([this] {
+    MemoryUse m = measure_memory(*model_, *optimizer_, false, engine_.get());
+    if (checkpoints_) m.host["checkpoint"] = checkpoints_->held_bytes();
+    return m;
+  });
   ledger.start({.device = backend_->name(),
                 .model = spec_.model_description,
                 .params = static_cast<int64_t>(model_->num_params()),
@@ -274,6 +279,7 @@ TrainResult Peer::run() {
   // On a stop (SIGTERM) and at the end: nothing learnt so far is lost. A stop before this
   // run's first step has nothing new to keep (and leaves an earlier checkpoint as it was).
   if (!(result.stopped && result.steps == first_step)) save_checkpoint(result.steps, log_.elapsed());
+  if (checkpoints_) checkpoints_->finish();  // the last one on disk before the end event says so
   const double train_s = ledger.train_s();
   result.steps_per_s = train_s > 0 ? static_cast<double>(result.steps) / train_s : 0;
   result.compute_utilisation = ledger.compute_utilisation();
@@ -305,22 +311,39 @@ std::string Peer::checkpoint_path() const {
 void Peer::save_checkpoint(int64_t step, double wall_s) {
   const std::string path = checkpoint_path();
   if (path.empty()) return;
-  const double t0 = log_.elapsed();
-  ckpt::Checkpoint c;
+  if (!checkpoints_) {
+    // In the background on real time; a simulated peer writes in its own step (its clock
+    // is virtual, and the simulated disk costs nothing).
+    checkpoints_ = std::make_unique<CheckpointWriter>(!clock_->simulated(), [this](const CheckpointWriter::Written& w) {
+      log_.write(log_.event("checkpoint")
+                     .add("step", w.step)
+                     .add("path", w.path)
+                     .add("bytes", static_cast<int64_t>(w.file_bytes))
+                     .add("snapshot_s", w.snapshot_s)
+                     .add("waited_s", w.waited_s)
+                     .add("write_s", w.write_s));
+    });
+  }
+  // The snapshot: the step loop's whole share of a checkpoint (copies of the parameters
+  // and the optimizer's state, the engine's and the sampler's small state).
+  const double t0 = clock_->now();
+  CheckpointData d;
+  d.message = std::make_shared<ckpt::Checkpoint>();
+  ckpt::Checkpoint& c = *d.message;
   c.set_peer(spec_.name);
   c.set_run(spec_.name);
   c.set_cluster(spec_.cluster_id);
   c.set_training_digest(spec_.training_digest);
   c.set_num_params(model_->num_params());
   c.set_step(step);
-  const auto params = model_->get_params();
-  c.set_params(floats_to_bytes(params.data(), params.size()));
-  save_optimizer_state(optimizer_->save_state(), c);
   save_sampler_state(sampler_->state(), c);
   if (engine_) engine_->save_state(c);
   c.set_wall_s(wall_offset_s_ + wall_s);
-  write_checkpoint(path, c);
-  log_.write(log_.event("checkpoint").add("step", step).add("path", path).add("write_s", log_.elapsed() - t0));
+  // The one before is written first: one snapshot held at a time.
+  const double waited_s = checkpoints_->finish();
+  d.params = model_->get_params();
+  d.optimizer = optimizer_->save_state();
+  checkpoints_->submit(path, step, std::move(d), clock_->now() - t0 - waited_s, waited_s);
 }
 
 int64_t Peer::shard_size() const { return engine_ ? data_->train.size / spec_.num_shards : sampler_->shard_size(); }
@@ -332,14 +355,18 @@ int64_t Peer::resume() {
   // buffers (the optimizer's, the algorithm's), the sampler's order, and room for links.
   const uint64_t n = model_->num_params();
   const uint64_t max_bytes = 64 * n + 16 * static_cast<uint64_t>(data_->train.size) + (16u << 20);
-  const auto c = read_checkpoint(path, max_bytes);
-  if (!c) return 0;
+  // Every chunk is checked as it opens: a damaged file loads nothing.
+  const auto file = CheckpointReader::open(path, max_bytes);
+  if (!file) return 0;
   const std::string where = "checkpoint " + path;
   const CheckpointExpectation want{spec_.name, spec_.cluster_id, spec_.training_digest, n, planned_steps(spec_.train, shard_size()),
                                    spec_.optimizer.name};
-  vet_checkpoint_values(*c, want, where);
+  // The parameters straight into one buffer (not a byte copy beside it: at 1B parameters
+  // that is 4 GB), then the rest.
   std::vector<float> params(n);
-  bytes_to_floats(c->params(), params.data(), params.size(), where + ": params");
+  file->read_blob("params", params.data(), 4 * n);
+  const auto c = std::make_optional(file->read_all({"params"}));
+  vet_checkpoint_values(*c, want, where, params.data());
   if (const std::string differs = checkpoint_provenance_mismatch(*c, want); !differs.empty()) {
     if (!spec_.weights_from_other_run) {
       throw InputError(where + ": not this run's checkpoint: " + differs +

@@ -1,0 +1,369 @@
+// The checkpoint file (docs/CHECKPOINTS.md). Version 2: a 32-byte header (magic, version,
+// manifest length, the manifest's CRC32C, chunk size, the file's length), the manifest
+// (the Checkpoint message with its large byte fields empty and the blobs listed), then
+// each blob in chunks of the header's size, each chunk a CRC32C of its bytes, then the
+// bytes. Large state is written from where it lies, never serialised into one buffer (a
+// message tops out at 2 GiB; a 1B-parameter model's parameters alone are 4 GB), and read
+// back chunk by chunk into where it goes. Version 1: a 24-byte header and the whole
+// message; still read.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include "hearsay/checkpoint.h"
+#include "hearsay/checkpoint.pb.h"
+#include "hearsay/error.h"
+#include "hearsay/wire.h"
+
+namespace hearsay {
+namespace {
+
+constexpr uint32_t kMagic = 0x4b435348;  // "HSCK" in memory order
+constexpr size_t kHeaderV1 = 24;         // magic u32, version u32, body length u64, crc u32, reserved u32
+constexpr size_t kHeaderV2 = 32;         // magic u32, version u32, manifest length u64, crc u32, chunk bytes u32, file bytes u64
+constexpr uint32_t kChunkBytes = 8u << 20;
+// What a reader accepts from a header: a chunk is read into one buffer of this size.
+constexpr uint32_t kMinChunkBytes = 4096, kMaxChunkBytes = 64u << 20;
+constexpr uint64_t kMaxManifestBytes = 1u << 30;
+
+// The message field a blob's bytes belong in; null when the name says none of its fields.
+std::string* field_of(ckpt::Checkpoint& c, const std::string& name) {
+  if (name == "params") return c.mutable_params();
+  if (name == "algorithm_state") return c.mutable_algorithm_state();
+  auto index = [&](const std::string& prefix, int size) -> int {
+    if (name.rfind(prefix, 0) != 0 || name.size() == prefix.size() || name.size() > prefix.size() + 9) return -1;
+    int i = 0;
+    for (size_t k = prefix.size(); k < name.size(); ++k) {
+      if (name[k] < '0' || name[k] > '9') return -1;
+      i = 10 * i + (name[k] - '0');
+    }
+    return i < size ? i : -1;
+  };
+  if (const int i = index("optimizer/", c.optimizer_buffers_size()); i >= 0) return c.mutable_optimizer_buffers(i)->mutable_values();
+  if (const int i = index("link/", c.links_size()); i >= 0) return c.mutable_links(i)->mutable_residual();
+  return nullptr;
+}
+
+uint64_t chunks_of(uint64_t bytes, uint32_t chunk) { return (bytes + chunk - 1) / chunk; }
+
+void write_all(int fd, const iovec* parts, int count, const std::string& path) {
+  std::vector<iovec> v(parts, parts + count);
+  size_t at = 0;
+  while (at < v.size()) {
+    const ssize_t w = ::writev(fd, v.data() + at, static_cast<int>(v.size() - at));
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) throw InputError("checkpoint " + path + ": write failed: " + std::strerror(errno));
+    auto done = static_cast<size_t>(w);
+    while (at < v.size() && done >= v[at].iov_len) done -= v[at++].iov_len;
+    if (at < v.size()) {
+      v[at].iov_base = static_cast<char*>(v[at].iov_base) + done;
+      v[at].iov_len -= done;
+    }
+  }
+}
+
+// Reads exactly n bytes at `offset`; false at the end of the file.
+bool read_at(int fd, void* out, size_t n, uint64_t offset) {
+  auto* p = static_cast<char*>(out);
+  while (n > 0) {
+    const ssize_t r = ::pread(fd, p, n, static_cast<off_t>(offset));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    p += r;
+    offset += static_cast<uint64_t>(r);
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+struct BlobView {
+  std::string name;
+  const void* data;
+  uint64_t bytes;
+};
+
+}  // namespace
+
+uint64_t CheckpointData::bytes() const {
+  uint64_t b = params.size() * sizeof(float);
+  for (const auto& [name, values] : optimizer.buffers) b += values.size() * sizeof(float);
+  if (message) b += message->ByteSizeLong();
+  return b;
+}
+
+uint64_t write_checkpoint(const std::string& path, const ckpt::Checkpoint& c) {
+  CheckpointData d;
+  d.message = std::make_shared<ckpt::Checkpoint>(c);
+  return write_checkpoint(path, std::move(d));
+}
+
+uint64_t write_checkpoint(const std::string& path, CheckpointData&& d) {
+  HEARSAY_CHECK(d.message != nullptr, "a checkpoint without its message");
+  ckpt::Checkpoint& m = *d.message;
+  // The message's large fields are moved out (a string's move keeps its buffer where it
+  // is, and `held` never reallocates: its size is reserved), so the views stay good.
+  std::vector<std::string> held;
+  held.reserve(2 + static_cast<size_t>(m.links_size() + m.optimizer_buffers_size()));
+  std::vector<BlobView> blobs;
+  auto take = [&](std::string* field, const std::string& name) {
+    if (field->empty()) return;
+    held.push_back(std::move(*field));
+    field->clear();
+    blobs.push_back({name, held.back().data(), held.back().size()});
+  };
+  m.clear_blobs();
+  if (!d.params.empty()) {
+    m.clear_params();
+    blobs.push_back({"params", d.params.data(), d.params.size() * sizeof(float)});
+  } else {
+    take(m.mutable_params(), "params");
+  }
+  if (!d.optimizer.optimizer.empty()) {
+    m.clear_optimizer_buffers();
+    m.set_optimizer(d.optimizer.optimizer);
+    m.set_optimizer_steps(d.optimizer.steps);
+    for (const auto& [name, values] : d.optimizer.buffers) {
+      m.add_optimizer_buffers()->set_name(name);
+      blobs.push_back({"optimizer/" + std::to_string(m.optimizer_buffers_size() - 1), values.data(), values.size() * sizeof(float)});
+    }
+  } else {
+    for (int i = 0; i < m.optimizer_buffers_size(); ++i) take(m.mutable_optimizer_buffers(i)->mutable_values(), "optimizer/" + std::to_string(i));
+  }
+  for (int i = 0; i < m.links_size(); ++i) take(m.mutable_links(i)->mutable_residual(), "link/" + std::to_string(i));
+  take(m.mutable_algorithm_state(), "algorithm_state");
+  for (const auto& b : blobs) {
+    ckpt::Blob* r = m.add_blobs();
+    r->set_name(b.name);
+    r->set_bytes(b.bytes);
+  }
+  std::string manifest;
+  if (!m.SerializeToString(&manifest)) throw InputError("checkpoint " + path + ": could not serialise its manifest");
+  uint64_t file_bytes = kHeaderV2 + manifest.size();
+  for (const auto& b : blobs) file_bytes += b.bytes + 4 * chunks_of(b.bytes, kChunkBytes);
+
+  char header[kHeaderV2] = {};
+  const uint32_t version = 2, crc = crc32c(manifest.data(), manifest.size());
+  const uint64_t manifest_len = manifest.size();
+  std::memcpy(header, &kMagic, 4);
+  std::memcpy(header + 4, &version, 4);
+  std::memcpy(header + 8, &manifest_len, 8);
+  std::memcpy(header + 16, &crc, 4);
+  std::memcpy(header + 20, &kChunkBytes, 4);
+  std::memcpy(header + 24, &file_bytes, 8);
+
+  const std::filesystem::path target(path);
+  std::error_code ec;
+  if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path(), ec);
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw InputError("checkpoint " + tmp + ": cannot create: " + std::strerror(errno));
+  try {
+    const iovec head[2] = {{header, kHeaderV2}, {manifest.data(), manifest.size()}};
+    write_all(fd, head, 2, tmp);
+    for (const auto& b : blobs) {
+      const auto* p = static_cast<const char*>(b.data);
+      for (uint64_t at = 0; at < b.bytes; at += kChunkBytes) {
+        const size_t n = static_cast<size_t>(std::min<uint64_t>(kChunkBytes, b.bytes - at));
+        uint32_t chunk_crc = crc32c(p + at, n);
+        const iovec chunk[2] = {{&chunk_crc, 4}, {const_cast<char*>(p + at), n}};
+        write_all(fd, chunk, 2, tmp);
+      }
+    }
+    if (::fsync(fd) != 0) throw InputError("checkpoint " + tmp + ": fsync failed: " + std::strerror(errno));
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    throw InputError("checkpoint " + path + ": rename failed: " + why);
+  }
+  // The rename itself must survive a crash too.
+  const std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  return file_bytes;
+}
+
+// --- reading ---------------------------------------------------------------------------
+
+struct CheckpointReader::File {
+  std::string path;
+  int fd = -1;
+  uint32_t version = 0;
+  uint32_t chunk_bytes = 0;
+  ckpt::Checkpoint manifest;
+  struct At {
+    uint64_t offset = 0, bytes = 0;  // where its first chunk starts in the file; its length
+  };
+  std::map<std::string, At> blobs;
+
+  ~File() {
+    if (fd >= 0) ::close(fd);
+  }
+  InputError refuse(const std::string& why) const {
+    return InputError("checkpoint " + path + ": " + why + "; refusing to load it (move it away to start afresh)");
+  }
+  // Reads blob `name` chunk by chunk: each chunk's bytes go to out + its place (null: a
+  // buffer of one chunk, only checked), its CRC32C checked.
+  void read_chunks(const std::string& name, const At& at, char* out) const {
+    std::vector<char> scratch(out == nullptr ? std::min<uint64_t>(chunk_bytes, at.bytes) : 0);
+    const uint64_t count = chunks_of(at.bytes, chunk_bytes);
+    uint64_t offset = at.offset;
+    for (uint64_t k = 0; k < count; ++k) {
+      const uint64_t pos = k * chunk_bytes;
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk_bytes, at.bytes - pos));
+      char* dst = out != nullptr ? out + pos : scratch.data();
+      uint32_t want = 0;
+      const std::string which = "blob '" + name + "' chunk " + std::to_string(k + 1) + " of " + std::to_string(count) +
+                                " (file bytes " + std::to_string(offset) + " to " + std::to_string(offset + 4 + n) + ")";
+      if (!read_at(fd, &want, 4, offset) || !read_at(fd, dst, n, offset + 4)) throw refuse(which + ": the file ends inside it (truncated?)");
+      if (crc32c(dst, n) != want) throw refuse(which + ": checksum mismatch (the file is damaged)");
+      offset += 4 + n;
+    }
+  }
+};
+
+CheckpointReader::CheckpointReader(std::unique_ptr<File> f) : f_(std::move(f)) {}
+CheckpointReader::CheckpointReader(CheckpointReader&&) noexcept = default;
+CheckpointReader::~CheckpointReader() = default;
+
+const ckpt::Checkpoint& CheckpointReader::manifest() const { return f_->manifest; }
+
+std::optional<CheckpointReader> CheckpointReader::open(const std::string& path, uint64_t max_bytes) {
+  auto f = std::make_unique<File>();
+  f->path = path;
+  // Opened without blocking (a FIFO would wait for a writer forever), then vetted on the
+  // descriptor itself, so what is checked is what is read.
+  f->fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (f->fd < 0 && errno == ENOENT) return std::nullopt;
+  if (f->fd < 0) throw InputError("checkpoint " + path + ": cannot open: " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(f->fd, &st) != 0) throw f->refuse(std::string("cannot stat: ") + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) {
+    throw f->refuse(std::string("not a regular file (") +
+                    (S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device" : S_ISDIR(st.st_mode) ? "a directory" : "a special file") +
+                    ")");
+  }
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size < kHeaderV1) throw f->refuse("only " + std::to_string(size) + " bytes, shorter than its header");
+  if (size > max_bytes) {
+    throw f->refuse(std::to_string(size) + " bytes, more than this run's model and state can need (" + std::to_string(max_bytes) +
+                    " at most)");
+  }
+  char header[kHeaderV2] = {};
+  if (!read_at(f->fd, header, std::min<uint64_t>(size, kHeaderV2), 0)) throw f->refuse("shorter than when it was opened (written to meanwhile?)");
+  uint32_t magic, crc;
+  uint64_t len;
+  std::memcpy(&magic, header, 4);
+  std::memcpy(&f->version, header + 4, 4);
+  std::memcpy(&len, header + 8, 8);
+  std::memcpy(&crc, header + 16, 4);
+  if (magic != kMagic) throw f->refuse("not a hearsay checkpoint (bad magic)");
+  if (f->version == 1) {
+    if (len != size - kHeaderV1) {
+      throw f->refuse("header says " + std::to_string(len) + " body bytes, the file has " + std::to_string(size - kHeaderV1) + " (truncated?)");
+    }
+    std::string body(len, '\0');
+    if (!read_at(f->fd, body.data(), len, kHeaderV1)) throw f->refuse("shorter than when it was opened (written to meanwhile?)");
+    if (crc32c(body.data(), body.size()) != crc) throw f->refuse("checksum mismatch (the file is damaged)");
+    if (!f->manifest.ParseFromString(body)) throw f->refuse("its body does not parse");
+    return CheckpointReader(std::move(f));
+  }
+  if (f->version != 2) throw f->refuse("version " + std::to_string(f->version) + ", this peer reads versions 1 and 2");
+  if (size < kHeaderV2) throw f->refuse("only " + std::to_string(size) + " bytes, shorter than its header");
+  uint64_t file_bytes;
+  std::memcpy(&f->chunk_bytes, header + 20, 4);
+  std::memcpy(&file_bytes, header + 24, 8);
+  if (file_bytes != size) {
+    throw f->refuse("header says " + std::to_string(file_bytes) + " bytes, the file has " + std::to_string(size) +
+                    (size < file_bytes ? " (truncated?)" : " (appended to?)"));
+  }
+  if (f->chunk_bytes < kMinChunkBytes || f->chunk_bytes > kMaxChunkBytes) {
+    throw f->refuse("its chunk size " + std::to_string(f->chunk_bytes) + " is outside " + std::to_string(kMinChunkBytes) + ".." +
+                    std::to_string(kMaxChunkBytes));
+  }
+  if (len > size - kHeaderV2 || len > kMaxManifestBytes) throw f->refuse("its manifest of " + std::to_string(len) + " bytes does not fit the file");
+  std::string manifest(len, '\0');
+  if (!read_at(f->fd, manifest.data(), len, kHeaderV2)) throw f->refuse("shorter than when it was opened (written to meanwhile?)");
+  if (crc32c(manifest.data(), manifest.size()) != crc) throw f->refuse("manifest checksum mismatch (the file is damaged)");
+  if (!f->manifest.ParseFromString(manifest)) throw f->refuse("its manifest does not parse");
+  // The blobs: names of fields the manifest has, each once, exactly filling the file.
+  uint64_t offset = kHeaderV2 + len;
+  for (const ckpt::Blob& b : f->manifest.blobs()) {
+    const std::string name = wire_text(b.name());
+    std::string* field = field_of(f->manifest, b.name());
+    if (field == nullptr) throw f->refuse("blob '" + name + "' is none of the checkpoint's fields");
+    if (!field->empty()) throw f->refuse("blob '" + name + "' is also in the manifest");
+    if (b.bytes() > size) throw f->refuse("blob '" + name + "' of " + std::to_string(b.bytes()) + " bytes does not fit the file");
+    if (!f->blobs.emplace(b.name(), File::At{offset, b.bytes()}).second) throw f->refuse("blob '" + name + "' appears twice");
+    offset += b.bytes() + 4 * chunks_of(b.bytes(), f->chunk_bytes);
+    if (offset > size) throw f->refuse("its blobs need more bytes than the file has (truncated?)");
+  }
+  if (offset != size) throw f->refuse("its blobs end at byte " + std::to_string(offset) + " of " + std::to_string(size));
+  // Every chunk checked before anything is taken: a damaged file loads nothing.
+  for (const ckpt::Blob& b : f->manifest.blobs()) f->read_chunks(wire_text(b.name()), f->blobs.at(b.name()), nullptr);
+  return CheckpointReader(std::move(f));
+}
+
+uint64_t CheckpointReader::blob_bytes(const std::string& name) const {
+  if (f_->version == 1) {
+    std::string* field = field_of(f_->manifest, name);
+    return field != nullptr ? field->size() : 0;
+  }
+  const auto it = f_->blobs.find(name);
+  return it == f_->blobs.end() ? 0 : it->second.bytes;
+}
+
+void CheckpointReader::read_blob(const std::string& name, void* out, uint64_t bytes) const {
+  const uint64_t have = blob_bytes(name);
+  if (have != bytes) {
+    throw f_->refuse("its " + name + " are " + std::to_string(have) + " bytes, not the " + std::to_string(bytes) + " this model needs");
+  }
+  if (bytes == 0) return;
+  if (f_->version == 1) {
+    std::memcpy(out, field_of(f_->manifest, name)->data(), bytes);
+    return;
+  }
+  f_->read_chunks(name, f_->blobs.at(name), static_cast<char*>(out));
+}
+
+ckpt::Checkpoint CheckpointReader::read_all(const std::vector<std::string>& except) const {
+  ckpt::Checkpoint c = f_->manifest;
+  const auto skipped = [&](const std::string& name) { return std::find(except.begin(), except.end(), name) != except.end(); };
+  if (f_->version == 1) {
+    for (const auto& name : except) {
+      if (std::string* field = field_of(c, name)) field->clear();
+    }
+    return c;
+  }
+  for (const auto& [name, at] : f_->blobs) {
+    if (skipped(name)) continue;
+    std::string* field = field_of(c, name);
+    field->resize(at.bytes);
+    f_->read_chunks(name, at, field->data());
+  }
+  c.clear_blobs();
+  return c;
+}
+
+std::optional<ckpt::Checkpoint> read_checkpoint(const std::string& path, uint64_t max_bytes) {
+  const auto r = CheckpointReader::open(path, max_bytes);
+  if (!r) return std::nullopt;
+  return r->read_all();
+}
+
+}  // namespace hearsay

@@ -1,0 +1,93 @@
+#include "checkpoint_writer.h"
+
+#include <limits>
+
+#include "hearsay/clock.h"
+#include "hearsay/error.h"
+
+namespace hearsay {
+
+// The writer works on real time whatever the peer's clock (a simulated peer writes in its
+// own step, background_ false): its waits and its timing are the wall clock's.
+namespace {
+constexpr double kForever = std::numeric_limits<double>::infinity();
+}  // namespace
+
+CheckpointWriter::CheckpointWriter(bool background, std::function<void(const Written&)> done)
+    : background_(background), done_(std::move(done)) {
+  if (background_) thread_ = std::thread([this] { loop(); });
+}
+
+CheckpointWriter::~CheckpointWriter() {
+  if (!background_) return;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    wait_idle(lock);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void CheckpointWriter::wait_idle(std::unique_lock<std::mutex>& lock) {
+  wall_clock().wait_for(lock, cv_, kForever, [&] { return !job_.has_value(); });
+}
+
+void CheckpointWriter::submit(std::string path, int64_t step, CheckpointData data, double snapshot_s, double waited_s) {
+  Job job{{std::move(path), step, 0, snapshot_s, waited_s, 0}, std::move(data)};
+  if (!background_) {
+    write(job);
+    finish();
+    return;
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    wait_idle(lock);
+    held_ = job.data.bytes();
+    job_ = std::move(job);
+  }
+  cv_.notify_all();
+}
+
+double CheckpointWriter::finish() {
+  const double t0 = wall_clock().now();
+  std::unique_lock<std::mutex> lock(mu_);
+  if (background_) wait_idle(lock);
+  if (failed_) std::rethrow_exception(std::exchange(failed_, nullptr));
+  return wall_clock().now() - t0;
+}
+
+uint64_t CheckpointWriter::held_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return held_;
+}
+
+void CheckpointWriter::loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    wall_clock().wait_for(lock, cv_, kForever, [&] { return stopping_ || job_.has_value(); });
+    if (!job_) return;  // stopping, nothing left
+    lock.unlock();
+    write(*job_);  // job_ is this thread's until it is reset below
+    lock.lock();
+    job_.reset();
+    held_ = 0;
+    cv_.notify_all();
+  }
+}
+
+void CheckpointWriter::write(Job& job) {
+  const double t0 = wall_clock().now();
+  try {
+    job.what.file_bytes = write_checkpoint(job.what.path, std::move(job.data));
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mu_);
+    failed_ = std::current_exception();
+    return;
+  }
+  job.data = CheckpointData{};  // the snapshot goes as soon as it is on disk
+  job.what.write_s = wall_clock().now() - t0;
+  if (done_) done_(job.what);
+}
+
+}  // namespace hearsay

@@ -1,0 +1,69 @@
+// Checkpoints written by a thread of their own, so a step does not wait on the disk: the
+// step loop hands over a snapshot of the state (CheckpointData, its own copy) and goes on;
+// the writer writes it (checkpoint_file.cpp) while the next steps run. One write at a time:
+// a checkpoint asked for while the last is still being written waits for it first (the
+// memory held is one snapshot, never a queue of them). A write that failed is reported at
+// the next submit() or finish(), as the InputError a write in the step loop would throw.
+#pragma once
+
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "hearsay/checkpoint.h"
+
+namespace hearsay {
+
+class CheckpointWriter {
+ public:
+  struct Written {
+    std::string path;
+    int64_t step = 0;
+    uint64_t file_bytes = 0;
+    double snapshot_s = 0;  // the step loop's share: copying the state
+    double waited_s = 0;    // the step loop's wait for the write before this one
+    double write_s = 0;     // the write itself, on the writer's thread
+  };
+  // `done` runs on the writer's thread after each write that succeeded (the log event).
+  // Without `background` (a simulated peer: its clock is virtual and no other thread may
+  // touch it), submit() writes at once on the caller's thread.
+  CheckpointWriter(bool background, std::function<void(const Written&)> done);
+  ~CheckpointWriter();  // waits for a write under way
+  CheckpointWriter(const CheckpointWriter&) = delete;
+  CheckpointWriter& operator=(const CheckpointWriter&) = delete;
+
+  // Waits for the write under way, if any, and rethrows its error. Returns the seconds it
+  // waited. Called before a snapshot is taken, so that two are never held at once.
+  double finish();
+  // Hands a snapshot over (after finish(): it waits for a write under way otherwise);
+  // `snapshot_s` and `waited_s` are what it cost the step loop, for the log.
+  void submit(std::string path, int64_t step, CheckpointData data, double snapshot_s, double waited_s);
+  // The bytes of the snapshot being written (0 when none): an owner in the memory event.
+  uint64_t held_bytes() const;
+
+ private:
+  struct Job {
+    Written what;
+    CheckpointData data;
+  };
+  void loop();
+  void write(Job& job);
+  // With mu_ held: waits until no job is pending or being written.
+  void wait_idle(std::unique_lock<std::mutex>& lock);
+
+  const bool background_;
+  std::function<void(const Written&)> done_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<Job> job_;      // GUARDED_BY(mu_): handed over, or being written
+  bool stopping_ = false;       // GUARDED_BY(mu_)
+  std::exception_ptr failed_;   // GUARDED_BY(mu_)
+  uint64_t held_ = 0;           // GUARDED_BY(mu_)
+  std::thread thread_;
+};
+
+}  // namespace hearsay
