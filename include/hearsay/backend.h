@@ -162,6 +162,9 @@ class Backend {
 // copied straight where the backend is the host (no zeroed vector written over),
 // downloaded otherwise.
 std::vector<float> download_floats(Backend& backend, const float* src, size_t n);
+// The same into `out`, whose memory is reused when it holds n floats already (a
+// checkpoint's snapshot: a copy into pages already resident, not freshly faulted ones).
+void download_floats_into(Backend& backend, const float* src, size_t n, std::vector<float>& out);
 
 // Sum of squares of n floats in host memory, in double: the CPU backend's sum_squares,
 // and what the engine measures received updates and its own gradient with.

@@ -72,6 +72,9 @@ class Optimizer {
 
   // Downloads the state (synchronizes the backend).
   virtual OptimizerState save_state() const = 0;
+  // The same into `into`, reusing the memory of its buffers that have the right length (a
+  // checkpoint's snapshot, taken into the last one's buffers).
+  virtual void save_state_into(OptimizerState& into) const { into = save_state(); }
   // Uploads a state save_state() gave. Throws InputError, naming `where` (a checkpoint
   // file), when it is another optimizer's, or holds a buffer this optimizer does not
   // keep, or one whose length is not n, or a negative step count; nothing is changed

@@ -42,4 +42,16 @@ std::vector<float> download_floats(Backend& backend, const float* src, size_t n)
   return host;
 }
 
+void download_floats_into(Backend& backend, const float* src, size_t n, std::vector<float>& out) {
+  if (src == nullptr) {
+    out.clear();
+    return;
+  }
+  if (out.size() != n) {
+    out = download_floats(backend, src, n);
+    return;
+  }
+  backend.download(out.data(), src, sizeof(float) * n);
+}
+
 }  // namespace hearsay

@@ -34,11 +34,19 @@ class AdamW final : public Optimizer {
 
   OptimizerState save_state() const override {
     OptimizerState s;
+    save_state_into(s);
+    return s;
+  }
+
+  void save_state_into(OptimizerState& s) const override {
     s.optimizer = kAdamWName;
     s.steps = steps_;
-    s.buffers[kFirstMoment] = download_floats(backend_, m_.f32(), n_);
-    s.buffers[kSecondMoment] = download_floats(backend_, v_.f32(), n_);
-    return s;
+    std::vector<float> m = std::move(s.buffers[kFirstMoment]), v = std::move(s.buffers[kSecondMoment]);
+    s.buffers.clear();
+    download_floats_into(backend_, m_.f32(), n_, m);
+    download_floats_into(backend_, v_.f32(), n_, v);
+    s.buffers[kFirstMoment] = std::move(m);
+    s.buffers[kSecondMoment] = std::move(v);
   }
 
   void load_state(const OptimizerState& s, const std::string& where) override {

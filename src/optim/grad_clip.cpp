@@ -28,6 +28,7 @@ class GlobalNormClip final : public Optimizer {
   }
   int64_t steps() const override { return inner_->steps(); }
   OptimizerState save_state() const override { return inner_->save_state(); }
+  void save_state_into(OptimizerState& into) const override { inner_->save_state_into(into); }
   void load_state(const OptimizerState& state, const std::string& where) override { inner_->load_state(state, where); }
   bool state_is_saved() const override { return inner_->state_is_saved(); }
   uint64_t state_bytes() const override { return inner_->state_bytes() + clipped_.bytes(); }

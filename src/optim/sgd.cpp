@@ -30,11 +30,21 @@ class Sgd final : public Optimizer {
 
   OptimizerState save_state() const override {
     OptimizerState s;
+    save_state_into(s);
+    return s;
+  }
+
+  void save_state_into(OptimizerState& s) const override {
     s.optimizer = kSgdName;
     s.steps = steps_;
-    if (velocity_.f32() != nullptr)
-      s.buffers[kVelocity] = download_floats(backend_, velocity_.f32(), n_);
-    return s;
+    if (velocity_.f32() == nullptr) {
+      s.buffers.clear();
+      return;
+    }
+    std::vector<float> kept = std::move(s.buffers[kVelocity]);
+    s.buffers.clear();
+    download_floats_into(backend_, velocity_.f32(), n_, kept);
+    s.buffers[kVelocity] = std::move(kept);
   }
 
   void load_state(const OptimizerState& s, const std::string& where) override {

@@ -1,5 +1,8 @@
 #include "checkpoint_writer.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <limits>
 
 #include "hearsay/clock.h"
@@ -59,10 +62,18 @@ double CheckpointWriter::finish() {
 
 uint64_t CheckpointWriter::held_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return held_;
+  return held_ + spare_.bytes();
+}
+
+CheckpointData CheckpointWriter::take_spare() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::exchange(spare_, CheckpointData{});
 }
 
 void CheckpointWriter::loop() {
+  // The lowest priority: the steps' threads keep the cores, this one takes what they
+  // leave (a write is due only by the next checkpoint). Not fatal where it is refused.
+  ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 19);
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     wall_clock().wait_for(lock, cv_, kForever, [&] { return stopping_ || job_.has_value(); });
@@ -85,7 +96,12 @@ void CheckpointWriter::write(Job& job) {
     failed_ = std::current_exception();
     return;
   }
-  job.data = CheckpointData{};  // the snapshot goes as soon as it is on disk
+  // Its buffers stay for the next snapshot to copy into; the message goes.
+  job.data.message.reset();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    spare_ = std::move(job.data);
+  }
   job.what.write_s = wall_clock().now() - t0;
   if (done_) done_(job.what);
 }

@@ -1,6 +1,8 @@
 // Checkpoints written by a thread of their own, so a step does not wait on the disk: the
 // step loop hands over a snapshot of the state (CheckpointData, its own copy) and goes on;
-// the writer writes it (checkpoint_file.cpp) while the next steps run. One write at a time:
+// the writer writes it (checkpoint_file.cpp) while the next steps run, on a thread of the
+// lowest priority (it leaves the cores to the steps: a write is due only by the next
+// checkpoint). One write at a time:
 // a checkpoint asked for while the last is still being written waits for it first (the
 // memory held is one snapshot, never a queue of them). A write that failed is reported at
 // the next submit() or finish(), as the InputError a write in the step loop would throw.
@@ -42,7 +44,13 @@ class CheckpointWriter {
   // Hands a snapshot over (after finish(): it waits for a write under way otherwise);
   // `snapshot_s` and `waited_s` are what it cost the step loop, for the log.
   void submit(std::string path, int64_t step, CheckpointData data, double snapshot_s, double waited_s);
-  // The bytes of the snapshot being written (0 when none): an owner in the memory event.
+  // The buffers of the last snapshot written (empty before the first, or after a failed
+  // write), for the next to copy into: pages already resident, so a snapshot is a copy,
+  // not a fault per page (in a virtual machine those cost more than the copy: at 85M
+  // parameters 2.1 s a snapshot, fresh). After finish().
+  CheckpointData take_spare();
+  // The bytes of the snapshot being written and the spare one: an owner in the memory
+  // event. From the first checkpoint on a peer holds one copy of its state.
   uint64_t held_bytes() const;
 
  private:
@@ -62,7 +70,8 @@ class CheckpointWriter {
   std::optional<Job> job_;      // GUARDED_BY(mu_): handed over, or being written
   bool stopping_ = false;       // GUARDED_BY(mu_)
   std::exception_ptr failed_;   // GUARDED_BY(mu_)
-  uint64_t held_ = 0;           // GUARDED_BY(mu_)
+  uint64_t held_ = 0;           // GUARDED_BY(mu_): the job's bytes
+  CheckpointData spare_;        // GUARDED_BY(mu_)
   std::thread thread_;
 };
 

@@ -327,7 +327,9 @@ void Peer::save_checkpoint(int64_t step, double wall_s) {
   // The snapshot: the step loop's whole share of a checkpoint (copies of the parameters
   // and the optimizer's state, the engine's and the sampler's small state).
   const double t0 = clock_->now();
-  CheckpointData d;
+  // The one before is written first: one snapshot held at a time, taken into its buffers.
+  const double waited_s = checkpoints_->finish();
+  CheckpointData d = checkpoints_->take_spare();
   d.message = std::make_shared<ckpt::Checkpoint>();
   ckpt::Checkpoint& c = *d.message;
   c.set_peer(spec_.name);
@@ -339,10 +341,8 @@ void Peer::save_checkpoint(int64_t step, double wall_s) {
   save_sampler_state(sampler_->state(), c);
   if (engine_) engine_->save_state(c);
   c.set_wall_s(wall_offset_s_ + wall_s);
-  // The one before is written first: one snapshot held at a time.
-  const double waited_s = checkpoints_->finish();
-  d.params = model_->get_params();
-  d.optimizer = optimizer_->save_state();
+  download_floats_into(model_->backend(), model_->params(), model_->num_params(), d.params);
+  optimizer_->save_state_into(d.optimizer);
   checkpoints_->submit(path, step, std::move(d), clock_->now() - t0 - waited_s, waited_s);
 }
 

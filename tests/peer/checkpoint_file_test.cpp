@@ -148,7 +148,12 @@ TEST_CASE("checkpoint writer: the write runs on its own thread while the caller 
   CHECK(writer != std::this_thread::get_id());
   CHECK(seen.step == 7);
   CHECK(seen.file_bytes == test::read_file(dir.file("a.ckpt")).size());
-  CHECK(w.held_bytes() == 0);  // the snapshot went with the write
+  // The snapshot's buffers stay for the next one to copy into, counted as held.
+  CHECK(w.held_bytes() == 4 * (kParams + 1000));
+  const CheckpointData spare = w.take_spare();
+  CHECK(spare.params.size() == kParams);
+  CHECK(spare.message == nullptr);
+  CHECK(w.held_bytes() == 0);
   REQUIRE(CheckpointReader::open(dir.file("a.ckpt"), 1u << 30).has_value());
 
   // A directory that cannot be made (a file is in the way): the write fails on the

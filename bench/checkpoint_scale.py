@@ -1,0 +1,121 @@
+#!/usr/bin/python3
+"""Checkpoints of a large peer (issue 41, Done when 4): what a checkpoint every step costs
+the steps, and that a damaged file is refused before anything is loaded.
+
+One hearsay-peer alone, the native GPT at `--size` (1b: 20 x 2048, context 128, 1.008B
+parameters), momentum SGD (its state, the velocity, is one model-sized buffer: the
+snapshot then holds 8 bytes a parameter, which this 24 GiB machine fits beside the peer's
+12), batch 1, `--steps` steps, logged every step. Run twice: without checkpoints, and with
+a checkpoint after every step. A step's time is the gap between its step event and the
+one before; the first step (the allocator's first touch of every buffer) is left out.
+Then the last checkpoint has one byte flipped in the middle of the parameters and the
+peer is started on it: it must exit 2 naming the chunk, having loaded nothing. JSON lines:
+
+  {"run": "plain" | "checkpoint", "params", "step_s": [...], "median_step_s",
+   "checkpoints": [each checkpoint event], "peak_rss_bytes", "wall_s"}
+  {"ratio_median_step_s": checkpointed / plain}
+  {"refused": true, "exit": 2, "message", "refuse_s"}
+
+    bench/checkpoint_scale.py                 # 1b, 4 steps: about 12 min here
+    bench/checkpoint_scale.py --size 85m --steps 6
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+SIZES = {"85m": (12, 12, 768), "300m": (24, 16, 1024), "1b": (20, 16, 2048)}
+
+
+def config(size, steps, checkpoint_dir):
+    layers, heads, width = SIZES[size]
+    ckpt = f'checkpoint {{ dir: "{checkpoint_dir}" every_steps: 1 }}' if checkpoint_dir else ""
+    return f"""
+name: "ckpt-scale" seed: 1
+model {{ kind: GPT gpt {{ layers: {layers} heads: {heads} width: {width} context: 128 }} }}
+data {{ format: TEXT text_path: "{ROOT}/data/kjv.txt" test_limit: 2 }}
+optim {{ optimizer: "sgd" lr: 0.0001 momentum: 0.9 }}
+train {{ batch_size: 1 epochs: 0 max_steps: {steps} eval_batch_size: 1 eval_every_steps: 1000000 }}
+log {{ every_steps: 1 }}
+{ckpt}
+"""
+
+
+def run_peer(peer, cfg_path, log_path, out_path):
+    """Runs one peer; returns its exit code, its output, its wall time and its own peak
+    resident memory (wait4's ru_maxrss: this child's, not the largest child's so far)."""
+    t0 = time.time()
+    with open(out_path, "w") as out:
+        proc = subprocess.Popen([peer, "--config", cfg_path, "--log", log_path, "--quiet"], stdout=out, stderr=out)
+        _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    with open(out_path) as f:
+        output = f.read()
+    return proc.returncode, output, time.time() - t0, usage.ru_maxrss * 1024
+
+
+def events(log_path, kind):
+    with open(log_path) as f:
+        return [e for e in map(json.loads, f) if e.get("event") == kind]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", default="1b", choices=sorted(SIZES))
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--peer", default=os.path.join(ROOT, "build", "bin", "hearsay-peer"))
+    ap.add_argument("--dir", default=None, help="working directory (default: a new one under /var/tmp)")
+    args = ap.parse_args()
+    work = args.dir or tempfile.mkdtemp(prefix="hearsay-ckpt-", dir="/var/tmp")
+    os.makedirs(work, exist_ok=True)
+    ckpt_dir = os.path.join(work, "ckpt")
+    medians = {}
+    try:
+        for run in ("plain", "checkpoint"):
+            cfg_path = os.path.join(work, run + ".textproto")
+            with open(cfg_path, "w") as f:
+                f.write(config(args.size, args.steps, ckpt_dir if run == "checkpoint" else ""))
+            log_path = os.path.join(work, run + ".jsonl")
+            code, output, wall, rss = run_peer(args.peer, cfg_path, log_path, os.path.join(work, run + ".out"))
+            if code != 0:
+                print(json.dumps({"run": run, "exit": code, "output": output[-2000:]}), flush=True)
+                return 1
+            t = [e["t"] for e in events(log_path, "step")]
+            step_s = [b - a for a, b in zip(t, t[1:])]  # the first step (first touch) left out
+            medians[run] = statistics.median(step_s)
+            start = events(log_path, "start")[0]
+            print(json.dumps({"run": run, "params": start.get("params"), "step_s": step_s,
+                              "median_step_s": medians[run], "checkpoints": events(log_path, "checkpoint"),
+                              "peak_rss_bytes": rss, "wall_s": wall}), flush=True)
+        print(json.dumps({"ratio_median_step_s": medians["checkpoint"] / medians["plain"]}), flush=True)
+
+        # A byte flipped in the middle of the parameters: refused, nothing loaded.
+        path = os.path.join(ckpt_dir, "ckpt-scale.ckpt")
+        size = os.path.getsize(path)
+        with open(path, "r+b") as f:
+            f.seek(size // 3)
+            b = f.read(1)
+            f.seek(size // 3)
+            f.write(bytes([b[0] ^ 0x10]))
+        cfg_path = os.path.join(work, "checkpoint.textproto")
+        t0 = time.time()
+        proc = subprocess.run([args.peer, "--config", cfg_path, "--log", os.path.join(work, "refused.jsonl"), "--quiet"],
+                              capture_output=True, text=True)
+        message = (proc.stdout + proc.stderr).strip().splitlines()
+        print(json.dumps({"refused": proc.returncode == 2, "exit": proc.returncode, "file_bytes": size,
+                          "message": message[-1] if message else "", "refuse_s": time.time() - t0}), flush=True)
+        return 0 if proc.returncode == 2 else 1
+    finally:
+        if args.dir is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
