@@ -6,18 +6,19 @@ One hearsay-peer alone, the native GPT at `--size` (1b: 20 x 2048, context 128, 
 parameters), momentum SGD (its state, the velocity, is one model-sized buffer: the
 snapshot then holds 8 bytes a parameter, which this 24 GiB machine fits beside the peer's
 12), batch 1, `--steps` steps, logged every step. Run twice: without checkpoints, and with
-a checkpoint after every step. A step's time is the gap between its step event and the
-one before; the first step (the allocator's first touch of every buffer) is left out.
+a checkpoint every `--every` steps. A step's time is the gap between its step event and
+the one before; the first step (the first touch of every buffer) is left out.
 Then the last checkpoint has one byte flipped in the middle of the parameters and the
 peer is started on it: it must exit 2 naming the chunk, having loaded nothing. JSON lines:
 
-  {"run": "plain" | "checkpoint", "params", "step_s": [...], "median_step_s",
-   "checkpoints": [each checkpoint event], "peak_rss_bytes", "wall_s"}
-  {"ratio_median_step_s": checkpointed / plain}
+  {"run": "plain" | "checkpoint", "params", "step_s": {step: seconds}, "kind": {step: "quiet" |
+   "snapshot" (the step loop copied the state in it) | "during_write" (the write ran in it)},
+   "median_step_s": {kind: median}, "checkpoints": [...], "peak_rss_bytes", "wall_s"}
+  {"ratio_to_plain": {kind: median over the plain run's median}}
   {"refused": true, "exit": 2, "message", "refuse_s"}
 
-    bench/checkpoint_scale.py                 # 1b, 4 steps: about 12 min here
-    bench/checkpoint_scale.py --size 85m --steps 6
+    bench/checkpoint_scale.py                 # 1b, 10 steps, every 3: about 6 min here
+    bench/checkpoint_scale.py --size 85m --steps 12 --every 4
 """
 import argparse
 import json
@@ -34,9 +35,9 @@ ROOT = os.path.dirname(HERE)
 SIZES = {"85m": (12, 12, 768), "300m": (24, 16, 1024), "1b": (20, 16, 2048)}
 
 
-def config(size, steps, checkpoint_dir):
+def config(size, steps, checkpoint_dir, every=1):
     layers, heads, width = SIZES[size]
-    ckpt = f'checkpoint {{ dir: "{checkpoint_dir}" every_steps: 1 }}' if checkpoint_dir else ""
+    ckpt = f'checkpoint {{ dir: "{checkpoint_dir}" every_steps: {every} }}' if checkpoint_dir else ""
     return f"""
 name: "ckpt-scale" seed: 1
 model {{ kind: GPT gpt {{ layers: {layers} heads: {heads} width: {width} context: 128 }} }}
@@ -69,7 +70,8 @@ def events(log_path, kind):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", default="1b", choices=sorted(SIZES))
-    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--every", type=int, default=3, help="checkpoint every this many steps")
     ap.add_argument("--peer", default=os.path.join(ROOT, "build", "bin", "hearsay-peer"))
     ap.add_argument("--dir", default=None, help="working directory (default: a new one under /var/tmp)")
     args = ap.parse_args()
@@ -81,20 +83,38 @@ def main():
         for run in ("plain", "checkpoint"):
             cfg_path = os.path.join(work, run + ".textproto")
             with open(cfg_path, "w") as f:
-                f.write(config(args.size, args.steps, ckpt_dir if run == "checkpoint" else ""))
+                f.write(config(args.size, args.steps, ckpt_dir if run == "checkpoint" else "", args.every))
             log_path = os.path.join(work, run + ".jsonl")
             code, output, wall, rss = run_peer(args.peer, cfg_path, log_path, os.path.join(work, run + ".out"))
             if code != 0:
                 print(json.dumps({"run": run, "exit": code, "output": output[-2000:]}), flush=True)
                 return 1
-            t = [e["t"] for e in events(log_path, "step")]
-            step_s = [b - a for a, b in zip(t, t[1:])]  # the first step (first touch) left out
-            medians[run] = statistics.median(step_s)
+            steps = {e["step"]: e["t"] for e in events(log_path, "step")}
+            # Step s took t[s] - t[s-1]; the first step (first touch of every buffer) is left out.
+            step_s = {s: steps[s] - steps[s - 1] for s in steps if s - 1 in steps}
+            checkpoints = events(log_path, "checkpoint")
+            # A checkpoint after step k is snapshotted at the start of step k + 1's time,
+            # and written until its event: the steps that overlap the write are "during".
+            kinds = {s: "quiet" for s in step_s}
+            for c in checkpoints:
+                k = c["step"]
+                if k + 1 in kinds:
+                    kinds[k + 1] = "snapshot"
+                for s in step_s:
+                    if s > k + 1 and steps[s - 1] < c["t"]:
+                        kinds[s] = "during_write"
+            by_kind = {}
+            for s, d in step_s.items():
+                by_kind.setdefault(kinds[s], []).append(d)
+            medians[run] = {k: statistics.median(v) for k, v in by_kind.items()}
             start = events(log_path, "start")[0]
-            print(json.dumps({"run": run, "params": start.get("params"), "step_s": step_s,
-                              "median_step_s": medians[run], "checkpoints": events(log_path, "checkpoint"),
+            print(json.dumps({"run": run, "params": start.get("params"), "step_s": step_s, "kind": kinds,
+                              "median_step_s": medians[run],
+                              "checkpoints": [{k: c[k] for k in ("step", "bytes", "snapshot_s", "waited_s", "write_s")}
+                                              for c in checkpoints],
                               "peak_rss_bytes": rss, "wall_s": wall}), flush=True)
-        print(json.dumps({"ratio_median_step_s": medians["checkpoint"] / medians["plain"]}), flush=True)
+        plain = medians["plain"]["quiet"]
+        print(json.dumps({"ratio_to_plain": {k: v / plain for k, v in medians["checkpoint"].items()}}), flush=True)
 
         # A byte flipped in the middle of the parameters: refused, nothing loaded.
         path = os.path.join(ckpt_dir, "ckpt-scale.ckpt")

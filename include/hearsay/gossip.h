@@ -54,7 +54,8 @@
 
 namespace hearsay {
 
-class ChunkedCopy;  // src/peer/chunked_copy.h
+class ChunkedCopy;    // src/peer/chunked_copy.h
+class MessageStream;  // src/peer/message_stream.h
 
 namespace ckpt {
 class Checkpoint;  // proto/hearsay/checkpoint.proto: what save_state fills in
@@ -105,6 +106,13 @@ struct GossipSpec {
   int gossip_every = 1;        // steps between sends (async algorithms)
   double sync_timeout_s = 60;  // synchronous algorithms: how long to wait for a peer
   size_t segment_elements = 1 << 20;  // updates larger than this travel in segments
+  // A message of more bytes than this (a model of hundreds of megabytes) travels as a
+  // stream (src/peer/message_stream.h; docs/WIRE.md, "Large messages"): at most this many
+  // bytes sent and not yet acknowledged by the receiver, and a link cut in the middle goes
+  // on from the receiver's last acknowledgement once it is back, within
+  // stream_resume_timeout_s.
+  uint64_t stream_window_bytes = 64u << 20;
+  double stream_resume_timeout_s = 60;
   CodecSpec codec;                    // gradients and model deltas (asynchronous algorithms)
   std::string model_codec = "none";   // whole models: none, fp16, bf16, int8
   AdaptiveSpec adaptive;              // per-link choice of codec (replaces codec.name)
@@ -432,6 +440,16 @@ class GossipEngine {
   int index_of(const std::string& id) const;
   // Peer i's outbox, made with its link encoders at first use (step-loop thread).
   Outbox& outgoing_link(int i);
+  // Large messages: a stream per link while one is under way (message_stream.h). The
+  // receiver's acknowledgement of a stream's segments (a Credit frame) moves its window;
+  // the step thread resumes one whose link came back (tick_streams, each step and wait).
+  void start_stream(int to, uint64_t update_id, uint32_t segments, std::function<OutFrame(uint32_t)> make,
+                    std::function<void(const SendStatus&, uint64_t bytes)> done);
+  void on_acknowledgement(int from, uint64_t update_id, uint64_t held);
+  void acknowledge(int to, uint64_t update_id, uint32_t held);
+  void tick_streams();
+  std::mutex streams_mu_;
+  std::vector<std::shared_ptr<MessageStream>> streams_;  // GUARDED_BY(streams_mu_), by peer index
 
   GossipSpec spec_;
   std::vector<std::string> peers_;

@@ -3,6 +3,8 @@
 #include <utility>
 #include <vector>
 
+#include "../util/host_memory.h"
+
 namespace hearsay {
 
 DeviceBuffer::DeviceBuffer(Backend& backend, size_t bytes)
@@ -35,10 +37,8 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
 }
 
 std::vector<float> download_floats(Backend& backend, const float* src, size_t n) {
-  if (src == nullptr) return {};
-  if (backend.is_host()) return std::vector<float>(src, src + n);
-  std::vector<float> host(n);
-  backend.download(host.data(), src, sizeof(float) * n);
+  std::vector<float> host;
+  download_floats_into(backend, src, n, host);
   return host;
 }
 
@@ -47,10 +47,8 @@ void download_floats_into(Backend& backend, const float* src, size_t n, std::vec
     out.clear();
     return;
   }
-  if (out.size() != n) {
-    out = download_floats(backend, src, n);
-    return;
-  }
+  resize_for_copy(out, n);
+  if (backend.is_host()) return copy_on_all_cores(out.data(), src, sizeof(float) * n);
   backend.download(out.data(), src, sizeof(float) * n);
 }
 

@@ -180,9 +180,12 @@ std::string peer_memory_problem(const config::Config& c, bool* several) {
   const bool cluster = c.cluster().peers_size() >= 2;
   const AlgorithmEntry* algorithm = cluster ? find_algorithm(c.cluster().gossip().algorithm()) : nullptr;
   const double algorithm_buffers = algorithm != nullptr ? algorithm->model_buffers : 0;
-  // Parameters and gradient, the optimizer's state, the algorithm's, and in a cluster one
-  // model or update arriving (decoded, whole).
-  const double buffers = 2 + optimizer_state + algorithm_buffers + (cluster ? 1 : 0);
+  // Checkpoints keep a copy of the parameters and the optimizer's state from the first on
+  // (src/peer/checkpoint_writer.h: the snapshot the background write takes).
+  const double checkpoint = c.checkpoint().dir().empty() ? 0 : 1 + optimizer_state;
+  // Parameters and gradient, the optimizer's state, the algorithm's, in a cluster one
+  // model or update arriving (decoded, whole), and the checkpoints' snapshot.
+  const double buffers = 2 + optimizer_state + algorithm_buffers + (cluster ? 1 : 0) + checkpoint;
   int here = 0;
   for (const auto& p : c.cluster().peers()) here += on_this_machine(p.address()) ? 1 : 0;
   here = std::max(here, 1);
@@ -196,6 +199,7 @@ std::string peer_memory_problem(const config::Config& c, bool* several) {
   if (optimizer_state > 0) parts += optimizer_state == 2 ? ", AdamW's two moments" : ", the momentum";
   if (algorithm_buffers > 0) parts += ", " + std::to_string(static_cast<int>(algorithm_buffers)) + " of " + algorithm->name + "'s own";
   if (cluster) parts += ", one model arriving";
+  if (checkpoint > 0) parts += ", the checkpoints' snapshot of the parameters" + std::string(optimizer_state > 0 ? " and the optimizer's state" : "");
   const std::string who = here > 1 ? std::to_string(here) + " peers on this machine (at loopback addresses) need"
                                    : "a peer of this model needs";
   return who + " at least " + bytes_text(need) + " (" + std::to_string(static_cast<int64_t>(params)) + " parameters x " +

@@ -16,8 +16,12 @@
 namespace hearsay {
 
 void GossipEngine::on_frame(const std::string& from, InFrame&& frame) {
-  if (!frame.envelope->has_update()) return;
   const int idx = index_of(from);
+  if (frame.envelope->has_credit()) {
+    if (idx >= 0 && idx != me_) on_acknowledgement(idx, frame.envelope->credit().acked_update_id(), frame.envelope->credit().credits());
+    return;
+  }
+  if (!frame.envelope->has_update()) return;
   const auto& u = frame.envelope->update();
   // An asynchronous update is always the whole model's size; a synchronous one may be a
   // smaller vector of a collective (PowerSGD's factors), never a larger one.
@@ -36,8 +40,12 @@ void GossipEngine::on_frame(const std::string& from, InFrame&& frame) {
   uint64_t c = logical_clock_.load();
   while (u.clock() > c && !logical_clock_.compare_exchange_weak(c, u.clock())) {
   }
-  const std::string err = inbox_->add_segment(idx, u, frame.payload.data(), frame.payload.size());
+  uint32_t held = 0;
+  const std::string err = inbox_->add_segment(idx, u, frame.payload.data(), frame.payload.size(), &held);
   if (!err.empty()) refuse(idx, err);
+  // A stream's segments are acknowledged one by one: its sender's window moves on them,
+  // and after a cut it resends from here.
+  if (u.resumable() && err.empty()) acknowledge(idx, u.update_id(), held);
 }
 
 void GossipEngine::refuse(int from, const std::string& why) {
@@ -123,6 +131,7 @@ bool GossipEngine::wait_until(const std::function<bool()>& ready, double timeout
   const double deadline = clock_.now() + timeout_s;
   while (!ready()) {
     if (stopped_) throw StopRequested();
+    tick_streams();
     if (clock_.now() >= deadline) return false;
     clock_.sleep_for(200e-6);
   }

@@ -55,7 +55,6 @@ void GossipEngine::put_on_wire(int i, Message&& m, std::function<void(const Send
   std::unique_lock<std::mutex> codec_lock(lc.mu);  // one message per link at a time anyway
   const bool push_sum = m.kind == MessageKind::kPushSum && !m.synchronous;
   HEARSAY_CHECK(!push_sum || owned, "a push-sum share was sent shared; its rounding must go back into it");
-  std::vector<float> rounding;  // push-sum: what a lossy codec took off the numerator
   bool update = false;
   LinkEncoder* enc = link_encoder(i, m, n, &update);
   auto segs = enc != nullptr ? enc->codec().segments(n, spec_.segment_elements) : even_segments(n, spec_.segment_elements);
@@ -63,41 +62,82 @@ void GossipEngine::put_on_wire(int i, Message&& m, std::function<void(const Send
     segs.clear();
     for (const auto& s : m.encoded->segments) segs.emplace_back(s.offset, s.length);
   }
-  SegmentFrames out(m, peers_[me_], next_update_id_++, segs.size());
-  for (uint32_t s = 0; s < segs.size(); ++s) {
-    const auto [begin, len] = segs[s];
-    wire::Update& u = out.segment(s, m.offset + begin, len);
-    if (m.encoded) {
-      const auto& seg = m.encoded->segments[s];
+  codec_lock.unlock();
+  // A large message (not a push-sum share, whose rounding goes back whole) travels as a
+  // stream: each segment made as it goes out, a window unacknowledged, resumed after a cut.
+  const bool stream = !push_sum && segs.size() > 1 && sizeof(float) * n > spec_.stream_window_bytes;
+  // Segment s's frame: its payload encoded with the link's codec (or referenced).
+  // Made in place: `out` points into its own envelope, so it never moves.
+  struct Making {
+    Making(const Message& m, const std::string& sender, uint64_t id, std::vector<std::pair<size_t, size_t>> s)
+        : offset(m.offset), total(m.total), encoded(m.encoded), segs(std::move(s)), out(m, sender, id, segs.size()) {}
+    uint64_t offset, total;
+    std::shared_ptr<const Encoded> encoded;
+    std::shared_ptr<const std::vector<float>> data;
+    std::shared_ptr<std::vector<float>> owned;
+    std::vector<std::pair<size_t, size_t>> segs;
+    SegmentFrames out;
+    std::vector<float> rounding;  // push-sum: what a lossy codec took off the numerator
+  };
+  auto mk = std::make_shared<Making>(m, peers_[me_], next_update_id_++, std::move(segs));
+  mk->data = data;
+  mk->owned = owned;
+  if (stream) mk->out.u->set_resumable(true);
+  auto make = [this, i, mk, enc, push_sum](uint32_t s) {
+    Making& k = *mk;
+    const auto [begin, len] = k.segs[s];
+    wire::Update& u = k.out.segment(s, k.offset + begin, len);
+    if (k.encoded) {
+      const auto& seg = k.encoded->segments[s];
       write_codec_params(seg.params, u.mutable_codec());
-      out.add(seg.payload->data(), seg.payload->size(), seg.payload);
+      k.out.add(seg.payload->data(), seg.payload->size(), seg.payload);
     } else if (enc == nullptr) {
-      out.add(reinterpret_cast<const uint8_t*>(data->data() + begin), len * sizeof(float), data);
+      k.out.add(reinterpret_cast<const uint8_t*>(k.data->data() + begin), len * sizeof(float), k.data);
     } else {
       auto payload = std::make_shared<std::vector<uint8_t>>();
       CodecParams params;
-      enc->encode(data->data() + begin, len, m.offset + begin, m.total, *payload, params);
+      {
+        std::lock_guard<std::mutex> lock(link_codecs_[i]->mu);
+        enc->encode(k.data->data() + begin, len, k.offset + begin, k.total, *payload, params);
+      }
       write_codec_params(params, u.mutable_codec());
       if (push_sum) {
         // The numerator becomes exactly what the receiver will decode, and the rounding
         // goes back to the sender's own x: one push moves mass, it never loses any.
         std::vector<float> sent(len, 0.0f);
         decode_accumulate(params, payload->data(), payload->size(), 1.0f, sent.data(), len);
-        rounding.resize(n, 0.0f);
-        for (size_t k = 0; k < len; ++k) {
-          float& x = (*owned)[begin + k];
-          rounding[begin + k] = x - sent[k];
-          x = sent[k];
+        k.rounding.resize(k.data->size(), 0.0f);
+        for (size_t e = 0; e < len; ++e) {
+          float& x = (*k.owned)[begin + e];
+          k.rounding[begin + e] = x - sent[e];
+          x = sent[e];
         }
       }
-      out.add(payload->data(), payload->size(), payload);
+      k.out.add(payload->data(), payload->size(), payload);
     }
+    OutFrame f = std::move(k.out.frames.back());
+    k.out.frames.pop_back();
+    return f;
+  };
+  const auto kind = static_cast<size_t>(m.kind);
+  if (stream) {
+    const uint64_t id = mk->out.u->update_id();
+    const auto count = static_cast<uint32_t>(mk->segs.size());
+    return start_stream(i, id, count, make, [this, kind, done = std::move(done)](const SendStatus& st, uint64_t bytes) {
+      sent_by_kind_[kind] += bytes;
+      done(st);
+    });
   }
-  codec_lock.unlock();
-  if (!rounding.empty()) give_back(rounding, m.offset, 0);
-  sent_by_kind_[static_cast<size_t>(m.kind)] += out.bytes;
+  std::vector<OutFrame> frames;
+  size_t bytes = 0;
+  for (uint32_t s = 0; s < mk->segs.size(); ++s) {
+    frames.push_back(make(s));
+    bytes += frames.back().size();
+  }
+  if (!mk->rounding.empty()) give_back(mk->rounding, m.offset, 0);
+  sent_by_kind_[kind] += bytes;
   // A push whose send fails is given back whole: mass is never silently lost.
-  send_frames(i, std::move(out.frames), out.bytes, std::move(done), push_sum ? owned : nullptr, m.push_sum_weight, m.offset);
+  send_frames(i, std::move(frames), bytes, std::move(done), push_sum ? owned : nullptr, m.push_sum_weight, m.offset);
 }
 
 void GossipEngine::send_frames(int i, std::vector<OutFrame> frames, size_t bytes, std::function<void(const SendStatus&)> done,

@@ -186,6 +186,7 @@ BatchStats GossipEngine::step(const Batch& batch, float lr) {
     step_s_ = old <= 0 ? dt : 0.9 * old + 0.1 * dt;
   }
   last_step_at_ = now;
+  tick_streams();
   serve_join_requests();
   ++logical_clock_;
   work_s_ = 0;

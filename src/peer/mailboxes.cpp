@@ -260,9 +260,12 @@ uint64_t Outbox::failed() const {
 
 // --- Inbox ----------------------------------------------------------------------------
 
-std::string Inbox::add_segment(int from, const wire::Update& u, const uint8_t* payload, size_t bytes) {
+std::string Inbox::add_segment(int from, const wire::Update& u, const uint8_t* payload, size_t bytes, uint32_t* held) {
   const uint32_t count = std::max<uint32_t>(1, u.segment_count());
   const auto key = std::make_pair(from, u.update_id());
+  uint32_t held_here = 0;
+  if (held == nullptr) held = &held_here;
+  *held = 0;
   // The message being assembled is taken out of the map while its segment is decoded and
   // checked (passes over up to the whole model), so that the step's thread, which takes
   // arrivals from this inbox, never waits for them. A sender's segments come one after
@@ -271,6 +274,17 @@ std::string Inbox::add_segment(int from, const wire::Update& u, const uint8_t* p
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = partial_.find(key);
+    if (it == partial_.end() && u.resumable()) {
+      // A resent segment of a message completed already, or one whose beginning this
+      // inbox does not hold (it restarted, or dropped it): said, not assembled.
+      for (const auto& [f, id, segments] : completed_) {
+        if (f == from && id == u.update_id()) {
+          *held = segments;
+          return {};
+        }
+      }
+      if (u.segment_index() != 0) return {};
+    }
     if (it == partial_.end()) {
       // A sender has at most a few messages in flight; an old unfinished one is abandoned.
       int mine = 0;
@@ -291,6 +305,10 @@ std::string Inbox::add_segment(int from, const wire::Update& u, const uint8_t* p
     }
     Partial& p = it->second;
     if (p.count != count || p.m.total != u.tensor_length()) return "segments: its segment count or tensor length differs from the update's first segment";
+    if (u.resumable() && u.segment_index() < p.have) {
+      *held = p.have;  // resent after a cut: held already
+      return {};
+    }
     // Segments of one message arrive in order on every transport; each extends the data.
     if (p.have == 0) {
       p.lo = u.segment_offset();
@@ -352,7 +370,12 @@ std::string Inbox::add_segment(int from, const wire::Update& u, const uint8_t* p
     }
     return err;  // the message is dropped with its node
   }
-  if (++p.have == p.count) {
+  *held = ++p.have;
+  if (p.have == p.count) {
+    if (u.resumable()) {
+      completed_.emplace_back(from, u.update_id(), p.count);
+      if (completed_.size() > kCompleted) completed_.pop_front();
+    }
     auto m = std::move(p.m);
     if (p.keep && p.kept) m.payloads = std::move(p.kept);
     return complete(std::move(m));

@@ -71,7 +71,11 @@ class Inbox {
   // Adds one wire segment, decoding its payload into the message; complete messages
   // become available. Returns why it was dropped (it does not fit the message it claims
   // to belong to, or its payload does not decode), or an empty string.
-  std::string add_segment(int from, const wire::Update& u, const uint8_t* payload, size_t bytes);
+  // `held` (may be null): how many of the message's segments the inbox now holds, in
+  // order (all of them once it is complete; 0 for a resumable message's later segment
+  // whose first it does not hold). A resumable message's segment it holds already (resent
+  // after a cut) is skipped, not refused.
+  std::string add_segment(int from, const wire::Update& u, const uint8_t* payload, size_t bytes, uint32_t* held = nullptr);
   std::vector<GossipEngine::Message> take_async();
   // Waits until the message is there, `stop` is set or the timeout passes.
   // When the message was refused (non-finite values), returns at once with the reason in
@@ -107,6 +111,10 @@ class Inbox {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::pair<int, uint64_t>, Partial> partial_;                    // GUARDED_BY(mu_)
+  // The last resumable messages completed, (sender, update id) with their segment counts:
+  // a resend of one whose last acknowledgement was lost is answered whole, not as unknown.
+  std::deque<std::tuple<int, uint64_t, uint32_t>> completed_;              // GUARDED_BY(mu_), kCompleted at most
+  static constexpr size_t kCompleted = 64;
   std::map<std::pair<int, int>, GossipEngine::Message> async_;            // GUARDED_BY(mu_)
   std::map<int, std::deque<GossipEngine::Message>> deltas_;               // GUARDED_BY(mu_), in arrival order
   std::map<std::tuple<int, uint64_t, uint32_t>, GossipEngine::Message> sync_;  // GUARDED_BY(mu_)

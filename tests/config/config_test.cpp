@@ -376,6 +376,11 @@ TEST_CASE("config: a model no machine here can hold is refused at load, at the m
                        doctest::Contains("big.textproto:1:1: model: a peer of this model needs at least "), InputError);
   CHECK_THROWS_WITH_AS(parse_config(big, "big.textproto"),
                        doctest::Contains("x 4 model-sized buffers: parameters, gradient, AdamW's two moments;"), InputError);
+  // Checkpoints add their snapshot: a copy of the parameters and of AdamW's moments.
+  CHECK_THROWS_WITH_AS(parse_config(big + "checkpoint { dir: \"/tmp/c\" }\n", "big.textproto"),
+                       doctest::Contains("x 7 model-sized buffers: parameters, gradient, AdamW's two moments, the checkpoints' "
+                                         "snapshot of the parameters and the optimizer's state;"),
+                       InputError);
   // The 85M GPT fits alone; 8,000 of its peers at loopback addresses (hearsay-run starts them
   // all here) with diloco do not, and the error is at cluster.peers, counting diloco's own.
   std::string many = "model { kind: GPT gpt { layers: 12 heads: 12 width: 768 context: 128 } }\n"  // 1

@@ -48,7 +48,7 @@ size_t params_chunk_at(const std::string& bytes, size_t k) {
 
 }  // namespace
 
-TEST_CASE("checkpoint file: large state goes in chunks with a checksum each and comes back bit for bit; a flipped byte "
+TEST_CASE("checkpoint file: large state goes in chunks with a checksum each and comes back bit for bit, and a flipped byte "
           "in any chunk or a cut inside one is refused naming the blob and chunk") {
   TempDir dir;
   const std::string path = dir.file("p.ckpt");

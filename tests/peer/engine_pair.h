@@ -3,6 +3,7 @@
 #pragma once
 #include <doctest/doctest.h>
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -67,10 +68,18 @@ class RecordingTransport final : public Transport {
   std::vector<std::string> frames_;  // GUARDED_BY(mu_)
 };
 
+// How a Pair is built, beyond its devices: the transport, the peers' config, and where
+// "a" dials "b" (`dial_through`: given b's address, the address to dial instead, a relay's).
+struct PairOptions {
+  std::string transport = "inproc";
+  std::string config = kConfig;
+  std::function<std::string(const std::string&)> dial_through;
+};
+
 // Two peers over inproc: "a" on `device_a` (its frames recorded), "b" on `device_b`.
 struct Pair {
-  Pair(const GossipSpec& gossip, const std::string& device_a, const std::string& device_b) {
-    const PeerSpec spec = peer_spec(parse_config(kConfig, "device-gossip-test", {}));
+  Pair(const GossipSpec& gossip, const std::string& device_a, const std::string& device_b, const PairOptions& options = {}) {
+    const PeerSpec spec = peer_spec(parse_config(options.config, "device-gossip-test", {}));
     const std::vector<std::string> ids{"a", "b"};
     std::vector<std::string> addresses;
     for (int i = 0; i < 2; ++i) {
@@ -78,16 +87,16 @@ struct Pair {
       o.peer_id = ids[i];
       o.secret = "device-gossip-test";
       o.cluster_peers = ids;
-      auto t = create_transport("inproc", o);
+      auto t = create_transport(options.transport, o);
       if (i == 0) {
         auto r = std::make_unique<RecordingTransport>(std::move(t));
         recorder = r.get();
         t = std::move(r);
       }
-      addresses.push_back(t->listen(""));
+      addresses.push_back(t->listen(options.transport == "inproc" ? "" : "127.0.0.1:0"));
       transports.push_back(std::move(t));
     }
-    transports[0]->connect("b", addresses[1]);
+    transports[0]->connect("b", options.dial_through ? options.dial_through(addresses[1]) : addresses[1]);
     const double deadline = clock.now() + 20;
     for (auto& t : transports) {
       while (t->connected_peers().empty()) {

@@ -1,0 +1,81 @@
+// GossipEngine's large messages (src/peer/message_stream.h; docs/WIRE.md, "Large
+// messages"): one stream per link while one is under way, the receiver's acknowledgements
+// of their segments, and the resumption of a stream whose link came back.
+
+#include "../util/callback_gate.h"
+#include "algorithm.h"
+#include "hearsay/wire.pb.h"
+#include "message_stream.h"
+
+namespace hearsay {
+
+void GossipEngine::start_stream(int to, uint64_t update_id, uint32_t segments, std::function<OutFrame(uint32_t)> make,
+                                std::function<void(const SendStatus&, uint64_t bytes)> done) {
+  MessageStream::Options o;
+  o.window_bytes = spec_.stream_window_bytes;
+  o.resume_timeout_s = spec_.stream_resume_timeout_s;
+  const double t0 = clock_.now();
+  auto stream = std::make_shared<MessageStream>(
+      update_id, segments, std::move(make),
+      [this, gate = send_gate_, peer = peers_[to]](OutFrame f, SendCallback sent) {
+        // The transport outlives the engine; what a stream sends after the engine is gone
+        // (a late acknowledgement's window) is not sent.
+        const CallbackGate::Pass pass(*gate);
+        if (!pass) return sent({false, "the engine is gone"});
+        transport_.send(peer, std::move(f), std::move(sent));
+      },
+      [this, gate = send_gate_, to, t0, done = std::move(done)](const SendStatus& st, uint64_t bytes) {
+        const CallbackGate::Pass pass(*gate);
+        if (!pass) return;
+        {
+          std::lock_guard<std::mutex> lock(streams_mu_);
+          if (streams_[to] && streams_[to]->finished()) streams_[to].reset();
+        }
+        const double dt = clock_.now() - t0;
+        if (st.ok && dt > 0) {
+          const double bps = static_cast<double>(bytes) / dt;
+          topology_->observe_throughput(me_, to, bps);
+          std::lock_guard<std::mutex> lock(link_mu_);
+          double& b = link_bps_[to];
+          b = b <= 0 ? bps : 0.8 * b + 0.2 * bps;
+        }
+        done(st, bytes);
+      },
+      o, clock_);
+  {
+    std::lock_guard<std::mutex> lock(streams_mu_);
+    if (streams_.size() != peers_.size()) streams_.resize(peers_.size());
+    streams_[to] = stream;  // one message per link at a time (the outbox's rule)
+  }
+  stream->start();
+}
+
+void GossipEngine::on_acknowledgement(int from, uint64_t update_id, uint64_t held) {
+  std::shared_ptr<MessageStream> stream;
+  {
+    std::lock_guard<std::mutex> lock(streams_mu_);
+    if (static_cast<size_t>(from) < streams_.size()) stream = streams_[from];
+  }
+  // An acknowledgement of no stream under way (a late one, or made up) changes nothing.
+  if (stream) stream->acknowledged(update_id, static_cast<uint32_t>(std::min<uint64_t>(held, UINT32_MAX)));
+}
+
+void GossipEngine::acknowledge(int to, uint64_t update_id, uint32_t held) {
+  wire::Envelope e;
+  e.mutable_credit()->set_acked_update_id(update_id);
+  e.mutable_credit()->set_credits(held);
+  transport_.send(peers_[to], make_frame(e), [](const SendStatus&) {});
+}
+
+void GossipEngine::tick_streams() {
+  std::vector<std::pair<int, std::shared_ptr<MessageStream>>> under_way;
+  {
+    std::lock_guard<std::mutex> lock(streams_mu_);
+    for (size_t i = 0; i < streams_.size(); ++i) {
+      if (streams_[i]) under_way.emplace_back(static_cast<int>(i), streams_[i]);
+    }
+  }
+  for (auto& [i, s] : under_way) s->tick(connected(i));
+}
+
+}  // namespace hearsay

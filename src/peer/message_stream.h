@@ -1,0 +1,89 @@
+// A message too large to hand to a transport whole (a model of gigabytes) travels as a
+// stream of its segments (docs/WIRE.md, "Large messages"): each segment's frame is made
+// (encoded) as it goes out, at most `window_bytes` are sent and not yet acknowledged by
+// the receiver (its Credit frames say how many segments it holds, in order), and a link
+// that drops in the middle does not restart the message: once the link is back, the
+// stream goes on from the receiver's last acknowledgement, resending only what it had not
+// acknowledged (kept, at most a window). So the bytes in flight on a link are bounded,
+// heartbeats and small frames never queue behind gigabytes, and a cut costs a window.
+//
+// Threads: made and ticked on the peer's step thread; acknowledged() on the transport's
+// receiving thread; send completions on the transport's. One lock; frames are handed to
+// the transport outside it (a transport may complete a send inline).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "hearsay/clock.h"
+#include "hearsay/transport.h"
+
+namespace hearsay {
+
+class MessageStream : public std::enable_shared_from_this<MessageStream> {
+ public:
+  struct Options {
+    uint64_t window_bytes = 64u << 20;  // sent and not yet acknowledged, at most (one frame always)
+    double retry_s = 0.5;               // after a failed send, the wait before going on
+    double resume_timeout_s = 60;       // a link down this long in the middle of a message fails it
+    // No acknowledgement for this long with segments unacknowledged: they were lost with
+    // a connection that dropped after the transport had taken them (it reports no failure
+    // then), so the stream goes on from the last acknowledgement as after a failed send.
+    double stall_s = 10;
+  };
+  // Builds segment `index`'s frame; called once per index, in order, under the stream's
+  // lock (so never twice at once).
+  using MakeFrame = std::function<OutFrame(uint32_t index)>;
+  using Send = std::function<void(OutFrame frame, SendCallback done)>;
+  // Once: ok when the receiver acknowledged every segment, or why not. `bytes`: every
+  // byte handed to the transport for this message, resends included.
+  using Done = std::function<void(const SendStatus& status, uint64_t bytes)>;
+
+  MessageStream(uint64_t update_id, uint32_t segments, MakeFrame make, Send send, Done done, Options options,
+                const Clock& clock);
+  // Sends the first window.
+  void start();
+  // The receiver holds the first `held` segments of update `update_id` (another update's
+  // acknowledgement is ignored). Fewer than it acknowledged before: it lost the message
+  // (restarted), which then fails, as nothing before the window is kept to resend.
+  void acknowledged(uint64_t update_id, uint32_t held);
+  // A stream whose sends failed, or which heard no acknowledgement for stall_s, goes on
+  // once `connected` again and retry_s has passed; one down past resume_timeout_s fails.
+  void tick(bool connected);
+
+  uint64_t update_id() const { return update_id_; }
+  bool finished() const;
+  uint64_t bytes_in_flight() const;  // sent and not acknowledged
+  uint64_t held_bytes() const;       // frames kept for a resend (their payloads)
+
+ private:
+  void pump();
+  void on_sent(uint64_t generation, const SendStatus& s);
+  // With mu_ held: marks it finished and returns the done callback to run outside it.
+  Done finish_locked();
+
+  const uint64_t update_id_;
+  const uint32_t segments_;
+  MakeFrame make_;
+  Send send_;
+  Done done_;
+  const Options options_;
+  const Clock& clock_;
+
+  mutable std::mutex mu_;
+  uint32_t made_ = 0, sent_ = 0, acked_ = 0;  // GUARDED_BY(mu_): segment counts
+  std::deque<OutFrame> kept_;                 // GUARDED_BY(mu_): segments [acked_, made_)
+  uint64_t kept_bytes_ = 0, in_flight_ = 0;   // GUARDED_BY(mu_)
+  uint64_t bytes_sent_ = 0;                   // GUARDED_BY(mu_)
+  uint64_t generation_ = 0;                   // GUARDED_BY(mu_): bumped at each resume
+  bool suspended_ = false, finished_ = false; // GUARDED_BY(mu_)
+  double suspended_at_ = 0;                   // GUARDED_BY(mu_)
+  double progress_at_ = 0;                    // GUARDED_BY(mu_): the last acknowledgement that moved it (or its start)
+  std::string failure_;                       // GUARDED_BY(mu_): why it ends, when it fails
+};
+
+}  // namespace hearsay
