@@ -11,7 +11,9 @@ the one before; the first step (the first touch of every buffer) is left out.
 Then the last checkpoint has one byte flipped in the middle of the parameters and the
 peer is started on it: it must exit 2 naming the chunk, having loaded nothing. JSON lines:
 
-  {"run": "plain" | "checkpoint", "params", "step_s": {step: seconds}, "kind": {step: "quiet" |
+  {"run": "plain" | "checkpoint", "params", "start_event_s" (the process's start to its start
+   event: data, model, initialisation), "first_step_s" (the start event to the first step's
+   end), "step_s": {step: seconds}, "kind": {step: "quiet" |
    "snapshot" (the step loop copied the state in it) | "during_write" (the write ran in it)},
    "median_step_s": {kind: median}, "checkpoints": [...], "peak_rss_bytes", "wall_s"}
   {"ratio_to_plain": {kind: median over the plain run's median}}
@@ -108,7 +110,10 @@ def main():
                 by_kind.setdefault(kinds[s], []).append(d)
             medians[run] = {k: statistics.median(v) for k, v in by_kind.items()}
             start = events(log_path, "start")[0]
-            print(json.dumps({"run": run, "params": start.get("params"), "step_s": step_s, "kind": kinds,
+            first = min(steps) if steps else None
+            print(json.dumps({"run": run, "params": start.get("params"), "start_event_s": start["t"],
+                              "first_step_s": steps[first] - start["t"] if first is not None else None,
+                              "step_s": step_s, "kind": kinds,
                               "median_step_s": medians[run],
                               "checkpoints": [{k: c[k] for k in ("step", "bytes", "snapshot_s", "waited_s", "write_s")}
                                               for c in checkpoints],

@@ -11,6 +11,7 @@ int run_step_bench(int argc, char** argv);
 int run_transport_bench(int argc, char** argv);
 int run_codec_bench(int argc, char** argv);
 int run_compression_bench(int argc, char** argv);
+int run_transfer_bench(int argc, char** argv);
 }
 
 int main(int argc, char** argv) {
@@ -26,7 +27,10 @@ int main(int argc, char** argv) {
       "         options: --sizes 1048576,26214400  --codecs none,fp16,...  --repeats 5  --round-s 0.25\n"
       "  compression  4 peers train the Fashion-MNIST MLP with each codec: bytes sent to reach the\n"
       "         target accuracy, against uncompressed allreduce\n"
-      "         options: --codecs none,topk,...  --algorithm gossip_grad  --target 0.85  --repeats 1\n";
+      "         options: --codecs none,topk,...  --algorithm gossip_grad  --target 0.85  --repeats 1\n"
+      "  transfer  one model message of a gigabyte between two engines over an emulated WAN link,\n"
+      "         whole and with its connection cut half way: arrival, bytes sent, heartbeats\n"
+      "         options: --mib 1024  --mbps 100  --latency-ms 20  --window-mib 64\n";
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0) {
     std::fputs(usage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
@@ -37,6 +41,7 @@ int main(int argc, char** argv) {
     if (suite == "transport") return hearsay::bench::run_transport_bench(argc - 2, argv + 2);
     if (suite == "codec") return hearsay::bench::run_codec_bench(argc - 2, argv + 2);
     if (suite == "compression") return hearsay::bench::run_compression_bench(argc - 2, argv + 2);
+    if (suite == "transfer") return hearsay::bench::run_transfer_bench(argc - 2, argv + 2);
   } catch (const hearsay::InputError& e) {
     std::fprintf(stderr, "hearsay-bench: error: %s\n", e.what());
     return 2;

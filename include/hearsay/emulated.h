@@ -8,7 +8,10 @@
 // arrivals keep their order, as on a TCP path. A frame sent during an outage, or lost
 // with probability `loss`, never arrives. The sender's completion fires when its frame
 // has left the emulated link, as a failure for a frame that will never arrive. Links that
-// name the same `pipe` share one such bandwidth queue (a WAN between two sites).
+// name the same `pipe` share one such bandwidth queue (a WAN between two sites). Control
+// frames (OutFrame::urgent: heartbeats, acknowledgements) skip the data queue, as the tcp
+// transport sends them ahead of its own. A connection that drops takes the frames on its
+// link with it: they are failed, or lost in flight, never delivered over the next one.
 #pragma once
 
 #include <map>

@@ -450,6 +450,21 @@ class GossipEngine {
   void tick_streams();
   std::mutex streams_mu_;
   std::vector<std::shared_ptr<MessageStream>> streams_;  // GUARDED_BY(streams_mu_), by peer index
+  // A stream's update id: this engine's random 64-bit base (drawn at construction, never
+  // the same twice) plus its count, so a restarted sender's new stream never continues
+  // one a receiver still holds from its life before.
+  const uint64_t stream_id_base_;
+  // Acknowledgements to one neighbour: one in flight and the newest waiting, no more (a
+  // neighbour that sends segments and never reads costs one frame, not a queue).
+  struct AckLane {
+    std::mutex mu;
+    bool in_flight = false;  // GUARDED_BY(mu)
+    bool waiting = false;    // GUARDED_BY(mu)
+    uint64_t update_id = 0;  // GUARDED_BY(mu): the waiting one's
+    uint32_t held = 0;       // GUARDED_BY(mu)
+  };
+  std::vector<std::unique_ptr<AckLane>> ack_lanes_;  // by peer index, fixed after construction
+  void send_acknowledgement(int to, uint64_t update_id, uint32_t held);
 
   GossipSpec spec_;
   std::vector<std::string> peers_;

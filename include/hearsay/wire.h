@@ -61,6 +61,10 @@ struct OutFrame {
   size_t payload_size = 0;
   std::shared_ptr<const void> payload_owner;
   bool sealed = false;  // the CRC field (or the no-CRC flag) is final
+  // A small control frame (Heartbeat, Credit, Probe) that a transport with a queue of its
+  // own sends before the data frames waiting there: a heartbeat never waits behind a
+  // window of gigabyte-message segments. Set by make_frame.
+  bool urgent = false;
 
   size_t size() const { return head.size() + payload_size; }
 };

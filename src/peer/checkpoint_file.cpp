@@ -8,10 +8,12 @@
 // message; still read.
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <new>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -39,6 +41,8 @@ std::string* field_of(ckpt::Checkpoint& c, const std::string& name) {
   if (name == "algorithm_state") return c.mutable_algorithm_state();
   auto index = [&](const std::string& prefix, int size) -> int {
     if (name.rfind(prefix, 0) != 0 || name.size() == prefix.size() || name.size() > prefix.size() + 9) return -1;
+    // One spelling per index: "optimizer/00" would name the field "optimizer/0" names.
+    if (name[prefix.size()] == '0' && name.size() > prefix.size() + 1) return -1;
     int i = 0;
     for (size_t k = prefix.size(); k < name.size(); ++k) {
       if (name[k] < '0' || name[k] > '9') return -1;
@@ -53,21 +57,87 @@ std::string* field_of(ckpt::Checkpoint& c, const std::string& name) {
 
 uint64_t chunks_of(uint64_t bytes, uint32_t chunk) { return (bytes + chunk - 1) / chunk; }
 
-void write_all(int fd, const iovec* parts, int count, const std::string& path) {
-  std::vector<iovec> v(parts, parts + count);
-  size_t at = 0;
-  while (at < v.size()) {
-    const ssize_t w = ::writev(fd, v.data() + at, static_cast<int>(v.size() - at));
+void write_fully(int fd, const char* p, size_t n, const std::string& path) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
     if (w < 0 && errno == EINTR) continue;
     if (w < 0) throw InputError("checkpoint " + path + ": write failed: " + std::strerror(errno));
-    auto done = static_cast<size_t>(w);
-    while (at < v.size() && done >= v[at].iov_len) done -= v[at++].iov_len;
-    if (at < v.size()) {
-      v[at].iov_base = static_cast<char*>(v[at].iov_base) + done;
-      v[at].iov_len -= done;
-    }
+    p += w;
+    n -= static_cast<size_t>(w);
   }
 }
+
+// The file's bytes, gathered in an aligned buffer and written with O_DIRECT a buffer at a
+// time: gigabytes go from this buffer to the disk without passing through the page cache,
+// so a checkpoint neither fills memory with dirty pages (the kernel would reclaim and
+// write them back on the cores the steps use) nor evicts what the peer reads. The tail,
+// shorter than a block, is written through the page cache. Where the filesystem refuses
+// O_DIRECT (tmpfs), everything is.
+class BlockWriter {
+ public:
+  BlockWriter(int fd, std::string path) : fd_(fd), path_(std::move(path)) {
+    direct_ = ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) | O_DIRECT) == 0;
+    void* b = nullptr;
+    if (::posix_memalign(&b, kBlock, kBuffer) != 0) throw std::bad_alloc();
+    buffer_.reset(static_cast<char*>(b));
+  }
+  void append(const void* data, size_t n) {
+    const auto* p = static_cast<const char*>(data);
+    while (n > 0) {
+      const size_t take = std::min(n, kBuffer - used_);
+      std::memcpy(buffer_.get() + used_, p, take);
+      used_ += take;
+      p += take;
+      n -= take;
+      if (used_ == kBuffer) flush_blocks();
+    }
+  }
+  // Writes what is left; the file is then complete (not yet synced).
+  void finish() {
+    flush_blocks();
+    if (used_ == 0) return;
+    if (direct_ && ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_DIRECT) != 0) {
+      throw InputError("checkpoint " + path_ + ": fcntl failed: " + std::strerror(errno));
+    }
+    write_fully(fd_, buffer_.get(), used_, path_);
+    used_ = 0;
+  }
+
+ private:
+  static constexpr size_t kBlock = 4096, kBuffer = size_t{8} << 20;
+  // Writes the whole blocks gathered, keeping the rest for later. A filesystem that took
+  // O_DIRECT but refuses its writes (EINVAL), or a short direct write (the file is then
+  // off its alignment), turns it off: the rest goes through the page cache.
+  void flush_blocks() {
+    const size_t whole = direct_ ? used_ / kBlock * kBlock : used_;
+    if (whole == 0) return;
+    size_t done = 0;
+    while (done < whole) {
+      const ssize_t w = ::write(fd_, buffer_.get() + done, whole - done);
+      if (w < 0 && errno == EINTR) continue;
+      if (direct_ && (w < 0 ? errno == EINVAL : static_cast<size_t>(w) < whole - done)) {
+        if (w > 0) done += static_cast<size_t>(w);
+        direct_ = false;
+        if (::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_DIRECT) != 0) {
+          throw InputError("checkpoint " + path_ + ": fcntl failed: " + std::strerror(errno));
+        }
+        continue;
+      }
+      if (w < 0) throw InputError("checkpoint " + path_ + ": write failed: " + std::strerror(errno));
+      done += static_cast<size_t>(w);
+    }
+    std::memmove(buffer_.get(), buffer_.get() + whole, used_ - whole);
+    used_ -= whole;
+  }
+  struct Free {
+    void operator()(char* p) const { std::free(p); }
+  };
+  int fd_;
+  std::string path_;
+  bool direct_ = false;
+  std::unique_ptr<char, Free> buffer_;
+  size_t used_ = 0;
+};
 
 // Reads exactly n bytes at `offset`; false at the end of the file.
 bool read_at(int fd, void* out, size_t n, uint64_t offset) {
@@ -165,17 +235,19 @@ uint64_t write_checkpoint(const std::string& path, CheckpointData&& d) {
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw InputError("checkpoint " + tmp + ": cannot create: " + std::strerror(errno));
   try {
-    const iovec head[2] = {{header, kHeaderV2}, {manifest.data(), manifest.size()}};
-    write_all(fd, head, 2, tmp);
+    BlockWriter out(fd, tmp);
+    out.append(header, kHeaderV2);
+    out.append(manifest.data(), manifest.size());
     for (const auto& b : blobs) {
       const auto* p = static_cast<const char*>(b.data);
       for (uint64_t at = 0; at < b.bytes; at += kChunkBytes) {
         const size_t n = static_cast<size_t>(std::min<uint64_t>(kChunkBytes, b.bytes - at));
-        uint32_t chunk_crc = crc32c(p + at, n);
-        const iovec chunk[2] = {{&chunk_crc, 4}, {const_cast<char*>(p + at), n}};
-        write_all(fd, chunk, 2, tmp);
+        const uint32_t chunk_crc = crc32c(p + at, n);
+        out.append(&chunk_crc, 4);
+        out.append(p + at, n);
       }
     }
+    out.finish();
     if (::fsync(fd) != 0) throw InputError("checkpoint " + tmp + ": fsync failed: " + std::strerror(errno));
   } catch (...) {
     ::close(fd);

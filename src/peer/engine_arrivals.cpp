@@ -45,7 +45,7 @@ void GossipEngine::on_frame(const std::string& from, InFrame&& frame) {
   if (!err.empty()) refuse(idx, err);
   // A stream's segments are acknowledged one by one: its sender's window moves on them,
   // and after a cut it resends from here.
-  if (u.resumable() && err.empty()) acknowledge(idx, u.update_id(), held);
+  if (u.resumable() && err.empty() && held != Inbox::kNoAnswer) acknowledge(idx, u.update_id(), held);
 }
 
 void GossipEngine::refuse(int from, const std::string& why) {

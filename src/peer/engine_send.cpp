@@ -79,7 +79,8 @@ void GossipEngine::put_on_wire(int i, Message&& m, std::function<void(const Send
     SegmentFrames out;
     std::vector<float> rounding;  // push-sum: what a lossy codec took off the numerator
   };
-  auto mk = std::make_shared<Making>(m, peers_[me_], next_update_id_++, std::move(segs));
+  const uint64_t id = stream ? stream_id_base_ + next_update_id_++ : next_update_id_++;
+  auto mk = std::make_shared<Making>(m, peers_[me_], id, std::move(segs));
   mk->data = data;
   mk->owned = owned;
   if (stream) mk->out.u->set_resumable(true);
@@ -121,7 +122,6 @@ void GossipEngine::put_on_wire(int i, Message&& m, std::function<void(const Send
   };
   const auto kind = static_cast<size_t>(m.kind);
   if (stream) {
-    const uint64_t id = mk->out.u->update_id();
     const auto count = static_cast<uint32_t>(mk->segs.size());
     return start_stream(i, id, count, make, [this, kind, done = std::move(done)](const SendStatus& st, uint64_t bytes) {
       sent_by_kind_[kind] += bytes;

@@ -10,6 +10,7 @@
 #include "algorithm.h"
 #include "hearsay/build_config.h"
 #include "hearsay/checkpoint.h"
+#include "message_stream.h"
 #include "hearsay/device_codec.h"
 #include "hearsay/error.h"
 #include "engine_device.h"
@@ -93,6 +94,11 @@ void GossipEngine::add_memory(MemoryUse& m) {
     if (seen.insert(b.get()).second) snapshots += b->capacity() * sizeof(float);
   }
   if (start_snapshot_ && seen.insert(start_snapshot_.get()).second) snapshots += start_snapshot_->capacity() * sizeof(float);
+  {
+    // A large message's segments made and kept for a resend: a window at most per link.
+    std::lock_guard<std::mutex> lock(streams_mu_);
+    for (const auto& s : streams_) out += s ? s->held_bytes() : 0;
+  }
   m.host["outboxes"] += out;
   m.host["inbox"] += inbox_->held_memory(seen);
   m.host["link_residuals"] += residuals;

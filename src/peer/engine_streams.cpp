@@ -7,6 +7,9 @@
 #include "hearsay/wire.pb.h"
 #include "message_stream.h"
 
+#include <algorithm>
+#include <cstdint>
+
 namespace hearsay {
 
 void GossipEngine::start_stream(int to, uint64_t update_id, uint32_t segments, std::function<OutFrame(uint32_t)> make,
@@ -18,11 +21,15 @@ void GossipEngine::start_stream(int to, uint64_t update_id, uint32_t segments, s
   auto stream = std::make_shared<MessageStream>(
       update_id, segments, std::move(make),
       [this, gate = send_gate_, peer = peers_[to]](OutFrame f, SendCallback sent) {
-        // The transport outlives the engine; what a stream sends after the engine is gone
-        // (a late acknowledgement's window) is not sent.
+        // The transport outlives the engine: what a stream sends after the engine is gone
+        // is not sent, and a completion after it is not told (the stream reads the
+        // engine's clock).
         const CallbackGate::Pass pass(*gate);
-        if (!pass) return sent({false, "the engine is gone"});
-        transport_.send(peer, std::move(f), std::move(sent));
+        if (!pass) return;
+        transport_.send(peer, std::move(f), [gate, sent = std::move(sent)](const SendStatus& s) {
+          const CallbackGate::Pass later(*gate);
+          if (later) sent(s);
+        });
       },
       [this, gate = send_gate_, to, t0, done = std::move(done)](const SendStatus& st, uint64_t bytes) {
         const CallbackGate::Pass pass(*gate);
@@ -44,7 +51,6 @@ void GossipEngine::start_stream(int to, uint64_t update_id, uint32_t segments, s
       o, clock_);
   {
     std::lock_guard<std::mutex> lock(streams_mu_);
-    if (streams_.size() != peers_.size()) streams_.resize(peers_.size());
     streams_[to] = stream;  // one message per link at a time (the outbox's rule)
   }
   stream->start();
@@ -61,10 +67,43 @@ void GossipEngine::on_acknowledgement(int from, uint64_t update_id, uint64_t hel
 }
 
 void GossipEngine::acknowledge(int to, uint64_t update_id, uint32_t held) {
+  AckLane& lane = *ack_lanes_[to];
+  {
+    std::lock_guard<std::mutex> lock(lane.mu);
+    if (lane.in_flight) {
+      // The newest waits; an older one it replaces says less.
+      if (!lane.waiting || lane.update_id != update_id || held > lane.held) lane.held = held;
+      lane.update_id = update_id;
+      lane.waiting = true;
+      return;
+    }
+    lane.in_flight = true;
+  }
+  send_acknowledgement(to, update_id, held);
+}
+
+void GossipEngine::send_acknowledgement(int to, uint64_t update_id, uint32_t held) {
   wire::Envelope e;
   e.mutable_credit()->set_acked_update_id(update_id);
   e.mutable_credit()->set_credits(held);
-  transport_.send(peers_[to], make_frame(e), [](const SendStatus&) {});
+  transport_.send(peers_[to], make_frame(e), [this, gate = send_gate_, to](const SendStatus&) {
+    const CallbackGate::Pass pass(*gate);
+    if (!pass) return;
+    AckLane& lane = *ack_lanes_[to];
+    uint64_t next_id = 0;
+    uint32_t next_held = 0;
+    {
+      std::lock_guard<std::mutex> lock(lane.mu);
+      if (!lane.waiting) {
+        lane.in_flight = false;
+        return;
+      }
+      lane.waiting = false;
+      next_id = lane.update_id;
+      next_held = lane.held;
+    }
+    send_acknowledgement(to, next_id, next_held);
+  });
 }
 
 void GossipEngine::tick_streams() {

@@ -2,6 +2,7 @@
 // (its other parts: engine_send.cpp, engine_arrivals.cpp, engine_replica.cpp,
 // engine_device.cpp, engine_between_steps.cpp, engine_state.cpp; made by engine_factory.cpp).
 
+#include <random>
 #include <algorithm>
 #include <limits>
 #include <cmath>
@@ -34,12 +35,20 @@ int gossip_device(const Trainable& model) {
 #endif
 }
 
+// A random base for stream ids, in the upper half of the ids (a message's own count
+// stays far below it), from the system's entropy: never the same in two lives of a peer.
+uint64_t random_id_base() {
+  std::random_device entropy;
+  const uint64_t r = (static_cast<uint64_t>(entropy()) << 32) ^ entropy();
+  return r | (uint64_t{1} << 63);
+}
+
 }  // namespace
 
 GossipEngine::GossipEngine(const GossipSpec& spec, std::vector<std::string> peers, int me, Transport& transport,
                            Trainable& model, Optimizer& optimizer, Clock& clock, EventLog& log, uint64_t seed,
                            std::unique_ptr<Topology> topology, std::unique_ptr<Algorithm> algorithm)
-    : spec_(spec), peers_(std::move(peers)), me_(me), transport_(transport), model_(model), optimizer_(optimizer), clock_(clock),
+    : stream_id_base_(random_id_base()), spec_(spec), peers_(std::move(peers)), me_(me), transport_(transport), model_(model), optimizer_(optimizer), clock_(clock),
       log_(log), mixer_(spec.mixer), topology_(std::move(topology)),
       rng_(seed, 500 + me), inbox_(std::make_unique<Inbox>(mixer_, gossip_device(model) >= 0, &clock)),
       guard_(std::make_unique<UpdateGuard>(spec.guard, peers_.size())),
@@ -52,6 +61,8 @@ GossipEngine::GossipEngine(const GossipSpec& spec, std::vector<std::string> peer
   // few it talks to.
   outboxes_.resize(peers_.size());
   link_codecs_.resize(peers_.size());
+  streams_.resize(peers_.size());
+  for (size_t i = 0; i < peers_.size(); ++i) ack_lanes_.push_back(std::make_unique<AckLane>());
   entry_ = &algorithm_entry(spec_.algorithm);
   algorithm_ = std::move(algorithm);
   send_gate_ = std::make_shared<CallbackGate>();

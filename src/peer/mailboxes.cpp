@@ -275,10 +275,16 @@ std::string Inbox::add_segment(int from, const wire::Update& u, const uint8_t* p
     std::lock_guard<std::mutex> lock(mu_);
     auto it = partial_.find(key);
     if (it == partial_.end() && u.resumable()) {
+      // Another thread decodes a segment of it (the old connection's reader): no answer,
+      // the next segment's will say.
+      if (decoding_.count(key) != 0) {
+        *held = kNoAnswer;
+        return {};
+      }
       // A resent segment of a message completed already, or one whose beginning this
       // inbox does not hold (it restarted, or dropped it): said, not assembled.
-      for (const auto& [f, id, segments] : completed_) {
-        if (f == from && id == u.update_id()) {
+      for (const auto& [f, id, segments, length] : completed_) {
+        if (f == from && id == u.update_id() && segments == count && length == u.tensor_length()) {
           *held = segments;
           return {};
         }
@@ -314,10 +320,17 @@ std::string Inbox::add_segment(int from, const wire::Update& u, const uint8_t* p
       p.lo = u.segment_offset();
       p.m.offset = p.lo;
     } else if (u.segment_offset() != p.lo + p.m.data.size()) {
+      if (u.resumable()) {
+        // Out of its order (a segment of the connection before a cut, after the resend
+        // began): not taken, nor the message dropped; the acknowledgement says where it is.
+        *held = p.have;
+        return {};
+      }
       partial_.erase(it);
       return "segments: segment " + std::to_string(u.segment_index()) + " does not follow the one before it";
     }
     node = partial_.extract(it);
+    decoding_.insert(key);
   }
   Partial& p = node.mapped();
   // Its segments follow one another to the tensor's end at most: one allocation, not a
@@ -362,6 +375,7 @@ std::string Inbox::add_segment(int from, const wire::Update& u, const uint8_t* p
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
+  decoding_.erase(key);
   if (!err.empty()) {
     if (p.m.synchronous) {
       for (auto r = refused_sync_.begin(); r != refused_sync_.end();) r = std::get<0>(r->first) == from ? refused_sync_.erase(r) : std::next(r);
@@ -373,7 +387,7 @@ std::string Inbox::add_segment(int from, const wire::Update& u, const uint8_t* p
   *held = ++p.have;
   if (p.have == p.count) {
     if (u.resumable()) {
-      completed_.emplace_back(from, u.update_id(), p.count);
+      completed_.emplace_back(from, u.update_id(), p.count, p.m.total);
       if (completed_.size() > kCompleted) completed_.pop_front();
     }
     auto m = std::move(p.m);

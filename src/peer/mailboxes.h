@@ -14,11 +14,13 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <tuple>
 
 #include "hearsay/clock.h"
@@ -73,8 +75,9 @@ class Inbox {
   // to belong to, or its payload does not decode), or an empty string.
   // `held` (may be null): how many of the message's segments the inbox now holds, in
   // order (all of them once it is complete; 0 for a resumable message's later segment
-  // whose first it does not hold). A resumable message's segment it holds already (resent
-  // after a cut) is skipped, not refused.
+  // whose first it does not hold; kNoAnswer while another thread decodes a segment of it,
+  // the old connection's reader after a cut). A resumable message's segment it holds
+  // already (resent after a cut), or one out of its order, is skipped, not refused.
   std::string add_segment(int from, const wire::Update& u, const uint8_t* payload, size_t bytes, uint32_t* held = nullptr);
   std::vector<GossipEngine::Message> take_async();
   // Waits until the message is there, `stop` is set or the timeout passes.
@@ -90,6 +93,7 @@ class Inbox {
   size_t buffered_bytes() const;
   uint64_t held_memory(std::unordered_set<const void*>& seen) const;
 
+  static constexpr uint32_t kNoAnswer = UINT32_MAX;
   static constexpr size_t kSyncRounds = 4;     // distinct rounds held per sender
   static constexpr size_t kSyncMessages = 64;  // synchronous messages held per sender
   static constexpr size_t kDeltas = 16;        // model deltas held per sender
@@ -113,7 +117,9 @@ class Inbox {
   std::map<std::pair<int, uint64_t>, Partial> partial_;                    // GUARDED_BY(mu_)
   // The last resumable messages completed, (sender, update id) with their segment counts:
   // a resend of one whose last acknowledgement was lost is answered whole, not as unknown.
-  std::deque<std::tuple<int, uint64_t, uint32_t>> completed_;              // GUARDED_BY(mu_), kCompleted at most
+  std::deque<std::tuple<int, uint64_t, uint32_t, uint64_t>> completed_;    // GUARDED_BY(mu_), kCompleted at most (+ its tensor's length)
+  // Messages whose segment is being decoded (taken out of partial_ meanwhile).
+  std::set<std::pair<int, uint64_t>> decoding_;                            // GUARDED_BY(mu_)
   static constexpr size_t kCompleted = 64;
   std::map<std::pair<int, int>, GossipEngine::Message> async_;            // GUARDED_BY(mu_)
   std::map<int, std::deque<GossipEngine::Message>> deltas_;               // GUARDED_BY(mu_), in arrival order

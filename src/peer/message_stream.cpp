@@ -1,6 +1,7 @@
 #include "message_stream.h"
 
 #include <algorithm>
+#include <exception>
 #include <utility>
 
 namespace hearsay {
@@ -19,33 +20,73 @@ void MessageStream::start() {
 }
 
 void MessageStream::pump() {
+  {
+    // One thread hands frames over at a time, so they reach the transport in their
+    // order; another that would pump meanwhile leaves it to this one (repump_).
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pumping_) {
+      repump_ = true;
+      return;
+    }
+    pumping_ = true;
+  }
   for (;;) {
     OutFrame frame;
-    uint64_t generation;
+    uint64_t generation = 0;
+    Done failed;
+    std::string why;
+    uint64_t bytes = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (finished_ || suspended_ || sent_ >= segments_) return;
-      // The window: one frame always, more while what is unacknowledged stays under it.
-      if (sent_ > acked_ && in_flight_ >= options_.window_bytes) return;
-      if (sent_ == made_) {
-        kept_.push_back(make_(made_));
-        kept_bytes_ += kept_.back().size();
-        ++made_;
+      const bool can_send = !finished_ && !suspended_ && sent_ < segments_ &&
+                            // The window: one frame always, more while what is unacknowledged stays under it.
+                            (sent_ == acked_ || in_flight_ < options_.window_bytes);
+      if (!can_send) {
+        if (!std::exchange(repump_, false)) {
+          pumping_ = false;
+          return;
+        }
+        continue;  // something moved while the frame before was handed over: look again
       }
-      frame = kept_[sent_ - acked_];  // a copy: the kept one stays for a resend
-      ++sent_;
-      in_flight_ += frame.size();
-      bytes_sent_ += frame.size();
-      generation = generation_;
+      if (sent_ == made_) {
+        try {
+          kept_.push_back(make_(made_));
+        } catch (const std::exception& e) {
+          // The segment cannot be made (memory): the message fails, the outbox goes on.
+          failure_ = std::string("its segment ") + std::to_string(made_) + " could not be made: " + e.what();
+          failed = finish_locked();
+          why = failure_;
+          bytes = bytes_sent_;
+          pumping_ = false;
+        }
+        if (!failed) {
+          kept_bytes_ += kept_.back().size();
+          ++made_;
+        }
+      }
+      if (!failed) {
+        frame = kept_[sent_ - acked_];  // a copy: the kept one stays for a resend
+        ++sent_;
+        ++unsent_;
+        in_flight_ += frame.size();
+        bytes_sent_ += frame.size();
+        generation = generation_;
+      }
     }
+    if (failed) return failed({false, why}, bytes);
     send_(std::move(frame), [self = shared_from_this(), generation](const SendStatus& s) { self->on_sent(generation, s); });
   }
 }
 
 void MessageStream::on_sent(uint64_t generation, const SendStatus& s) {
-  if (s.ok) return;  // the acknowledgements move the window
   std::lock_guard<std::mutex> lock(mu_);
-  if (finished_ || generation != generation_ || suspended_) return;
+  if (finished_ || generation != generation_) return;
+  if (unsent_ > 0) --unsent_;
+  if (s.ok) {
+    if (unsent_ == 0) sent_out_at_ = clock_.now();  // the acknowledgements move the window
+    return;
+  }
+  if (suspended_) return;
   suspended_ = true;
   suspended_at_ = clock_.now();
   failure_ = s.error;
@@ -59,12 +100,14 @@ void MessageStream::acknowledged(uint64_t update_id, uint32_t held) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (finished_) return;
-    if (held < acked_) {
-      failure_ = "the receiver holds " + std::to_string(held) + " of its segments, fewer than the " + std::to_string(acked_) +
-                 " it had acknowledged (it restarted?)";
+    if (held == 0 && acked_ > 0) {
+      // The receiver says it does not know the update: it restarted, or dropped it.
+      failure_ = "the receiver no longer holds the message (it had acknowledged " + std::to_string(acked_) + " of " +
+                 std::to_string(segments_) + " segments; restarted?)";
       done = finish_locked();
     } else {
-      // Never past what was sent: a receiver cannot acknowledge what it was not sent.
+      // An acknowledgement older than one already taken (from a connection before a cut)
+      // says nothing new; one past what was sent is held to what was.
       held = std::min(held, sent_);
       if (held > acked_) progress_at_ = clock_.now();
       while (acked_ < held) {
@@ -90,30 +133,41 @@ void MessageStream::tick(bool connected) {
     std::lock_guard<std::mutex> lock(mu_);
     if (finished_) return;
     const double now = clock_.now();
-    if (!suspended_) {
-      if (sent_ == acked_ || now - progress_at_ < options_.stall_s) return;
-      suspended_ = true;
-      suspended_at_ = now - options_.retry_s;  // goes on at once where the link is up
-      failure_ = "no acknowledgement for " + std::to_string(static_cast<int>(now - progress_at_)) + " s";
-    }
-    const double down = now - suspended_at_;
-    if (down > options_.resume_timeout_s) {
-      failure_ = "the link was down for " + std::to_string(static_cast<int>(down)) + " s in the middle of the message (" +
-                 failure_ + ")";
+    if (now - progress_at_ > options_.resume_timeout_s) {
+      // Nothing acknowledged for this long, whatever the link said: the message fails and
+      // the outbox goes on (a receiver that never answers cannot hold a link forever).
+      failure_ = "no segment acknowledged for " + std::to_string(static_cast<int>(now - progress_at_)) +
+                 " s in the middle of the message" + (failure_.empty() ? "" : " (" + failure_ + ")");
       done = finish_locked();
       why = failure_;
       bytes = bytes_sent_;
-    } else if (connected && down >= options_.retry_s) {
+    } else {
+      if (!suspended_) {
+        if (!connected && sent_ > acked_) {
+          // The connection dropped under the segments in flight: what the transport had
+          // taken before is lost with it, whether or not it said so.
+          suspended_ = true;
+          suspended_at_ = now;
+          failure_ = "the link went down";
+        } else if (sent_ > acked_ && unsent_ == 0 && now - std::max(progress_at_, sent_out_at_) >= options_.stall_s) {
+          // Every segment sent has left, and none was acknowledged since for stall_s: they
+          // were lost with a connection that dropped after the transport had taken them.
+          suspended_ = true;
+          suspended_at_ = now - options_.retry_s;  // goes on at once where the link is up
+          failure_ = "no acknowledgement for " + std::to_string(static_cast<int>(now - progress_at_)) + " s";
+        } else {
+          return;
+        }
+      }
+      if (!connected || now - suspended_at_ < options_.retry_s) return;
       // From the receiver's last acknowledgement: what it had not acknowledged is resent
       // (segments it holds already are skipped by its inbox).
       suspended_ = false;
       failure_.clear();
-      progress_at_ = now;
       ++generation_;
       sent_ = acked_;
+      unsent_ = 0;
       in_flight_ = 0;
-    } else {
-      return;
     }
   }
   if (done) return done({false, why}, bytes);

@@ -30,9 +30,11 @@ class MessageStream : public std::enable_shared_from_this<MessageStream> {
     uint64_t window_bytes = 64u << 20;  // sent and not yet acknowledged, at most (one frame always)
     double retry_s = 0.5;               // after a failed send, the wait before going on
     double resume_timeout_s = 60;       // a link down this long in the middle of a message fails it
-    // No acknowledgement for this long with segments unacknowledged: they were lost with
-    // a connection that dropped after the transport had taken them (it reports no failure
-    // then), so the stream goes on from the last acknowledgement as after a failed send.
+    // No acknowledgement for this long after every segment sent had left: they were lost
+    // with a connection that dropped after the transport had taken them (it reports no
+    // failure then), so the stream goes on from the last acknowledgement as after a failed
+    // send. (A receiver's acknowledgements never queue behind its own data: they are
+    // urgent frames, OutFrame::urgent.)
     double stall_s = 10;
   };
   // Builds segment `index`'s frame; called once per index, in order, under the stream's
@@ -48,11 +50,14 @@ class MessageStream : public std::enable_shared_from_this<MessageStream> {
   // Sends the first window.
   void start();
   // The receiver holds the first `held` segments of update `update_id` (another update's
-  // acknowledgement is ignored). Fewer than it acknowledged before: it lost the message
-  // (restarted), which then fails, as nothing before the window is kept to resend.
+  // acknowledgement is ignored, and so is one older than one taken: a connection's before
+  // a cut). 0 once some were acknowledged: it lost the message (restarted), which then
+  // fails, as nothing before the window is kept to resend.
   void acknowledged(uint64_t update_id, uint32_t held);
-  // A stream whose sends failed, or which heard no acknowledgement for stall_s, goes on
-  // once `connected` again and retry_s has passed; one down past resume_timeout_s fails.
+  // A stream whose sends failed, whose link is seen down (`connected` false), or whose
+  // segments all left without an acknowledgement for stall_s, goes on once `connected`
+  // again and retry_s has passed. One with nothing acknowledged for resume_timeout_s
+  // fails, whatever the link says.
   void tick(bool connected);
 
   uint64_t update_id() const { return update_id_; }
@@ -81,6 +86,9 @@ class MessageStream : public std::enable_shared_from_this<MessageStream> {
   uint64_t bytes_sent_ = 0;                   // GUARDED_BY(mu_)
   uint64_t generation_ = 0;                   // GUARDED_BY(mu_): bumped at each resume
   bool suspended_ = false, finished_ = false; // GUARDED_BY(mu_)
+  bool pumping_ = false, repump_ = false;     // GUARDED_BY(mu_): one thread hands frames over at a time
+  uint32_t unsent_ = 0;                       // GUARDED_BY(mu_): handed over, not yet reported sent
+  double sent_out_at_ = 0;                    // GUARDED_BY(mu_): when the last handed over had all left
   double suspended_at_ = 0;                   // GUARDED_BY(mu_)
   double progress_at_ = 0;                    // GUARDED_BY(mu_): the last acknowledgement that moved it (or its start)
   std::string failure_;                       // GUARDED_BY(mu_): why it ends, when it fails

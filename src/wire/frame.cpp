@@ -44,6 +44,7 @@ OutFrame make_frame(const wire::Envelope& envelope, const uint8_t* payload, size
   }
   f.payload_size = payload_size;
   f.sealed = payload_size == 0;  // an empty payload's CRC32C is 0
+  f.urgent = envelope.has_heartbeat() || envelope.has_credit() || envelope.has_probe();
   return f;
 }
 

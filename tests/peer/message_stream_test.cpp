@@ -134,7 +134,8 @@ TEST_CASE("message stream: after a failed send it waits for the link, then resen
   down.stream->tick(false);
   CHECK(down.done_calls == 1);
   CHECK_FALSE(down.status.ok);
-  CHECK(down.status.error.find("the link was down for 31 s in the middle of the message") != std::string::npos);
+  CHECK(down.status.error.find("no segment acknowledged for 31 s in the middle of the message (connection lost)") !=
+        std::string::npos);
 }
 
 TEST_CASE("message stream: with no acknowledgement for the stall time it goes on from the last one, and a receiver that "
@@ -153,5 +154,20 @@ TEST_CASE("message stream: with no acknowledgement for the stall time it goes on
   h.stream->acknowledged(42, 0);  // it lost what it had
   CHECK(h.done_calls == 1);
   CHECK_FALSE(h.status.ok);
-  CHECK(h.status.error.find("fewer than the 1 it had acknowledged") != std::string::npos);
+  CHECK(h.status.error.find("the receiver no longer holds the message (it had acknowledged 1 of 10") != std::string::npos);
+}
+
+TEST_CASE("message stream: a link seen down with segments in flight suspends it at once, and it goes on from the last "
+          "acknowledgement when the link is back") {
+  const size_t f = Harness::frame_bytes();
+  Harness h(3 * f);
+  h.stream->start();
+  h.stream->acknowledged(42, 1);  // 0..3 sent; the transport took them and said nothing of the cut
+  REQUIRE(h.sent == std::vector<uint32_t>{0, 1, 2, 3});
+  h.stream->tick(false);  // the engine sees the link down
+  h.clock.t = 0.6;
+  h.stream->tick(true);
+  CHECK(h.sent == std::vector<uint32_t>{0, 1, 2, 3, 1, 2, 3});
+  h.stream->tick(true);  // up, nothing in flight lost: nothing more
+  CHECK(h.sent.size() == 7);
 }

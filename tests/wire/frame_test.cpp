@@ -217,3 +217,25 @@ TEST_CASE("frames: a frame without a CRC is refused unless the transport accepts
   CHECK(decode_all(whole, &err).size() == 1);
   CHECK(err == FrameError::kNone);
 }
+
+TEST_CASE("frames: heartbeats, acknowledgements and probes are urgent (sent before queued data), updates, hellos and "
+          "byes are not") {
+  wire::Envelope e;
+  e.mutable_heartbeat()->set_seq(1);
+  CHECK(make_frame(e).urgent);
+  e.Clear();
+  e.mutable_credit()->set_credits(3);
+  CHECK(make_frame(e).urgent);
+  e.Clear();
+  e.mutable_probe()->set_seq(1);
+  CHECK(make_frame(e).urgent);
+  e.Clear();
+  e.mutable_update()->set_update_id(1);
+  CHECK_FALSE(make_frame(e).urgent);
+  e.Clear();
+  e.mutable_bye()->set_reason("done");  // after what is queued: a close says it last
+  CHECK_FALSE(make_frame(e).urgent);
+  e.Clear();
+  e.mutable_hello()->set_peer_id("a");
+  CHECK_FALSE(make_frame(e).urgent);
+}

@@ -1,6 +1,7 @@
 #include <atomic>
 #include <cmath>
 #include <thread>
+#include <utility>
 
 #include "../timed_executor.h"
 #include "shared_pipe.h"
@@ -40,12 +41,29 @@ class EmulatedTransport final : public Transport {
     }
     if (!default_.pipe.empty()) pipes_[default_.pipe] = SharedPipe::open(default_.pipe_scope, default_.pipe);
     thread_ = std::thread([this] { run_thread("the link emulation's thread", [this] { clock_.run(); }); });
+    set_link_listener(nullptr);
   }
   ~EmulatedTransport() override { close(); }
 
   std::string kind() const override { return "emulated(" + inner_->kind() + ")"; }
   void set_receiver(Receiver r) override { inner_->set_receiver(std::move(r)); }
-  void set_link_listener(LinkListener l) override { inner_->set_link_listener(std::move(l)); }
+  // A connection that drops takes the frames on its emulated link with it, as a TCP
+  // connection's do: each link counts its connections' ends (an epoch), and a frame of an
+  // earlier epoch is failed at its departure, or lost in flight, never delivered over the
+  // next connection out of its order.
+  void set_link_listener(LinkListener l) override {
+    inner_->set_link_listener([this, l = std::move(l)](const LinkEvent& e) {
+      if (e.kind == LinkEvent::Kind::kDown) {
+        std::lock_guard<std::mutex> lock(mu_);
+        Link& link = links_[e.peer_id];
+        ++link.epoch;
+        link.free_at = link.last_arrival = Clock::now();  // its queue went with the connection
+        link.dead_frames += std::exchange(link.in_flight, 0);
+        link.dead_bytes += std::exchange(link.in_flight_bytes, 0);
+      }
+      if (l) l(e);
+    });
+  }
   std::string listen(const std::string& address) override { return inner_->listen(address); }
   void connect(const std::string& peer_id, const std::string& address) override { inner_->connect(peer_id, address); }
   // The frames move on the inner transport, from the caller's memory.
@@ -57,15 +75,22 @@ class EmulatedTransport final : public Transport {
     const auto now = Clock::now();
     Clock::time_point leave, arrive;
     bool lost = false;
+    uint64_t epoch = 0;
     {
       std::lock_guard<std::mutex> lock(mu_);
       const LinkModel& m = model(peer_id);
       Link& link = links_[peer_id];
+      epoch = link.epoch;
       const double t = std::chrono::duration<double>(now - start_).count();
       for (const auto& [a, b] : m.outages) lost |= t >= a && t < b;
       if (m.loss > 0 && rng_.uniform() < m.loss) lost = true;
       const double transmit_s = m.bandwidth_bps > 0 ? 8.0 * static_cast<double>(frame.size()) / m.bandwidth_bps : 0.0;
-      if (m.pipe.empty()) {
+      if (frame.urgent) {
+        // A control frame (a heartbeat, an acknowledgement) is not queued behind the data
+        // waiting: hearsay's tcp transport sends it ahead of its queue. It takes its own
+        // few bytes' time and keeps no order with the data frames.
+        leave = now + seconds_to_duration(transmit_s);
+      } else if (m.pipe.empty()) {
         leave = std::max(now, link.free_at) + seconds_to_duration(transmit_s);
         link.free_at = leave;
       } else {
@@ -76,8 +101,11 @@ class EmulatedTransport final : public Transport {
       }
       double delay = m.latency_s;
       if (m.jitter_s > 0) delay = std::max(0.0, delay + (2.0 * rng_.uniform() - 1.0) * m.jitter_s);
-      arrive = std::max(leave + seconds_to_duration(delay), link.last_arrival);
-      link.last_arrival = arrive;
+      arrive = leave + seconds_to_duration(delay);
+      if (!frame.urgent) {
+        arrive = std::max(arrive, link.last_arrival);  // data frames keep their order, as on a TCP path
+        link.last_arrival = arrive;
+      }
       ++link.in_flight;
       link.in_flight_bytes += frame.size();
       if (lost) ++dropped_;
@@ -85,18 +113,28 @@ class EmulatedTransport final : public Transport {
     auto sent = std::make_shared<SendCallback>(std::move(done));
     // The sender hears back when the frame has left the emulated link, and hears that it
     // failed when it is lost (as a real transport reports a frame it could not deliver)...
-    clock_.post([sent, lost] { if (*sent) (*sent)(lost ? SendStatus{false, "emulated loss"} : SendStatus{}); }, leave);
+    clock_.post(
+        [this, sent, lost, peer_id, epoch] {
+          if (!*sent) return;
+          if (lost) return (*sent)({false, "emulated loss"});
+          if (!same_epoch(peer_id, epoch)) return (*sent)({false, "emulated link: the connection to '" + peer_id + "' dropped"});
+          (*sent)({});
+        },
+        leave);
     // ...and the frame reaches the real transport when it would arrive.
     const size_t bytes = frame.size();
     clock_.post(
-        [this, peer_id, bytes, lost, f = std::make_shared<OutFrame>(std::move(frame))]() mutable {
+        [this, peer_id, bytes, lost, epoch, f = std::make_shared<OutFrame>(std::move(frame))]() mutable {
+          bool current;
           {
             std::lock_guard<std::mutex> lock(mu_);
             Link& link = links_[peer_id];
-            --link.in_flight;
-            link.in_flight_bytes -= bytes;
+            current = link.epoch == epoch;
+            // A frame of a dropped connection no longer counts as queued on the link.
+            (current ? link.in_flight : link.dead_frames) -= 1;
+            (current ? link.in_flight_bytes : link.dead_bytes) -= bytes;
           }
-          if (!lost) inner_->send(peer_id, std::move(*f), nullptr);
+          if (!lost && current) inner_->send(peer_id, std::move(*f), nullptr);
         },
         arrive);
   }
@@ -130,7 +168,13 @@ class EmulatedTransport final : public Transport {
   struct Link {
     Clock::time_point free_at{}, last_arrival{};
     uint64_t in_flight = 0, in_flight_bytes = 0;
+    uint64_t epoch = 0;  // connections to the peer that have dropped
+    uint64_t dead_frames = 0, dead_bytes = 0;  // of dropped connections, their timers not yet run
   };
+  bool same_epoch(const std::string& peer, uint64_t epoch) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return links_[peer].epoch == epoch;
+  }
   const LinkModel& model(const std::string& peer) const {
     const auto it = per_peer_.find(peer);
     return it == per_peer_.end() ? default_ : it->second;

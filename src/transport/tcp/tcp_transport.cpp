@@ -554,7 +554,16 @@ void TcpConnection::send(OutFrame frame, SendCallback done) {
 void TcpConnection::queue(OutFrame frame, SendCallback done) {
   counters_.queue_depth += 1;
   counters_.queue_bytes += frame.size();
-  queue_.push_back({std::move(frame), std::move(done)});
+  if (frame.urgent) {
+    // Ahead of the data frames waiting (not of the one being written, nor of other
+    // control frames): a heartbeat or an acknowledgement never waits behind a window of
+    // a large message's segments.
+    auto at = queue_.begin() + (writing_ && !queue_.empty() ? 1 : 0);
+    while (at != queue_.end() && at->frame.urgent) ++at;
+    queue_.insert(at, {std::move(frame), std::move(done)});
+  } else {
+    queue_.push_back({std::move(frame), std::move(done)});
+  }
   if (!writing_) write_next();
 }
 
