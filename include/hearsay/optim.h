@@ -75,6 +75,9 @@ class Optimizer {
   // The same into `into`, reusing the memory of its buffers that have the right length (a
   // checkpoint's snapshot, taken into the last one's buffers).
   virtual void save_state_into(OptimizerState& into) const { into = save_state(); }
+  // The names of the buffers save_state() gives (each num_params floats): what a
+  // checkpoint's snapshot makes room for before its first copy.
+  virtual std::vector<std::string> state_buffer_names() const { return {}; }
   // Uploads a state save_state() gave. Throws InputError, naming `where` (a checkpoint
   // file), when it is another optimizer's, or holds a buffer this optimizer does not
   // keep, or one whose length is not n, or a negative step count; nothing is changed

@@ -164,6 +164,7 @@ class Peer {
   // Snapshots the state and hands it to the checkpoint writer, which writes it while the
   // next steps run (src/peer/checkpoint_writer.h).
   void save_checkpoint(int64_t step, double wall_s);
+  void make_checkpoint_writer();
   // What run() sizes its steps by: in a cluster the mean shard (every peer takes the same
   // number of steps: synchronous algorithms meet every round), alone this peer's.
   int64_t shard_size() const;

@@ -38,6 +38,8 @@ class AdamW final : public Optimizer {
     return s;
   }
 
+  std::vector<std::string> state_buffer_names() const override { return {kFirstMoment, kSecondMoment}; }
+
   void save_state_into(OptimizerState& s) const override {
     s.optimizer = kAdamWName;
     s.steps = steps_;

@@ -34,6 +34,11 @@ class Sgd final : public Optimizer {
     return s;
   }
 
+  std::vector<std::string> state_buffer_names() const override {
+    if (velocity_.f32() == nullptr) return {};
+    return {kVelocity};
+  }
+
   void save_state_into(OptimizerState& s) const override {
     s.optimizer = kSgdName;
     s.steps = steps_;

@@ -4,9 +4,11 @@
 #include <unistd.h>
 
 #include <limits>
+#include <new>
 
 #include "hearsay/clock.h"
 #include "hearsay/error.h"
+#include "../util/host_memory.h"
 
 namespace hearsay {
 
@@ -60,6 +62,19 @@ double CheckpointWriter::finish() {
   return wall_clock().now() - t0;
 }
 
+void CheckpointWriter::prepare(size_t params, const std::vector<std::string>& optimizer_buffers) {
+  if (!background_ || params == 0) return;  // a simulated peer: the first snapshot makes them
+  Job job;
+  job.prepare_floats = params;
+  job.prepare_names = optimizer_buffers;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    wait_idle(lock);
+    job_ = std::move(job);
+  }
+  cv_.notify_all();
+}
+
 uint64_t CheckpointWriter::held_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return held_ + spare_.bytes();
@@ -88,6 +103,19 @@ void CheckpointWriter::loop() {
 }
 
 void CheckpointWriter::write(Job& job) {
+  if (job.prepare_floats > 0) {
+    // Made here, on huge pages, every page touched (zeroed): resident before they are needed.
+    CheckpointData d;
+    try {
+      resize_for_copy(d.params, job.prepare_floats);
+      for (const auto& name : job.prepare_names) resize_for_copy(d.optimizer.buffers[name], job.prepare_floats);
+    } catch (const std::bad_alloc&) {
+      return;  // no room now: the first snapshot tries again, and says so if it fails
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    spare_ = std::move(d);
+    return;
+  }
   const double t0 = wall_clock().now();
   try {
     job.what.file_bytes = write_checkpoint(job.what.path, std::move(job.data));

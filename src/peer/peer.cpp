@@ -204,6 +204,11 @@ TrainResult Peer::run() {
                 .seed = spec_.seed});
 
   const int64_t first_step = resume();
+  // The checkpoints' snapshot buffers, made beside the first steps (checkpoint_writer.h).
+  if (!checkpoint_path().empty()) {
+    make_checkpoint_writer();
+    checkpoints_->prepare(model_->num_params(), optimizer_->state_buffer_names());
+  }
   // A resumed peer goes on from its own state; a fresh one may start from a neighbour's.
   if (engine_ && first_step == 0 && network_.join) engine_->join();
   TrainResult result;
@@ -308,22 +313,24 @@ std::string Peer::checkpoint_path() const {
   return spec_.checkpoint_dir.empty() ? std::string() : spec_.checkpoint_dir + "/" + spec_.name + ".ckpt";
 }
 
+void Peer::make_checkpoint_writer() {
+  // In the background on real time; a simulated peer writes in its own step (its clock is
+  // virtual, and the simulated disk costs nothing).
+  checkpoints_ = std::make_unique<CheckpointWriter>(!clock_->simulated(), [this](const CheckpointWriter::Written& w) {
+    log_.write(log_.event("checkpoint")
+                   .add("step", w.step)
+                   .add("path", w.path)
+                   .add("bytes", static_cast<int64_t>(w.file_bytes))
+                   .add("snapshot_s", w.snapshot_s)
+                   .add("waited_s", w.waited_s)
+                   .add("write_s", w.write_s));
+  });
+}
+
 void Peer::save_checkpoint(int64_t step, double wall_s) {
   const std::string path = checkpoint_path();
   if (path.empty()) return;
-  if (!checkpoints_) {
-    // In the background on real time; a simulated peer writes in its own step (its clock
-    // is virtual, and the simulated disk costs nothing).
-    checkpoints_ = std::make_unique<CheckpointWriter>(!clock_->simulated(), [this](const CheckpointWriter::Written& w) {
-      log_.write(log_.event("checkpoint")
-                     .add("step", w.step)
-                     .add("path", w.path)
-                     .add("bytes", static_cast<int64_t>(w.file_bytes))
-                     .add("snapshot_s", w.snapshot_s)
-                     .add("waited_s", w.waited_s)
-                     .add("write_s", w.write_s));
-    });
-  }
+  if (!checkpoints_) make_checkpoint_writer();
   // The snapshot: the step loop's whole share of a checkpoint (copies of the parameters
   // and the optimizer's state, the engine's and the sampler's small state).
   const double t0 = clock_->now();

@@ -25,6 +25,7 @@ class TimedOptimizer final : public Optimizer {
   int64_t steps() const override { return target_().steps(); }
   OptimizerState save_state() const override { return target_().save_state(); }
   void save_state_into(OptimizerState& into) const override { target_().save_state_into(into); }
+  std::vector<std::string> state_buffer_names() const override { return target_().state_buffer_names(); }
   void load_state(const OptimizerState& state, const std::string& where) override { target_().load_state(state, where); }
   bool state_is_saved() const override { return target_().state_is_saved(); }
   uint64_t state_bytes() const override { return target_().state_bytes(); }
