@@ -376,4 +376,5 @@ class DecentralizedOptimizer:
         tmp = self._checkpoint_path + ".tmp"
         torch.save(self.state_dict(), tmp)
         os.replace(tmp, self._checkpoint_path)
-        self.peer.log("checkpoint", step=self.peer.steps, path=self._checkpoint_path, write_s=time.perf_counter() - t0)
+        self.peer.log("checkpoint", step=self.peer.steps, path=self._checkpoint_path,
+                      bytes=os.path.getsize(self._checkpoint_path), write_s=time.perf_counter() - t0)
