@@ -432,6 +432,9 @@ class GossipEngine {
   void say_once(const std::string& what);
   void give_back(const std::vector<float>& x, uint64_t offset, double w);  // into returned_
   void adapt_codec(int to, size_t elements, bool update);
+  // A message of `bytes` took `seconds` to link `to`: the topology's and the adaptive
+  // codec's measure of the link (smoothed).
+  void note_link_throughput(int to, uint64_t bytes, double seconds);
   LinkEncoder* link_encoder(int to, const Message& m, size_t elements, bool* update);
   // Fills in what the engine knows of a message it sends: sender, clocks, step, samples,
   // and the whole tensor's length when the algorithm left it 0.

@@ -47,8 +47,16 @@ void download_floats_into(Backend& backend, const float* src, size_t n, std::vec
     out.clear();
     return;
   }
+  if (backend.is_host()) {
+    // Memory it holds already is copied into on every core (a checkpoint's snapshot);
+    // fresh memory is written once by the copy, not zeroed first (a gradient's host copy,
+    // every step).
+    if (out.size() == n) return copy_on_all_cores(out.data(), src, sizeof(float) * n);
+    reserve_for_copy(out, n);
+    out.assign(src, src + n);
+    return;
+  }
   resize_for_copy(out, n);
-  if (backend.is_host()) return copy_on_all_cores(out.data(), src, sizeof(float) * n);
   backend.download(out.data(), src, sizeof(float) * n);
 }
 

@@ -156,16 +156,19 @@ void GossipEngine::send_frames(int i, std::vector<OutFrame> frames, size_t bytes
       if (--*remaining != 0) return;
       if (*failed && returned) give_back(*returned, offset, weight);
       const double dt = clock_.now() - t0;
-      if (!*failed && dt > 0) {
-        const double bps = static_cast<double>(bytes) / dt;
-        topology_->observe_throughput(me_, i, bps);
-        std::lock_guard<std::mutex> lock(link_mu_);
-        double& b = link_bps_[i];
-        b = b <= 0 ? bps : 0.8 * b + 0.2 * bps;
-      }
+      if (!*failed) note_link_throughput(i, bytes, dt);
       done(*failed ? SendStatus{false, "segment lost"} : SendStatus{});
     });
   }
+}
+
+void GossipEngine::note_link_throughput(int to, uint64_t bytes, double seconds) {
+  if (!(seconds > 0)) return;
+  const double bps = static_cast<double>(bytes) / seconds;
+  topology_->observe_throughput(me_, to, bps);
+  std::lock_guard<std::mutex> lock(link_mu_);
+  double& b = link_bps_[to];
+  b = b <= 0 ? bps : 0.8 * b + 0.2 * bps;
 }
 
 // With lc.mu held. Re-chooses link i's codec for updates (gradients, deltas) or for whole

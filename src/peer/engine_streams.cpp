@@ -38,14 +38,7 @@ void GossipEngine::start_stream(int to, uint64_t update_id, uint32_t segments, s
           std::lock_guard<std::mutex> lock(streams_mu_);
           if (streams_[to] && streams_[to]->finished()) streams_[to].reset();
         }
-        const double dt = clock_.now() - t0;
-        if (st.ok && dt > 0) {
-          const double bps = static_cast<double>(bytes) / dt;
-          topology_->observe_throughput(me_, to, bps);
-          std::lock_guard<std::mutex> lock(link_mu_);
-          double& b = link_bps_[to];
-          b = b <= 0 ? bps : 0.8 * b + 0.2 * bps;
-        }
+        if (st.ok) note_link_throughput(to, bytes, clock_.now() - t0);
         done(st, bytes);
       },
       o, clock_);

@@ -21,12 +21,16 @@ void advise_huge_pages(void* p, size_t bytes) {
   if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
 }
 
-void resize_for_copy(std::vector<float>& out, size_t n) {
+void reserve_for_copy(std::vector<float>& out, size_t n) {
   if (out.size() == n) return;
   out.clear();
   out.shrink_to_fit();
   out.reserve(n);  // a fresh mapping at this size, not yet touched
   advise_huge_pages(out.data(), n * sizeof(float));
+}
+
+void resize_for_copy(std::vector<float>& out, size_t n) {
+  reserve_for_copy(out, n);
   out.resize(n);
 }
 

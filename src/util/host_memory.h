@@ -13,8 +13,10 @@ namespace hearsay {
 // Asks the kernel to back [p, p + bytes) with transparent huge pages where it allows them
 // (madvise mode); a hint, ignored where refused. Call before the memory is first touched.
 void advise_huge_pages(void* p, size_t bytes);
-// `out` resized to n floats, its fresh memory advised onto huge pages before it is
-// touched; memory it already holds (n floats) is kept as it is.
+// `out` emptied, with fresh room for n floats advised onto huge pages before it is
+// touched (unless it holds n floats already: then it is left as it is).
+void reserve_for_copy(std::vector<float>& out, size_t n);
+// The same, then resized to n floats (zeroed where fresh).
 void resize_for_copy(std::vector<float>& out, size_t n);
 // memcpy, split over the machine's cores when it is large enough to gain from them.
 void copy_on_all_cores(void* dst, const void* src, size_t bytes);
