@@ -28,6 +28,9 @@ struct SgdParams {
   float momentum = 0.0f;
   float weight_decay = 0.0f;
   bool nesterov = false;
+  // The gradient is read as g x grad_scale (global-norm clipping without a scaled copy of
+  // the gradient: optim/grad_clip.cpp); 1 reads it as it is, bit for bit.
+  float grad_scale = 1.0f;
 };
 
 // adamw_update's rule: Adam with decoupled weight decay (Loshchilov & Hutter 2019), the
@@ -38,6 +41,7 @@ struct AdamWParams {
   float beta1 = 0.9f;  // the moments' decay rates
   float beta2 = 0.999f;
   float eps = 1e-8f;  // added to the denominator sqrt(v)
+  float grad_scale = 1.0f;  // as SgdParams::grad_scale
 };
 
 class Backend {

@@ -377,6 +377,11 @@ class GossipEngine {
   // Host copy of the parameters, and writing them back.
   std::vector<float> params_host();
   void set_params_host(const std::vector<float>& p);
+  // Parameters [offset, offset + n) into host memory `dst`, and written back from `src`:
+  // the part of the model an algorithm works on, without a host copy of the whole model
+  // (streaming_diloco's fragments). Straight from and into the model on a host backend.
+  void read_params(size_t offset, size_t n, float* dst);
+  void write_params(size_t offset, size_t n, const float* src);
   // x <- (1 - w) x + w y, on the device.
   void mix_params(const std::vector<float>& y, double w);
   // The same for a neighbour's model, through the robust rule when one is configured
@@ -386,6 +391,9 @@ class GossipEngine {
   // half of an exchange it started, base = the model it sent), through the robust rule
   // (from base) when one is configured.
   void move_toward_neighbour(int from, const std::vector<float>& base, const std::vector<float>& y, double w);
+  // The same for an arrival m (y = its values, decoded a segment at a time where it kept
+  // only its payloads).
+  void move_toward_neighbour(int from, const std::vector<float>& base, const Message& m, double w);
   // x <- x + a * y, on the device.
   void axpy_params(double a, const std::vector<float>& y);
   // g <- g + a * y into the gradient buffer, on the device.
@@ -397,7 +405,14 @@ class GossipEngine {
   void axpy_params(double a, const Message& m);
   void axpy_grads(double a, const Message& m);
   void mix_neighbour_model(int from, const Message& m, double w);
-  void note_model_distance(const std::string& peer, const std::vector<float>& y);
+  // This peer's distance to a neighbour's model m, for the log (once per neighbour and window).
+  void note_model_distance(const std::string& peer, const Message& m);
+  // An arrival's values a part at a time, in order: fn(offset within the tensor, values,
+  // count). One call with its data; where it kept only its payloads (a host peer's
+  // asynchronous arrival, Message::kept_only), a call per segment, decoded into a scratch
+  // of one segment (gossip.segment_elements at most) that the next call reuses: no
+  // model-sized copy. Step-loop thread.
+  void for_each_part(const Message& m, const std::function<void(size_t at, const float* y, size_t n)>& fn);
   // This peer's own gradient (host copy), the reference for neighbours' gradient norms.
   void note_own_gradient(const std::vector<float>& g);
   // The same, measured on the device.
@@ -417,6 +432,11 @@ class GossipEngine {
   std::vector<Message> screen(std::vector<Message> arrivals);
   // device_dst += a * y, y on the host (uploaded through scratch_).
   void axpy_host(double a, const std::vector<float>& y, float* device_dst);
+  // The same for an arrival, a part at a time where it kept only its payloads.
+  void axpy_host(double a, const Message& m, float* device_dst);
+  // mix_neighbour_model for an arrival, on the host path.
+  void mix_host(int from, const Message& m, double w);
+  std::vector<float> part_scratch_;  // for_each_part's decoded segment (step-loop thread)
   // y where the backend reads it: y itself on a host backend, else uploaded to scratch_.
   const float* on_backend(const std::vector<float>& y);
   void put_on_wire(int to, Message&& m, std::function<void(const SendStatus&)> done);

@@ -67,6 +67,13 @@ class Optimizer {
   // One update of w (n floats on the backend) from the gradient g, with learning rate
   // `lr` (the schedule's rate for this step; the optimizer keeps no rate of its own).
   virtual void step(float* w, const float* g, float lr) = 0;
+  // The same update from the gradient read as g x grad_scale, as it is read: global-norm
+  // clipping without a model-sized scaled copy of the gradient. False (nothing done) where
+  // this optimizer cannot: the caller scales a copy and calls step.
+  virtual bool step_scaled(float* w, const float* g, float lr, float grad_scale) {
+    (void)w, (void)g, (void)lr, (void)grad_scale;
+    return false;
+  }
   // Steps taken since construction, or since the state load_state() restored.
   virtual int64_t steps() const = 0;
 

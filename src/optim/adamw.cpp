@@ -22,12 +22,16 @@ class AdamW final : public Optimizer {
 
   const std::string& name() const override { return kAdamWName; }
 
-  void step(float* w, const float* g, float lr) override {
+  void step(float* w, const float* g, float lr) override { step_scaled(w, g, lr, 1.0f); }
+
+  bool step_scaled(float* w, const float* g, float lr, float grad_scale) override {
     AdamWParams p = params_;
     p.lr = lr;
+    p.grad_scale = grad_scale;
     // The bias correction of step t divides by 1 - beta^t: the count goes first.
     ++steps_;
     backend_.adamw_update(w, g, m_.f32(), v_.f32(), n_, p, steps_);
+    return true;
   }
 
   int64_t steps() const override { return steps_; }

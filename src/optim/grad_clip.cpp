@@ -1,7 +1,9 @@
 // Global-norm gradient clipping (optim.grad_clip_norm), as a wrapper around whichever
 // optimizer the config names: when the gradient's L2 norm exceeds the bound, the step
 // uses the gradient scaled down to it (the model's gradient buffer is left as it was, so
-// what an algorithm sends or averages is unchanged).
+// what an algorithm sends or averages is unchanged). The inner optimizer reads the
+// gradient scaled as it steps (Optimizer::step_scaled): no model-sized copy, the same bits
+// as a scaled copy gives. One that cannot gets the copy, made at the first step that clips.
 #include <cmath>
 
 #include "hearsay/error.h"
@@ -19,9 +21,11 @@ class GlobalNormClip final : public Optimizer {
   void step(float* w, const float* g, float lr) override {
     const double norm = std::sqrt(backend_.sum_squares(g, n_));
     if (norm > max_norm_) {
+      const auto scale = static_cast<float>(max_norm_ / norm);
+      if (inner_->step_scaled(w, g, lr, scale)) return;
       if (clipped_.bytes() == 0) clipped_ = DeviceBuffer(backend_, sizeof(float) * n_);
       backend_.copy(clipped_.data(), g, sizeof(float) * n_);
-      backend_.scale(n_, static_cast<float>(max_norm_ / norm), clipped_.f32());
+      backend_.scale(n_, scale, clipped_.f32());
       g = clipped_.f32();
     }
     inner_->step(w, g, lr);
@@ -39,7 +43,7 @@ class GlobalNormClip final : public Optimizer {
   Backend& backend_;
   size_t n_;
   float max_norm_;
-  DeviceBuffer clipped_;  // allocated at the first step that clips
+  DeviceBuffer clipped_;  // allocated at the first step that clips, for an inner optimizer without step_scaled
 };
 
 }  // namespace

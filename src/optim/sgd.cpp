@@ -19,11 +19,15 @@ class Sgd final : public Optimizer {
 
   const std::string& name() const override { return kSgdName; }
 
-  void step(float* w, const float* g, float lr) override {
+  void step(float* w, const float* g, float lr) override { step_scaled(w, g, lr, 1.0f); }
+
+  bool step_scaled(float* w, const float* g, float lr, float grad_scale) override {
     SgdParams p = params_;
     p.lr = lr;
+    p.grad_scale = grad_scale;
     ++steps_;
     backend_.sgd_update(w, g, velocity_.f32(), n_, p);
+    return true;
   }
 
   int64_t steps() const override { return steps_; }

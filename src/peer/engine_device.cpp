@@ -195,16 +195,16 @@ void GossipEngine::send_device(int to, Message m, std::shared_ptr<const DeviceSn
 }
 
 void GossipEngine::axpy_params(double a, const Message& m) {
-  if (!decode_on_device(m, a, model_.params())) axpy_params(a, m.data);
+  if (!decode_on_device(m, a, model_.params())) axpy_host(a, m, model_.params());
 }
 
 void GossipEngine::axpy_grads(double a, const Message& m) {
-  if (!decode_on_device(m, a, model_.grads())) axpy_grads(a, m.data);
+  if (!decode_on_device(m, a, model_.grads())) axpy_host(a, m, model_.grads());
 }
 
 void GossipEngine::mix_neighbour_model(int from, const Message& m, double w) {
   // A robust rule needs the host values (its target is computed there).
-  if (!on_device_ || !m.payloads || spec_.mixer.robust != MixerSpec::Robust::kNone) return mix_neighbour_model(from, m.data, w);
+  if (!on_device_ || !m.payloads || spec_.mixer.robust != MixerSpec::Robust::kNone) return mix_host(from, m, w);
   // x <- (1 - w) x + w y, as mix_params does it: scale, then add w y.
   model_.backend().scale(m.data.size(), static_cast<float>(1.0 - w), model_.params());
   decode_on_device(m, w, model_.params());

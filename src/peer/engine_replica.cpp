@@ -21,6 +21,19 @@ void GossipEngine::set_params_host(const std::vector<float>& p) {
   model_.set_params(p);
 }
 
+void GossipEngine::read_params(size_t offset, size_t n, float* dst) {
+  HEARSAY_CHECK(offset + n <= model_.num_params(), "read_params: [" + std::to_string(offset) + ", +" + std::to_string(n) +
+                                                        ") beyond the model's " + std::to_string(model_.num_params()));
+  model_.backend().download(dst, model_.params() + offset, sizeof(float) * n);
+}
+
+void GossipEngine::write_params(size_t offset, size_t n, const float* src) {
+  HEARSAY_CHECK(offset + n <= model_.num_params(), "write_params: [" + std::to_string(offset) + ", +" + std::to_string(n) +
+                                                         ") beyond the model's " + std::to_string(model_.num_params()));
+  params_written();
+  model_.backend().upload(model_.params() + offset, src, sizeof(float) * n);
+}
+
 void GossipEngine::measured_params(const double (&lanes)[8], bool whole) {
   if (!whole) return;
   double total = 0;
@@ -29,29 +42,63 @@ void GossipEngine::measured_params(const double (&lanes)[8], bool whole) {
   params_sq_step_ = steps_;
 }
 
+// x[at, at + n) <- (1 - w) x + w y, adding the new values' squares into `lanes` (host backend).
+static void mix_part(float* x, const float* y, size_t n, double w, double (&lanes)[8]) {
+  // One pass over the part (scale, then add w y, as the backend's two calls round it).
+  const float keep = static_cast<float>(1.0 - w), share = static_cast<float>(w);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) {
+      x[i + j] = keep * x[i + j] + share * y[i + j];
+      lanes[j] += static_cast<double>(x[i + j]) * x[i + j];
+    }
+  }
+  for (; i < n; ++i) {
+    x[i] = keep * x[i] + share * y[i];
+    lanes[0] += static_cast<double>(x[i]) * x[i];
+  }
+}
+
+// x[at, at + n) += w (y - base), the same way.
+static void move_part(float* x, const float* base, const float* y, size_t n, float w, double (&lanes)[8]) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) {
+      x[i + j] += w * (y[i + j] - base[i + j]);
+      lanes[j] += static_cast<double>(x[i + j]) * x[i + j];
+    }
+  }
+  for (; i < n; ++i) {
+    x[i] += w * (y[i] - base[i]);
+    lanes[0] += static_cast<double>(x[i]) * x[i];
+  }
+}
+
 void GossipEngine::mix_params(const std::vector<float>& y, double w) {
   Backend& b = model_.backend();
   if (b.is_host()) {
-    // One pass over the model (scale, then add w y, as the backend's two calls round it).
-    float* x = model_.params();
-    const float keep = static_cast<float>(1.0 - w), share = static_cast<float>(w);
     double lanes[8] = {};  // the new model's sum of squares, in the same pass (params_sq_)
-    size_t i = 0;
-    for (; i + 8 <= y.size(); i += 8) {
-      for (int j = 0; j < 8; ++j) {
-        x[i + j] = keep * x[i + j] + share * y[i + j];
-        lanes[j] += static_cast<double>(x[i + j]) * x[i + j];
-      }
-    }
-    for (; i < y.size(); ++i) {
-      x[i] = keep * x[i] + share * y[i];
-      lanes[0] += static_cast<double>(x[i]) * x[i];
-    }
+    mix_part(model_.params(), y.data(), y.size(), w, lanes);
     measured_params(lanes, y.size() == model_.num_params());
     return;
   }
   b.scale(y.size(), static_cast<float>(1.0 - w), model_.params());
   b.axpy(y.size(), static_cast<float>(w), on_backend(y), model_.params());
+}
+
+void GossipEngine::for_each_part(const Message& m, const std::function<void(size_t at, const float* y, size_t n)>& fn) {
+  if (!m.kept_only()) {
+    fn(m.offset, m.data.data(), m.data.size());
+    return;
+  }
+  for (const auto& seg : m.payloads->segments) {
+    part_scratch_.assign(seg.length, 0.0f);
+    const std::string err = decode_accumulate(seg.params, seg.payload->data(), seg.payload->size(), 1.0f,
+                                              part_scratch_.data(), seg.length);
+    // The inbox decoded these very bytes when they arrived, and kept them only if they did.
+    HEARSAY_CHECK(err.empty(), "a kept payload that decoded on arrival does not decode now: " + err);
+    fn(seg.offset, part_scratch_.data(), seg.length);
+  }
 }
 
 const float* GossipEngine::on_backend(const std::vector<float>& y) {
@@ -72,21 +119,9 @@ void GossipEngine::mix_neighbour_model(int from, const std::vector<float>& y, do
 void GossipEngine::move_toward_neighbour(int from, const std::vector<float>& base, const std::vector<float>& y, double w) {
   if (spec_.mixer.robust == MixerSpec::Robust::kNone && model_.backend().is_host()) {
     // One pass over the model, with no difference held (it is y - base, rounded as before).
-    float* x = model_.params();
-    const float a = static_cast<float>(w);
     const size_t n = std::min(y.size(), base.size());
     double lanes[8] = {};  // the new model's sum of squares, in the same pass (params_sq_)
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-      for (int j = 0; j < 8; ++j) {
-        x[i + j] += a * (y[i + j] - base[i + j]);
-        lanes[j] += static_cast<double>(x[i + j]) * x[i + j];
-      }
-    }
-    for (; i < n; ++i) {
-      x[i] += a * (y[i] - base[i]);
-      lanes[0] += static_cast<double>(x[i]) * x[i];
-    }
+    move_part(model_.params(), base.data(), y.data(), n, static_cast<float>(w), lanes);
     measured_params(lanes, n == model_.num_params());
     return;
   }
@@ -101,14 +136,55 @@ void GossipEngine::move_toward_neighbour(int from, const std::vector<float>& bas
   axpy_params(w, diff);
 }
 
+void GossipEngine::move_toward_neighbour(int from, const std::vector<float>& base, const Message& m, double w) {
+  if (!m.kept_only() || spec_.mixer.robust != MixerSpec::Robust::kNone || !model_.backend().is_host()) {
+    if (!m.kept_only()) return move_toward_neighbour(from, base, m.data, w);
+    Message whole = m;  // a robust rule needs the whole vector
+    decode_kept(whole);
+    return move_toward_neighbour(from, base, whole.data, w);
+  }
+  double lanes[8] = {};
+  size_t covered = 0;
+  for_each_part(m, [&](size_t at, const float* y, size_t n) {
+    n = std::min(n, base.size() - std::min(base.size(), at));
+    move_part(model_.params() + at, base.data() + at, y, n, static_cast<float>(w), lanes);
+    covered += n;
+  });
+  measured_params(lanes, covered == model_.num_params());
+}
+
 void GossipEngine::axpy_host(double a, const std::vector<float>& y, float* device_dst) {
   model_.backend().axpy(y.size(), static_cast<float>(a), on_backend(y), device_dst);
+}
+
+void GossipEngine::axpy_host(double a, const Message& m, float* host_dst) {
+  if (!m.kept_only()) return axpy_host(a, m.data, host_dst);
+  // Kept payloads exist only on a host backend (the inbox keeps them there alone).
+  HEARSAY_CHECK(model_.backend().is_host(), "kept payloads on a device backend");
+  for_each_part(m, [&](size_t at, const float* y, size_t n) { model_.backend().axpy(n, static_cast<float>(a), y, host_dst + at); });
+}
+
+void GossipEngine::mix_host(int from, const Message& m, double w) {
+  if (!m.kept_only()) return mix_neighbour_model(from, m.data, w);
+  if (spec_.mixer.robust != MixerSpec::Robust::kNone) {
+    Message whole = m;  // a robust rule needs the whole vector
+    decode_kept(whole);
+    return mix_neighbour_model(from, whole.data, w);
+  }
+  HEARSAY_CHECK(model_.backend().is_host(), "kept payloads on a device backend");
+  double lanes[8] = {};
+  size_t covered = 0;
+  for_each_part(m, [&](size_t at, const float* y, size_t n) {
+    mix_part(model_.params() + at, y, n, w, lanes);
+    covered += n;
+  });
+  measured_params(lanes, covered == model_.num_params());
 }
 
 void GossipEngine::axpy_params(double a, const std::vector<float>& y) { axpy_host(a, y, model_.params()); }
 void GossipEngine::axpy_grads(double a, const std::vector<float>& y) { axpy_host(a, y, model_.grads()); }
 
-void GossipEngine::note_model_distance(const std::string& peer, const std::vector<float>& y) {
+void GossipEngine::note_model_distance(const std::string& peer, const Message& m) {
   // The log reports one distance per neighbour and window: measuring every arrival would
   // copy the whole model off the device each time for numbers nobody reads.
   if (distances_.count(peer) != 0) return;
@@ -118,9 +194,11 @@ void GossipEngine::note_model_distance(const std::string& peer, const std::vecto
     copied = params_host();
     x = copied.data();
   }
-  const size_t n = std::min(model_.num_params(), y.size());
   double d = 0;
-  for (size_t i = 0; i < n; ++i) d += (double(x[i]) - y[i]) * (double(x[i]) - y[i]);
+  for_each_part(m, [&](size_t at, const float* y, size_t n) {
+    n = std::min(n, model_.num_params() - std::min(model_.num_params(), at));
+    for (size_t i = 0; i < n; ++i) d += (double(x[at + i]) - y[i]) * (double(x[at + i]) - y[i]);
+  });
   distances_[peer] = std::sqrt(d);
 }
 

@@ -50,7 +50,7 @@ GossipEngine::GossipEngine(const GossipSpec& spec, std::vector<std::string> peer
                            std::unique_ptr<Topology> topology, std::unique_ptr<Algorithm> algorithm)
     : stream_id_base_(random_id_base()), spec_(spec), peers_(std::move(peers)), me_(me), transport_(transport), model_(model), optimizer_(optimizer), clock_(clock),
       log_(log), mixer_(spec.mixer), topology_(std::move(topology)),
-      rng_(seed, 500 + me), inbox_(std::make_unique<Inbox>(mixer_, gossip_device(model) >= 0, &clock)),
+      rng_(seed, 500 + me), inbox_(std::make_unique<Inbox>(mixer_, gossip_device(model) >= 0, &clock, model.backend().is_host())),
       guard_(std::make_unique<UpdateGuard>(spec.guard, peers_.size())),
       robust_(std::make_unique<RobustMixing>(spec.mixer)) {
   cuda_device_ = gossip_device(model_);

@@ -9,9 +9,33 @@
 
 namespace hearsay {
 
-size_t GossipEngine::Message::elements() const { return device ? device->size() : shared ? shared->size() : data.size(); }
+size_t GossipEngine::Message::elements() const {
+  if (device) return device->size();
+  if (shared) return shared->size();
+  if (!kept_only()) return data.size();
+  size_t n = 0;
+  for (const auto& seg : payloads->segments) n += seg.length;
+  return n;
+}
+
+void decode_kept(GossipEngine::Message& m) {
+  if (!m.kept_only()) return;
+  m.data.assign(m.elements(), 0.0f);
+  for (const auto& seg : m.payloads->segments) {
+    const std::string err = decode_accumulate(seg.params, seg.payload->data(), seg.payload->size(), 1.0f,
+                                              m.data.data() + (seg.offset - m.offset), seg.length);
+    // The inbox decoded these very bytes when they arrived, and kept them only if they did.
+    HEARSAY_CHECK(err.empty(), "a kept payload that decoded on arrival does not decode now: " + err);
+  }
+  m.payloads.reset();
+}
 
 void GossipEngine::Message::absorb(Message&& newer) {
+  // Payloads kept alone are decoded before a fold sums them (a model's newest wins whole).
+  if (kind != MessageKind::kModel) {
+    decode_kept(*this);
+    decode_kept(newer);
+  }
   // A shared tensor is read-only: a fold that adds to it works on a copy.
   for (Message* part : {this, &newer}) {
     if (part->shared && part->kind != MessageKind::kModel) {
@@ -134,8 +158,7 @@ GossipEngine::Message read_header(const wire::Update& u, int from) {
   return m;
 }
 
-// Memory a message holds: its host data, its device snapshot, the payloads it kept.
-static size_t held_bytes(const GossipEngine::Message& m) {
+size_t message_held_bytes(const GossipEngine::Message& m) {
   size_t b = m.data.size() * sizeof(float);
   if (m.shared) b += m.shared->size() * sizeof(float);
   if (m.device) b += m.device->size() * sizeof(float);
@@ -147,7 +170,7 @@ static size_t held_bytes(const GossipEngine::Message& m) {
 
 // The same, with a shared snapshot counted only the first time `seen` meets it.
 static uint64_t distinct_bytes(const GossipEngine::Message& m, std::unordered_set<const void*>& seen) {
-  uint64_t b = held_bytes(m);
+  uint64_t b = message_held_bytes(m);
   if (m.shared && !seen.insert(m.shared.get()).second) b -= m.shared->size() * sizeof(float);
   return b;
 }
@@ -169,7 +192,7 @@ void Outbox::offer(GossipEngine::Message&& m) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!busy_ && sync_.empty()) {
       busy_ = true;
-      in_flight_bytes_ = held_bytes(m);
+      in_flight_bytes_ = message_held_bytes(m);
       in_flight_step_ = m.step;
       in_flight_sync_ = sync_tag(m);
       now = std::move(m);
@@ -213,7 +236,7 @@ void Outbox::on_done(const SendStatus& s) {
     if (next) {
       busy_ = true;
       in_flight_sync_ = sync_tag(*next);
-      in_flight_bytes_ = held_bytes(*next);
+      in_flight_bytes_ = message_held_bytes(*next);
       if (next->synchronous) in_flight_step_ = next->step;
     }
   }
@@ -223,8 +246,8 @@ void Outbox::on_done(const SendStatus& s) {
 size_t Outbox::buffered_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   size_t b = in_flight_bytes_;
-  for (const auto& [k, m] : pending_) b += held_bytes(m);
-  for (const auto& m : sync_) b += held_bytes(m);
+  for (const auto& [k, m] : pending_) b += message_held_bytes(m);
+  for (const auto& m : sync_) b += message_held_bytes(m);
   return b;
 }
 
@@ -319,7 +342,7 @@ std::string Inbox::add_segment(int from, const wire::Update& u, const uint8_t* p
     if (p.have == 0) {
       p.lo = u.segment_offset();
       p.m.offset = p.lo;
-    } else if (u.segment_offset() != p.lo + p.m.data.size()) {
+    } else if (u.segment_offset() != p.lo + p.filled) {
       if (u.resumable()) {
         // Out of its order (a segment of the connection before a cut, after the resend
         // began): not taken, nor the message dropped; the acknowledgement says where it is.
@@ -333,21 +356,32 @@ std::string Inbox::add_segment(int from, const wire::Update& u, const uint8_t* p
     decoding_.insert(key);
   }
   Partial& p = node.mapped();
+  // A host peer keeps an asynchronous arrival as the bytes it came in (Message::payloads):
+  // each segment is decoded into a scratch of its own size for the checks, then dropped.
+  const bool lean = lean_ && !p.m.synchronous && p.m.kind != MessageKind::kPushSum;
   // Its segments follow one another to the tensor's end at most: one allocation, not a
   // vector grown (and copied, and its fresh pages zeroed) segment by segment. The
   // tensor's length was checked against this model before any segment got here.
-  if (p.have == 0 && u.segment_offset() < u.tensor_length()) p.m.data.reserve(u.tensor_length() - u.segment_offset());
+  if (!lean && p.have == 0 && u.segment_offset() < u.tensor_length()) p.m.data.reserve(u.tensor_length() - u.segment_offset());
   // segment_length was checked against the tensor, and the tensor against this model.
   const size_t n = u.segment_length();
-  const size_t old = p.m.data.size();
-  p.m.data.resize(old + n);
-  std::string err = decode_accumulate(read_codec_params(u.codec()), payload, bytes, 1.0f, p.m.data.data() + old, n);
+  thread_local std::vector<float> scratch;  // a transport thread's: one segment (segment_elements at most)
+  float* values = nullptr;
+  if (lean) {
+    scratch.assign(n, 0.0f);
+    values = scratch.data();
+  } else {
+    const size_t old = p.m.data.size();
+    p.m.data.resize(old + n);
+    values = p.m.data.data() + old;
+  }
+  std::string err = decode_accumulate(read_codec_params(u.codec()), payload, bytes, 1.0f, values, n);
   // Checked as it is decoded (the values are still in cache): nothing non-finite is mixed.
   if (err.empty()) {
     // The finite check measures the sum of squares in its pass, on the transport's
     // thread: the guard's norm check on the step's thread reads it (GossipEngine::screen).
     double sq = 0;
-    if (const std::string where = find_non_finite(p.m.data.data() + old, n, &sq); !where.empty()) {
+    if (const std::string where = find_non_finite(values, n, &sq); !where.empty()) {
       err = "non-finite: " + where + " of segment " + std::to_string(u.segment_index());
     } else if (!std::isfinite(p.m.push_sum_weight) || p.m.push_sum_weight < 0) {
       err = "non-finite: push-sum weight " + std::to_string(p.m.push_sum_weight);
@@ -355,7 +389,15 @@ std::string Inbox::add_segment(int from, const wire::Update& u, const uint8_t* p
       p.m.sum_squares += sq;
     }
   }
-  if (err.empty() && keep_payloads_ && p.keep && !p.m.synchronous) {
+  if (err.empty() && lean) {
+    GossipEngine::Encoded::Segment seg;
+    seg.offset = u.segment_offset();
+    seg.length = n;
+    seg.params = read_codec_params(u.codec());
+    seg.payload = std::make_shared<const std::vector<uint8_t>>(payload, payload + bytes);
+    if (!p.kept) p.kept = std::make_shared<GossipEngine::Encoded>();
+    p.kept->segments.push_back(std::move(seg));
+  } else if (err.empty() && keep_payloads_ && p.keep && !p.m.synchronous) {
     const CodecParams params = read_codec_params(u.codec());
     const auto id = static_cast<CodecId>(params.codec_id());
     // Only codecs whose decode is the plain value (no scale of their own to multiply in):
@@ -385,6 +427,7 @@ std::string Inbox::add_segment(int from, const wire::Update& u, const uint8_t* p
     return err;  // the message is dropped with its node
   }
   *held = ++p.have;
+  p.filled += n;
   if (p.have == p.count) {
     if (u.resumable()) {
       completed_.emplace_back(from, u.update_id(), p.count, p.m.total);
@@ -462,8 +505,9 @@ std::vector<GossipEngine::Message> Inbox::take_async() {
   return out;
 }
 
-Inbox::Inbox(Mixer& mixer, bool keep_payloads, Clock* clock)
-    : mixer_(mixer), keep_payloads_(keep_payloads), clock_(clock != nullptr ? clock : &wall_clock()) {}
+Inbox::Inbox(Mixer& mixer, bool keep_payloads, Clock* clock, bool lean)
+    : mixer_(mixer), keep_payloads_(keep_payloads), lean_(lean && !keep_payloads),
+      clock_(clock != nullptr ? clock : &wall_clock()) {}
 
 std::optional<GossipEngine::Message> Inbox::wait_sync(int from, uint64_t round, uint32_t phase, double timeout_s,
                                                       const std::atomic<bool>& stop, std::string* refused) {
@@ -516,11 +560,11 @@ size_t Inbox::buffered_bytes() const {
       for (const auto& s : p.kept->segments) b += s.payload->size();
     }
   }
-  for (const auto& [k, m] : async_) b += held_bytes(m);
+  for (const auto& [k, m] : async_) b += message_held_bytes(m);
   for (const auto& [from, queue] : deltas_) {
-    for (const auto& m : queue) b += held_bytes(m);
+    for (const auto& m : queue) b += message_held_bytes(m);
   }
-  for (const auto& [k, m] : sync_) b += held_bytes(m);
+  for (const auto& [k, m] : sync_) b += message_held_bytes(m);
   return b;
 }
 

@@ -69,7 +69,10 @@ class Inbox {
   // the payloads they arrived as when their codec allows (Message::payloads).
   // `clock` (null: real time) is what wait_sync waits on: the simulator's virtual clock
   // in a simulated cluster.
-  explicit Inbox(Mixer& mixer, bool keep_payloads = false, Clock* clock = nullptr);
+  // With `lean` (a host peer), asynchronous arrivals other than push-sum shares keep only
+  // their payloads, no decoded copy (Message::kept_only); each segment is still decoded
+  // and checked as it arrives.
+  explicit Inbox(Mixer& mixer, bool keep_payloads = false, Clock* clock = nullptr, bool lean = false);
   // Adds one wire segment, decoding its payload into the message; complete messages
   // become available. Returns why it was dropped (it does not fit the message it claims
   // to belong to, or its payload does not decode), or an empty string.
@@ -103,6 +106,7 @@ class Inbox {
     GossipEngine::Message m;
     uint32_t have = 0, count = 0;
     uint64_t lo = 0;
+    uint64_t filled = 0;  // elements of the segments taken so far
     bool keep = true;  // every segment so far could be kept (keep_payloads_)
     std::shared_ptr<GossipEngine::Encoded> kept;
   };
@@ -111,6 +115,7 @@ class Inbox {
 
   Mixer& mixer_;
   const bool keep_payloads_;
+  const bool lean_;
   Clock* clock_;
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -43,7 +43,14 @@ struct GossipEngine::Message {
   // (which the guard checks), so the engine can decode them with a weight straight into
   // device memory. Dropped when the message is folded with another (they no longer say
   // what data holds).
+  // On a host peer, an asynchronous arrival (push-sum shares excepted) keeps only these,
+  // data empty (kept_only()): the codec's bytes, not a decoded fp32 copy, per message held
+  // (an fp16 model is half the memory, a top-k gradient a fraction). The engine decodes
+  // them a segment at a time where it applies the message (GossipEngine::for_each_part),
+  // or whole where a rule needs the whole vector (decode_kept).
   std::shared_ptr<const Encoded> payloads;
+
+  bool kept_only() const { return data.empty() && payloads != nullptr && device == nullptr && shared == nullptr; }
 
   // The tensor's length, wherever it lives.
   size_t elements() const;
@@ -69,6 +76,12 @@ struct GossipEngine::Encoded {
   // What a receiver decodes from the segments, bit for bit (the same decoder, into zeros).
   std::vector<float> decoded;
 };
+
+// A message that kept only its payloads (kept_only()): decoded into data (into zeros, at
+// scale 1: the values the inbox checked) and the payloads dropped. Nothing otherwise.
+void decode_kept(GossipEngine::Message& m);
+// Memory a message holds: its host data, shared tensor, device snapshot, kept payloads.
+size_t message_held_bytes(const GossipEngine::Message& m);
 
 // An Encoded of a tensor of n elements cut into `segments` ((offset, length) pairs):
 // encode(offset, length, payload, params) writes each segment's payload; what a receiver

@@ -384,6 +384,35 @@ TEST_CASE("optimizer state: SGD's velocity round-trips") {
   CHECK(plain->steps() == 2);
 }
 
+TEST_CASE("grad_clip_norm: sgd and adamw read the gradient scaled, bit for bit as a scaled copy, and hold no copy of it") {
+  auto backend = create_backend("cpu", 1);
+  const size_t n = 1000;
+  std::vector<float> g(n);
+  for (size_t i = 0; i < n; ++i) g[i] = 0.37f * static_cast<float>(i % 17) - 2.1f;
+  double sq = 0;
+  for (float x : g) sq += static_cast<double>(x) * x;
+  for (const char* name : {"sgd", "adamw"}) {
+    CAPTURE(name);
+    OptimizerSpec spec;
+    spec.name = name;
+    if (spec.name == "sgd") spec.momentum = 0.9f;
+    spec.weight_decay = 0.01f;
+    auto plain = create_optimizer(*backend, n, spec);
+    spec.grad_clip_norm = 0.5f;
+    auto clipped = create_optimizer(*backend, n, spec);
+    // What the clip used to do: a copy of the gradient, scaled by the backend.
+    std::vector<float> scaled = g;
+    backend->scale(n, static_cast<float>(0.5 / std::sqrt(sq)), scaled.data());
+    std::vector<float> w_plain(n, 0.25f), w_clipped(n, 0.25f);
+    for (int step = 0; step < 3; ++step) {
+      plain->step(w_plain.data(), scaled.data(), 0.01f);
+      clipped->step(w_clipped.data(), g.data(), 0.01f);
+    }
+    CHECK(w_clipped == w_plain);
+    CHECK(clipped->state_bytes() == plain->state_bytes());  // no model-sized copy of the gradient
+  }
+}
+
 TEST_CASE("grad_clip_norm: a gradient above the bound steps as if scaled to it, one below is untouched, the buffer stays") {
   auto backend = create_backend("cpu", 1);
   OptimizerSpec spec;

@@ -162,6 +162,53 @@ TEST_CASE("inbox: compressed segments are decoded into the message, a payload th
   CHECK(in.buffered_bytes() == 0);
 }
 
+TEST_CASE("inbox: a host peer's inbox keeps an asynchronous model as the fp16 bytes it came in, decodes them as before, refuses a NaN") {
+  Mixer mixer({});
+  Inbox lean(mixer, false, nullptr, true), plain(mixer);
+  std::vector<float> x(4096);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.001f * static_cast<float>(i) - 1.5f;
+  CodecSpec s;
+  s.name = "fp16";
+  auto codec = make_codec(s, {}, 1);
+  wire::Update u;
+  u.set_kind(wire::MODEL);
+  u.set_tensor_length(x.size());
+  u.set_update_id(1);
+  u.set_segment_count(2);
+  u.set_segment_length(2048);
+  std::vector<uint8_t> first, second;
+  CodecParams params;
+  codec->encode(x.data(), 2048, 0, first, params);
+  write_codec_params(params, u.mutable_codec());
+  for (Inbox* in : {&lean, &plain}) CHECK(in->add_segment(0, u, first.data(), first.size()).empty());
+  u.set_segment_index(1);
+  u.set_segment_offset(2048);
+  codec->encode(x.data() + 2048, 2048, 2048, second, params);
+  write_codec_params(params, u.mutable_codec());
+  for (Inbox* in : {&lean, &plain}) CHECK(in->add_segment(0, u, second.data(), second.size()).empty());
+  // Half the bytes of the decoded copy the plain inbox holds: the payloads, no floats.
+  CHECK(lean.buffered_bytes() == first.size() + second.size());
+  CHECK(plain.buffered_bytes() == 4 * x.size());
+  auto kept = lean.take_async(), decoded = plain.take_async();
+  REQUIRE(kept.size() == 1);
+  REQUIRE(decoded.size() == 1);
+  CHECK(kept[0].kept_only());
+  CHECK(kept[0].elements() == x.size());
+  CHECK(kept[0].sum_squares == decoded[0].sum_squares);  // measured as it was decoded, for the guard
+  decode_kept(kept[0]);
+  CHECK(kept[0].data == decoded[0].data);
+  // A NaN is refused on arrival, as the plain inbox refuses it: nothing is kept.
+  std::vector<float> bad(x.begin(), x.begin() + 2048);
+  bad[17] = std::numeric_limits<float>::quiet_NaN();
+  u.set_update_id(2);
+  u.set_segment_index(0);
+  u.set_segment_offset(0);
+  codec->encode(bad.data(), 2048, 0, first, params);
+  write_codec_params(params, u.mutable_codec());
+  CHECK(lean.add_segment(0, u, first.data(), first.size()).find("non-finite") == 0);
+  CHECK(lean.buffered_bytes() == 0);
+}
+
 TEST_CASE("inbox: a segment with a NaN or an infinity is refused as it is decoded, and a synchronous wait hears why") {
   Mixer mixer({});
   Inbox in(mixer);

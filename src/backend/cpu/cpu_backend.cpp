@@ -250,19 +250,19 @@ class CpuBackend final : public Backend {
 
   void sgd_update(float* __restrict w, const float* __restrict g, float* __restrict v, size_t n,
                   const SgdParams& p) override {
-    const float lr = p.lr, m = p.momentum, wd = p.weight_decay;
+    const float lr = p.lr, m = p.momentum, wd = p.weight_decay, s = p.grad_scale;
     if (m == 0.0f || v == nullptr) {
-      for (size_t i = 0; i < n; ++i) w[i] -= lr * (g[i] + wd * w[i]);
+      for (size_t i = 0; i < n; ++i) w[i] -= lr * (g[i] * s + wd * w[i]);
     } else if (p.nesterov) {
       for (size_t i = 0; i < n; ++i) {
-        const float gi = g[i] + wd * w[i];
+        const float gi = g[i] * s + wd * w[i];
         const float vi = m * v[i] + gi;
         v[i] = vi;
         w[i] -= lr * (gi + m * vi);
       }
     } else {
       for (size_t i = 0; i < n; ++i) {
-        const float vi = m * v[i] + g[i] + wd * w[i];
+        const float vi = m * v[i] + g[i] * s + wd * w[i];
         v[i] = vi;
         w[i] -= lr * vi;
       }
@@ -272,11 +272,12 @@ class CpuBackend final : public Backend {
   void adamw_update(float* __restrict w, const float* __restrict g, float* __restrict m, float* __restrict v,
                     size_t n, const AdamWParams& p, int64_t t) override {
     HEARSAY_CHECK(t >= 1 && m != nullptr && v != nullptr, "adamw_update: t = " + std::to_string(t));
-    const float lr = p.lr, decay = 1.0f - p.lr * p.weight_decay, b1 = p.beta1, b2 = p.beta2, eps = p.eps;
+    const float lr = p.lr, decay = 1.0f - p.lr * p.weight_decay, b1 = p.beta1, b2 = p.beta2, eps = p.eps,
+                s = p.grad_scale;
     const float c1 = static_cast<float>(1.0 - std::pow(static_cast<double>(b1), static_cast<double>(t)));
     const float c2 = static_cast<float>(1.0 - std::pow(static_cast<double>(b2), static_cast<double>(t)));
     for (size_t i = 0; i < n; ++i) {
-      const float gi = g[i];
+      const float gi = g[i] * s;
       const float mi = b1 * m[i] + (1.0f - b1) * gi;
       const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
       m[i] = mi;

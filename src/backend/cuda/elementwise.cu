@@ -54,9 +54,9 @@ __global__ void activation_backward_bias_grad_kernel(float* __restrict__ dy, con
   }
 }
 
-__global__ void sgd_kernel(float* __restrict__ w, const float* __restrict__ g, float* __restrict__ v, size_t n, float lr, float m, float wd, bool nesterov) {
+__global__ void sgd_kernel(float* __restrict__ w, const float* __restrict__ g, float* __restrict__ v, size_t n, float lr, float m, float wd, bool nesterov, float gs) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const float gi = g[i] + wd * w[i];
+    const float gi = g[i] * gs + wd * w[i];
     if (v == nullptr) {
       w[i] -= lr * gi;
     } else {
@@ -69,9 +69,9 @@ __global__ void sgd_kernel(float* __restrict__ w, const float* __restrict__ g, f
 
 // AdamW, one pass: decoupled decay, both moments, the bias-corrected update (the same
 // arithmetic as the CPU backend's adamw_update; c1 and c2 come from the host).
-__global__ void adamw_kernel(float* __restrict__ w, const float* __restrict__ g, float* __restrict__ m, float* __restrict__ v, size_t n, float lr, float decay, float b1, float b2, float eps, float c1, float c2) {
+__global__ void adamw_kernel(float* __restrict__ w, const float* __restrict__ g, float* __restrict__ m, float* __restrict__ v, size_t n, float lr, float decay, float b1, float b2, float eps, float c1, float c2, float gs) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
-    const float gi = g[i];
+    const float gi = g[i] * gs;
     const float mi = b1 * m[i] + (1.0f - b1) * gi;
     const float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
     m[i] = mi;
@@ -107,12 +107,12 @@ void launch_activation_backward_bias_grad(cudaStream_t s, float* dy, const float
 
 void launch_sgd_update(cudaStream_t s, float* w, const float* g, float* v, size_t n, const SgdParams& p) {
   float* velocity = p.momentum == 0.0f ? nullptr : v;
-  sgd_kernel<<<grid_for(n), 256, 0, s>>>(w, g, velocity, n, p.lr, p.momentum, p.weight_decay, p.nesterov);
+  sgd_kernel<<<grid_for(n), 256, 0, s>>>(w, g, velocity, n, p.lr, p.momentum, p.weight_decay, p.nesterov, p.grad_scale);
   CUDA_CHECK(cudaGetLastError());
 }
 
 void launch_adamw_update(cudaStream_t s, float* w, const float* g, float* m, float* v, size_t n, const AdamWParams& p, float c1, float c2) {
-  adamw_kernel<<<grid_for(n), 256, 0, s>>>(w, g, m, v, n, p.lr, 1.0f - p.lr * p.weight_decay, p.beta1, p.beta2, p.eps, c1, c2);
+  adamw_kernel<<<grid_for(n), 256, 0, s>>>(w, g, m, v, n, p.lr, 1.0f - p.lr * p.weight_decay, p.beta1, p.beta2, p.eps, c1, c2, p.grad_scale);
   CUDA_CHECK(cudaGetLastError());
 }
 

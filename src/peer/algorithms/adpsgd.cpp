@@ -110,7 +110,7 @@ class Adpsgd final : public Algorithm {
       e.send(m.from, std::move(reply), e.params_host());
     }
     if (w == 0) return false;
-    e.note_model_distance(e.peers()[m.from], m.data);
+    e.note_model_distance(e.peers()[m.from], m);
     e.mix_neighbour_model(m.from, m, w);
     return true;
   }
@@ -124,8 +124,8 @@ class Adpsgd final : public Algorithm {
     }
     const double w = m.mix_share;
     bool moved = false;
-    if (w > 0 && it->second.sent && m.data.size() == it->second.sent->size()) {
-      e.move_toward_neighbour(m.from, *it->second.sent, m.data, w);
+    if (w > 0 && it->second.sent && m.elements() == it->second.sent->size()) {
+      e.move_toward_neighbour(m.from, *it->second.sent, m, w);
       moved = true;
     }
     open_.erase(it);

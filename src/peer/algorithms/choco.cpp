@@ -74,7 +74,7 @@ class Choco final : public Algorithm {
     uint64_t b = 0;
     for (const auto& [j, c] : copies_) {
       b += floats_held({&c.x});
-      for (const auto& m : c.waiting) b += floats_held({&m.data});
+      for (const auto& m : c.waiting) b += message_held_bytes(m);
     }
     return b;
   }
@@ -185,7 +185,9 @@ class Choco final : public Algorithm {
                          e.peers()[j].c_str());
             warned_gap_ = true;
           }
-          for (size_t k = 0; k < c.x.size() && k < m.data.size(); ++k) c.x[k] += m.data[k];
+          e.for_each_part(m, [&](size_t at, const float* y, size_t n) {
+            for (size_t k = 0; k < n && at + k < c.x.size(); ++k) c.x[at + k] += y[k];
+          });
           c.rounds = m.round;
         }
         c.waiting.pop_front();

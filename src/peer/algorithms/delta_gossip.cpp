@@ -25,15 +25,17 @@ class DeltaGossip final : public Algorithm {
     if (anchor_.empty()) anchor_ = e.params_host();
     const BatchStats s = local_step(e, batch, lr, step);
     if (step % h_ != h_ - 1) return s;
-    const std::vector<float> x = e.params_host();
-    std::vector<float> delta(x.size());
-    for (size_t i = 0; i < x.size(); ++i) delta[i] = anchor_[i] - x[i];
+    // delta = a - x, made in the copy of x (no second model-sized vector), then shared by
+    // every target's send.
+    std::vector<float> delta = e.params_host();
+    for (size_t i = 0; i < delta.size(); ++i) delta[i] = anchor_[i] - delta[i];
     e.note_own_gradient(delta);
-    for (int t : e.live_targets(static_cast<int64_t>(step))) e.send(t, {.kind = MessageKind::kModelDelta}, delta);
-    std::vector<double> sum(delta.begin(), delta.end());
-    add_arrivals(e, sum);
+    const auto shared = std::make_shared<const std::vector<float>>(std::move(delta));
+    for (int t : e.live_targets(static_cast<int64_t>(step))) e.send_shared(t, {.kind = MessageKind::kModelDelta}, shared);
     const double inv = 1.0 / static_cast<double>(e.peers().size());
-    for (size_t i = 0; i < x.size(); ++i) anchor_[i] = static_cast<float>(anchor_[i] - inv * sum[i]);
+    const std::vector<float>& own = *shared;
+    for (size_t i = 0; i < own.size(); ++i) anchor_[i] = static_cast<float>(anchor_[i] - inv * own[i]);
+    add_arrivals(e, inv, {&anchor_});
     e.set_params_host(anchor_);
     return s;
   }
@@ -42,14 +44,8 @@ class DeltaGossip final : public Algorithm {
   // delta delivered every peer has taken in each one once.
   void settle(GossipEngine& e) override {
     if (anchor_.empty()) return;
-    std::vector<double> sum(anchor_.size(), 0.0);
-    if (!add_arrivals(e, sum)) return;
     std::vector<float> x = e.params_host();
-    const double inv = 1.0 / static_cast<double>(e.peers().size());
-    for (size_t i = 0; i < x.size(); ++i) {
-      x[i] = static_cast<float>(x[i] - inv * sum[i]);
-      anchor_[i] = static_cast<float>(anchor_[i] - inv * sum[i]);
-    }
+    if (!add_arrivals(e, 1.0 / static_cast<double>(e.peers().size()), {&x, &anchor_})) return;
     e.set_params_host(x);
   }
 
@@ -63,18 +59,25 @@ class DeltaGossip final : public Algorithm {
   }
 
  private:
-  // sum += f(tau) delta_j for every delta that has arrived (several from one neighbour
-  // fold into their sum: none is lost; none is dropped for its age); whether any did.
-  bool add_arrivals(GossipEngine& e, std::vector<double>& sum) {
+  // Each of `into` -= inv f(tau) delta_j for every delta that has arrived (several from one
+  // neighbour fold into their sum: none is lost; none is dropped for its age), a segment
+  // at a time (an arrival keeps the bytes it came in); whether any did.
+  bool add_arrivals(GossipEngine& e, double inv, std::initializer_list<std::vector<float>*> into) {
     bool any = false;
     for (const auto& m : e.take_async()) {
-      if (m.kind != MessageKind::kModelDelta || m.data.size() != sum.size()) continue;
+      if (m.kind != MessageKind::kModelDelta || m.elements() != anchor_.size() || m.offset != 0) continue;
       // Weighted by staleness, never dropped for it: a delta left out is progress its
       // sender made and this peer never takes in, and the copies part for good.
       const uint64_t mine = e.clock();
       const double w = e.mixer().staleness_weight(mine > m.clock ? static_cast<int64_t>(mine - m.clock) : 0);
       e.mixer().applied(mine, m.clock);
-      for (size_t i = 0; i < sum.size(); ++i) sum[i] += w * m.data[i];
+      const double a = inv * w;
+      e.for_each_part(m, [&](size_t at, const float* y, size_t n) {
+        for (std::vector<float>* v : into) {
+          float* out = v->data() + at;
+          for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(out[i] - a * y[i]);
+        }
+      });
       any = true;
     }
     return any;

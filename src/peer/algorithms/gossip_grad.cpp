@@ -25,7 +25,7 @@ class GossipGrad final : public Algorithm {
       } else if (m.kind == MessageKind::kModel) {
         const auto d = e.mixer().model(e.clock(), m.clock, 0.5, e.samples_seen(), m.samples);
         if (d.drop) continue;
-        e.note_model_distance(e.peers()[m.from], m.data);
+        e.note_model_distance(e.peers()[m.from], m);
         e.mix_neighbour_model(m.from, m, d.weight);
       }
     }

@@ -114,33 +114,44 @@ class StreamingDiloco final : public Algorithm {
   // every peer starts them).
   void start(GossipEngine& e, int p, uint64_t step) {
     HEARSAY_CHECK(!pending_, "streaming_diloco: a fragment's sync started before the last one was applied");
-    const std::vector<float> x = e.params_host();
-    std::vector<float> delta;
-    for (const auto& [at, n] : fragments_[static_cast<size_t>(p)]) {
-      for (size_t i = at; i < at + n; ++i) delta.push_back(anchor_[i] - x[i]);
+    // The fragment's parameters read straight into its outer gradient: no host copy of the
+    // whole model (a fragment is 1/P of it).
+    const Fragment& f = fragments_[static_cast<size_t>(p)];
+    size_t len = 0;
+    for (const auto& [at, n] : f) len += n;
+    std::vector<float> delta(len);
+    size_t k = 0;
+    for (const auto& [at, n] : f) {
+      e.read_params(at, n, delta.data() + k);
+      for (size_t i = 0; i < n; ++i) delta[k + i] = anchor_[at + i] - delta[k + i];
+      k += n;
     }
     pending_.reset(new Pending{p, step + tau_, AllReduce(e, MessageKind::kModelDelta, std::move(delta), syncs_++, 0, true,
                                                                  ReduceScope::kCluster, outer_codec_)});
     pending_->reduce.progress();
   }
 
-  // The outer step on the pending fragment's anchor, and the merge into the model.
+  // The outer step on the pending fragment's anchor, and the merge into the model, a
+  // tensor of the fragment at a time.
   void apply(GossipEngine& e) {
     const Fragment& f = fragments_[static_cast<size_t>(pending_->fragment)];
     const std::vector<float> sum = pending_->reduce.finish();
     pending_.reset();
     const float inv = 1.0f / static_cast<float>(e.peers().size());
-    std::vector<float> x = e.params_host();
+    std::vector<float> x;
     size_t k = 0;
     for (const auto& [at, n] : f) {
-      for (size_t i = at; i < at + n; ++i, ++k) {
+      x.resize(n);
+      e.read_params(at, n, x.data());
+      for (size_t i = 0; i < n; ++i, ++k) {
+        const size_t j = at + i;
         const float delta = sum[k] * inv;
-        velocity_[i] = static_cast<float>(mu_ * velocity_[i] + delta);
-        anchor_[i] -= static_cast<float>(outer_lr_ * (delta + mu_ * velocity_[i]));
-        x[i] = static_cast<float>((1.0 - global_share_) * x[i] + global_share_ * anchor_[i]);
+        velocity_[j] = static_cast<float>(mu_ * velocity_[j] + delta);
+        anchor_[j] -= static_cast<float>(outer_lr_ * (delta + mu_ * velocity_[j]));
+        x[i] = static_cast<float>((1.0 - global_share_) * x[i] + global_share_ * anchor_[j]);
       }
+      e.write_params(at, n, x.data());
     }
-    e.set_params_host(x);
   }
 
   uint64_t h_;
