@@ -311,6 +311,10 @@ class GossipEngine {
   // The same with a whole codec spec of the algorithm's own (dgc's density of the
   // moment); its codec is kept for the next call with an equal spec.
   std::shared_ptr<const Encoded> encode_once(const std::vector<float>& data, const CodecSpec& spec, uint64_t offset = 0);
+  // encode_once of data[0, n) by codec name (empty: gossip.codec), replacing data with what
+  // each receiver decodes: the result holds no decoded copy (the all-reduce's hops, which
+  // keep the decoded values in their own vector).
+  std::shared_ptr<const Encoded> encode_in_place(float* data, size_t n, uint64_t offset, const std::string& codec);
   // Whether this peer encodes and decodes gossip on its device: its model is in device
   // memory (a CUDA backend) in a build with CUDA. Then an algorithm sends what lives on
   // the device as a snapshot (send_device) and applies arrivals with the Message overloads of
@@ -370,6 +374,11 @@ class GossipEngine {
   std::optional<Message> poll_sync(int from, uint64_t round, uint32_t phase);
   // The same, waiting at most timeout_s (nullopt when nothing came; a refused one throws).
   std::optional<Message> wait_sync_for(int from, uint64_t round, uint32_t phase, double timeout_s);
+  // poll_sync and wait_sync with the message as the inbox kept it: on a host peer its
+  // payloads alone (Message::kept_only), for a caller that decodes it where it goes, a
+  // segment at a time (for_each_part: the all-reduce's hops). The others decode it whole.
+  std::optional<Message> poll_sync_kept(int from, uint64_t round, uint32_t phase);
+  Message wait_sync_kept(int from, uint64_t round, uint32_t phase);
   // Drops the synchronous messages held for which stale(from, round, phase) is true: those
   // of a site's attempt that its view change gave up (they would count against the inbox's
   // bound on held rounds for good).
@@ -420,6 +429,8 @@ class GossipEngine {
 
  private:
   class WaitSpan;
+  // wait_sync_for's wait, the message as the inbox kept it.
+  std::optional<Message> take_sync(int from, uint64_t round, uint32_t phase, double timeout_s);
   // A synchronous algorithm cannot go on without a message the inbox refused.
   void on_frame(const std::string& from, InFrame&& frame);
   // A message's L2 norm: the inbox's measure of it when it took one.
@@ -599,6 +610,7 @@ class GossipEngine {
   // Step-loop thread only: encode_once's codecs, by every setting a codec is made from
   // (name, density, exact_topk, value_bits, levels, block, rank).
   std::map<std::tuple<std::string, double, bool, int, int, int, int>, std::unique_ptr<Codec>> once_codecs_;
+  Codec& once_codec(const CodecSpec& spec);  // once_codecs_'s codec for `spec`, made at first use
   std::atomic<double> step_s_{0};  // smoothed wall time of a step (adaptive compression)
   double last_step_at_ = 0;        // step-loop thread only
   std::atomic<uint64_t> rejected_{0};  // updates refused: failed to decode, non-finite, implausible

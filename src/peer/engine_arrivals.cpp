@@ -189,7 +189,13 @@ void GossipEngine::check_sync_part(const Message& m, uint64_t round, double refe
 }
 
 GossipEngine::Message GossipEngine::wait_sync(int from, uint64_t round, uint32_t phase) {
-  auto m = wait_sync_for(from, round, phase, spec_.sync_timeout_s);
+  Message m = wait_sync_kept(from, round, phase);
+  decode_kept(m);
+  return m;
+}
+
+GossipEngine::Message GossipEngine::wait_sync_kept(int from, uint64_t round, uint32_t phase) {
+  auto m = take_sync(from, round, phase, spec_.sync_timeout_s);
   if (!m) {
     throw PeerTimeout("peer " + peers_[me_] + ": " + spec_.algorithm + " waited " + std::to_string(spec_.sync_timeout_s) +
                           " s for peer " + peers_[from] + " (round " + std::to_string(round) +
@@ -200,6 +206,12 @@ GossipEngine::Message GossipEngine::wait_sync(int from, uint64_t round, uint32_t
 }
 
 std::optional<GossipEngine::Message> GossipEngine::wait_sync_for(int from, uint64_t round, uint32_t phase, double timeout_s) {
+  auto m = take_sync(from, round, phase, timeout_s);
+  if (m) decode_kept(*m);
+  return m;
+}
+
+std::optional<GossipEngine::Message> GossipEngine::take_sync(int from, uint64_t round, uint32_t phase, double timeout_s) {
   std::string refused;
   std::optional<Message> m;
   {
@@ -216,6 +228,12 @@ void GossipEngine::forget_sync(const std::function<bool(int from, uint64_t round
 }
 
 std::optional<GossipEngine::Message> GossipEngine::poll_sync(int from, uint64_t round, uint32_t phase) {
+  auto m = poll_sync_kept(from, round, phase);
+  if (m) decode_kept(*m);
+  return m;
+}
+
+std::optional<GossipEngine::Message> GossipEngine::poll_sync_kept(int from, uint64_t round, uint32_t phase) {
   std::string refused;
   auto m = inbox_->wait_sync(from, round, phase, 0.0, stopped_, &refused);
   if (!m && !refused.empty()) refuse_sync(from, round, refused);

@@ -213,6 +213,28 @@ std::shared_ptr<const GossipEngine::Encoded> GossipEngine::encode_once(const std
 
 std::shared_ptr<const GossipEngine::Encoded> GossipEngine::encode_once(const std::vector<float>& data, const CodecSpec& spec,
                                                                     uint64_t offset) {
+  Codec& codec = once_codec(spec);
+  return build_encoded(data.size(), codec.segments(data.size(), spec_.segment_elements),
+                       [&](size_t begin, size_t len, std::vector<uint8_t>& payload, CodecParams& params) {
+                         codec.encode(data.data() + begin, len, offset + begin, payload, params);
+                       });
+}
+
+std::shared_ptr<const GossipEngine::Encoded> GossipEngine::encode_in_place(float* data, size_t n, uint64_t offset,
+                                                                        const std::string& codec_name) {
+  CodecSpec s = spec_.codec;
+  if (!codec_name.empty()) s.name = codec_name;
+  Codec& codec = once_codec(s);
+  // Each segment is read by its encoding before its decoded values are written over it.
+  return build_encoded(
+      n, codec.segments(n, spec_.segment_elements),
+      [&](size_t begin, size_t len, std::vector<uint8_t>& payload, CodecParams& params) {
+        codec.encode(data + begin, len, offset + begin, payload, params);
+      },
+      data);
+}
+
+Codec& GossipEngine::once_codec(const CodecSpec& spec) {
   // Kept by every setting a codec is made from (a tuple, not a string made on every call:
   // this is on every hop of every all-reduce).
   std::unique_ptr<Codec>& once_codec =
@@ -222,18 +244,16 @@ std::shared_ptr<const GossipEngine::Encoded> GossipEngine::encode_once(const std
     s.error_feedback = "on";  // picks random-k unscaled (a contraction); no residual is kept here
     once_codec = make_codec(s, model_.param_views(), rng_.next_u64());
   }
-  Codec& codec = *once_codec;
-  return build_encoded(data.size(), codec.segments(data.size(), spec_.segment_elements),
-                       [&](size_t begin, size_t len, std::vector<uint8_t>& payload, CodecParams& params) {
-                         codec.encode(data.data() + begin, len, offset + begin, payload, params);
-                       });
+  return *once_codec;
 }
 
 std::shared_ptr<const GossipEngine::Encoded> build_encoded(
     size_t n, const std::vector<std::pair<size_t, size_t>>& segments,
-    const std::function<void(size_t offset, size_t length, std::vector<uint8_t>& payload, CodecParams& params)>& encode) {
+    const std::function<void(size_t offset, size_t length, std::vector<uint8_t>& payload, CodecParams& params)>& encode,
+    float* decoded_into) {
   auto out = std::make_shared<GossipEngine::Encoded>();
-  out->decoded.assign(n, 0.0f);
+  if (decoded_into == nullptr) out->decoded.assign(n, 0.0f);
+  float* decoded = decoded_into != nullptr ? decoded_into : out->decoded.data();
   for (const auto& [begin, len] : segments) {
     GossipEngine::Encoded::Segment s;
     s.offset = begin;
@@ -241,7 +261,8 @@ std::shared_ptr<const GossipEngine::Encoded> build_encoded(
     auto payload = std::make_shared<std::vector<uint8_t>>();
     encode(begin, len, *payload, s.params);
     // Decoded exactly as a receiver's inbox decodes it: into zeros, scale 1.
-    const std::string err = decode_accumulate(s.params, payload->data(), payload->size(), 1.0f, out->decoded.data() + begin, len);
+    if (decoded_into != nullptr) std::fill(decoded + begin, decoded + begin + len, 0.0f);
+    const std::string err = decode_accumulate(s.params, payload->data(), payload->size(), 1.0f, decoded + begin, len);
     HEARSAY_CHECK(err.empty(), "an update just encoded does not decode: " + err);
     s.payload = std::move(payload);
     out->segments.push_back(std::move(s));

@@ -154,6 +154,7 @@ void GossipEngine::join(double timeout_s) {
     while (!m && clock_.now() < give_up && !stopped_) {
       serve_join_requests();  // peers starting together must not wait on each other
       m = inbox_->wait_sync(j, kJoinRound, 1, 0.05, stopped_);
+      if (m) decode_kept(*m);
     }
     if (!m) continue;
     if (m->step > 0 && m->data.size() == model_.num_params()) {

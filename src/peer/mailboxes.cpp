@@ -329,7 +329,8 @@ std::string Inbox::add_segment(int from, const wire::Update& u, const uint8_t* p
       Partial p;
       p.count = count;
       p.m = read_header(u, from);
-      p.m.sum_squares = p.m.synchronous ? -1.0 : 0.0;
+      // Measured as it is decoded, except a synchronous message decoded whole (measured where it is taken).
+      p.m.sum_squares = p.m.synchronous && !(lean_ && p.m.kind != MessageKind::kPushSum) ? -1.0 : 0.0;
       it = partial_.emplace(key, std::move(p)).first;
     }
     Partial& p = it->second;
@@ -358,7 +359,7 @@ std::string Inbox::add_segment(int from, const wire::Update& u, const uint8_t* p
   Partial& p = node.mapped();
   // A host peer keeps an asynchronous arrival as the bytes it came in (Message::payloads):
   // each segment is decoded into a scratch of its own size for the checks, then dropped.
-  const bool lean = lean_ && !p.m.synchronous && p.m.kind != MessageKind::kPushSum;
+  const bool lean = lean_ && p.m.kind != MessageKind::kPushSum;
   // Its segments follow one another to the tensor's end at most: one allocation, not a
   // vector grown (and copied, and its fresh pages zeroed) segment by segment. The
   // tensor's length was checked against this model before any segment got here.
@@ -385,7 +386,7 @@ std::string Inbox::add_segment(int from, const wire::Update& u, const uint8_t* p
       err = "non-finite: " + where + " of segment " + std::to_string(u.segment_index());
     } else if (!std::isfinite(p.m.push_sum_weight) || p.m.push_sum_weight < 0) {
       err = "non-finite: push-sum weight " + std::to_string(p.m.push_sum_weight);
-    } else if (!p.m.synchronous) {
+    } else if (!p.m.synchronous || lean) {
       p.m.sum_squares += sq;
     }
   }

@@ -69,9 +69,10 @@ class Inbox {
   // the payloads they arrived as when their codec allows (Message::payloads).
   // `clock` (null: real time) is what wait_sync waits on: the simulator's virtual clock
   // in a simulated cluster.
-  // With `lean` (a host peer), asynchronous arrivals other than push-sum shares keep only
-  // their payloads, no decoded copy (Message::kept_only); each segment is still decoded
-  // and checked as it arrives.
+  // With `lean` (a host peer), arrivals other than push-sum shares keep only their
+  // payloads, no decoded copy (Message::kept_only); each segment is still decoded and
+  // checked as it arrives. wait_sync hands a synchronous one out so (the engine decodes
+  // it for callers that want the values whole).
   explicit Inbox(Mixer& mixer, bool keep_payloads = false, Clock* clock = nullptr, bool lean = false);
   // Adds one wire segment, decoding its payload into the message; complete messages
   // become available. Returns why it was dropped (it does not fit the message it claims

@@ -89,7 +89,8 @@ size_t message_held_bytes(const GossipEngine::Message& m);
 // The one place encode_once, demo and CompressedSum build the bytes they send to many.
 std::shared_ptr<const GossipEngine::Encoded> build_encoded(
     size_t n, const std::vector<std::pair<size_t, size_t>>& segments,
-    const std::function<void(size_t offset, size_t length, std::vector<uint8_t>& payload, CodecParams& params)>& encode);
+    const std::function<void(size_t offset, size_t length, std::vector<uint8_t>& payload, CodecParams& params)>& encode,
+    float* decoded_into = nullptr);  // where the decoded values go instead of `decoded` (written over; n floats)
 
 // A tensor snapshot in device memory (GossipEngine::snapshot_device), complete: no device
 // work is pending on it when it is handed over, so any thread may read it.

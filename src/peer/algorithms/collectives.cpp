@@ -193,43 +193,49 @@ GossipEngine::Message AllReduce::header(size_t offset, uint32_t phase) const {
 // their scale recomputed from decoded values coming back the same), else as fp32, a guard
 // for the chunk or the codec that would re-round.
 void AllReduce::post(const Op& op) {
-  std::vector<float> part(v_.begin() + static_cast<long>(op.offset), v_.begin() + static_cast<long>(op.offset + op.len));
+  float* part = v_.data() + op.offset;
   if (raw_ || op.exact) {
-    for (int j : op.peers) e_.send(j, header(op.offset, op.phase), part);
+    // One copy for every receiver (each link reads it).
+    const auto shared = std::make_shared<const std::vector<float>>(part, part + op.len);
+    for (int j : op.peers) e_.send_shared(j, header(op.offset, op.phase), shared);
     return;
   }
-  auto enc = e_.encode_once(part, op.offset, codec_);
   if (op.forward) {
-    const bool unchanged = enc->decoded.size() == part.size() &&
-                           std::memcmp(enc->decoded.data(), part.data(), sizeof(float) * part.size()) == 0;
+    const std::vector<float> values(part, part + op.len);
+    auto enc = e_.encode_once(values, op.offset, codec_);
+    const bool unchanged = enc->decoded.size() == values.size() &&
+                           std::memcmp(enc->decoded.data(), values.data(), sizeof(float) * values.size()) == 0;
     for (int j : op.peers) {
       if (unchanged) {
         e_.send_encoded(j, header(op.offset, op.phase), enc);
       } else {
-        e_.send(j, header(op.offset, op.phase), part);
+        e_.send(j, header(op.offset, op.phase), values);
       }
     }
     return;
   }
+  // Encoded once, the same bytes to all; v's part becomes what they decode (no copy of
+  // the part, no decoded copy beside it).
+  const auto enc = e_.encode_in_place(part, op.len, op.offset, codec_);
   for (int j : op.peers) e_.send_encoded(j, header(op.offset, op.phase), enc);
-  std::copy(enc->decoded.begin(), enc->decoded.end(), v_.begin() + static_cast<long>(op.offset));
 }
 
 // Adds (or, with assign, copies) an arrived message into v, once the guard has measured
 // it: a part of a sum over at most every peer, so within the ratio of n times this peer's
-// own vector.
+// own vector. A message kept as its payloads is decoded a segment at a time into v.
 void AllReduce::take(const Op& op, const GossipEngine::Message& m) {
-  const size_t b = std::min(m.offset, v_.size());
-  const size_t n = std::min(m.data.size(), v_.size() - b);
   e_.check_sync_part(m, round_, reference_norm_, static_cast<double>(e_.peers().size()));
-  float* out = v_.data() + b;
-  const float* in = m.data.data();
-  // One loop without branches, so that it is vectorised (every hop of every all-reduce).
-  if (op.assign) {
-    std::copy(in, in + n, out);
-  } else {
-    for (size_t i = 0; i < n; ++i) out[i] += in[i];
-  }
+  e_.for_each_part(m, [&](size_t at, const float* in, size_t count) {
+    const size_t b = std::min(static_cast<size_t>(at), v_.size());
+    const size_t n = std::min(count, v_.size() - b);
+    float* out = v_.data() + b;
+    // One loop without branches, so that it is vectorised (every hop of every all-reduce).
+    if (op.assign) {
+      std::copy(in, in + n, out);
+    } else {
+      for (size_t i = 0; i < n; ++i) out[i] += in[i];
+    }
+  });
 }
 
 bool AllReduce::progress() {
@@ -238,7 +244,7 @@ bool AllReduce::progress() {
     if (op.type == Op::kPost) {
       post(op);
     } else {
-      auto m = e_.poll_sync(op.peers.front(), round_, op.phase);
+      auto m = e_.poll_sync_kept(op.peers.front(), round_, op.phase);
       if (!m) return false;
       take(op, *m);
     }
@@ -253,7 +259,7 @@ std::vector<float> AllReduce::finish() {
     if (op.type == Op::kPost) {
       post(op);
     } else {
-      take(op, e_.wait_sync(op.peers.front(), round_, op.phase));
+      take(op, e_.wait_sync_kept(op.peers.front(), round_, op.phase));
     }
   }
   return std::move(v_);
