@@ -9,49 +9,19 @@
 //   x_p <- alpha x_p + (1 - alpha) a_p.
 // With one fragment, tau = 0 and alpha = 0 it is diloco. Under cluster.site_replicas a site's peers
 // average their gradients every inner step (GossipEngine::gradient), as diloco's. Fragments are the model's
-// units (a transformer block, an embedding, a layer: a ParamView's name without its last
-// two parts, or its first part when it has at most two) dealt out in turn.
+// units (a transformer block, an embedding, a layer: fragments.h) dealt out in turn.
 #include <algorithm>
 #include <cmath>
 #include <memory>
 
 #include "../algorithm.h"
 #include "../algorithm_registry.h"
+#include "fragments.h"
 #include "hearsay/algorithms/streaming_diloco.pb.h"
 #include "hearsay/mixer.h"
 
 namespace hearsay {
 namespace {
-
-// The unit a parameter tensor belongs to: "h.3.attn.c_attn.weight" -> "h.3",
-// "ln_f.weight" -> "ln_f", "wte" -> "wte".
-std::string unit_of(const std::string& name) {
-  size_t dots = 0;
-  for (char ch : name) dots += ch == '.';
-  if (dots <= 1) return name.substr(0, name.find('.'));
-  size_t cut = name.size();
-  for (int k = 0; k < 2; ++k) cut = name.rfind('.', cut - 1);
-  return name.substr(0, cut);
-}
-
-// (offset, size) ranges of the flat buffer, per fragment.
-using Fragment = std::vector<std::pair<size_t, size_t>>;
-
-std::vector<Fragment> fragments_of(const Trainable& model, int p) {
-  std::vector<std::string> units;
-  std::vector<Fragment> out(static_cast<size_t>(p));
-  for (const ParamView& v : model.param_views()) {
-    const std::string u = unit_of(v.name);
-    if (units.empty() || units.back() != u) units.push_back(u);
-    out[(units.size() - 1) % static_cast<size_t>(p)].emplace_back(v.offset, v.size);
-  }
-  if (units.size() < static_cast<size_t>(p)) {
-    throw InputError("streaming_diloco: fragments " + std::to_string(p) + " but the model has " +
-                     std::to_string(units.size()) + " units to deal out (cluster.gossip.[hearsay.algorithms."
-                     "streaming_diloco].fragments)");
-  }
-  return out;
-}
 
 class StreamingDiloco final : public Algorithm {
  public:
