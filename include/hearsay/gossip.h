@@ -310,7 +310,10 @@ class GossipEngine {
                                              const std::string& codec = "");
   // The same with a whole codec spec of the algorithm's own (dgc's density of the
   // moment); its codec is kept for the next call with an equal spec.
-  std::shared_ptr<const Encoded> encode_once(const std::vector<float>& data, const CodecSpec& spec, uint64_t offset = 0);
+  // `keep_decoded` false: the result's `decoded` is left empty (a caller that reads the
+  // decoded values a segment at a time, for_each_decoded, holds no dense copy of them).
+  std::shared_ptr<const Encoded> encode_once(const std::vector<float>& data, const CodecSpec& spec, uint64_t offset = 0,
+                                             bool keep_decoded = true);
   // encode_once of data[0, n) by codec name (empty: gossip.codec), replacing data with what
   // each receiver decodes: the result holds no decoded copy (the all-reduce's hops, which
   // keep the decoded values in their own vector).

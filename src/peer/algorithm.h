@@ -182,8 +182,9 @@ class AllReduce {
 };
 // A sparse all-gather (dgc, demo: sparse_gather.cpp): `mine` goes, as the same bytes, to
 // every other peer as the synchronous message (round, phase) of `kind`; returns the sum
-// of every peer's decoded update in peer order, this peer's own as `mine->decoded` (what
-// the others decode from it), so every peer holds the same sum bit for bit. Waits for
+// of every peer's decoded update in peer order, this peer's own decoded from mine's
+// segments as the others decode them (mine need keep no `decoded`), each a segment at a
+// time, so every peer holds the same sum bit for bit. Waits for
 // the others (gossip.sync_timeout_s).
 std::vector<float> gather_sum(GossipEngine& e, MessageKind kind, const std::shared_ptr<const GossipEngine::Encoded>& mine,
                               uint64_t round, uint32_t phase);

@@ -91,14 +91,7 @@ void GossipEngine::for_each_part(const Message& m, const std::function<void(size
     fn(m.offset, m.data.data(), m.data.size());
     return;
   }
-  for (const auto& seg : m.payloads->segments) {
-    part_scratch_.assign(seg.length, 0.0f);
-    const std::string err = decode_accumulate(seg.params, seg.payload->data(), seg.payload->size(), 1.0f,
-                                              part_scratch_.data(), seg.length);
-    // The inbox decoded these very bytes when they arrived, and kept them only if they did.
-    HEARSAY_CHECK(err.empty(), "a kept payload that decoded on arrival does not decode now: " + err);
-    fn(seg.offset, part_scratch_.data(), seg.length);
-  }
+  for_each_decoded(*m.payloads, part_scratch_, fn);
 }
 
 const float* GossipEngine::on_backend(const std::vector<float>& y) {

@@ -212,12 +212,24 @@ std::shared_ptr<const GossipEngine::Encoded> GossipEngine::encode_once(const std
 }
 
 std::shared_ptr<const GossipEngine::Encoded> GossipEngine::encode_once(const std::vector<float>& data, const CodecSpec& spec,
-                                                                    uint64_t offset) {
+                                                                    uint64_t offset, bool keep_decoded) {
   Codec& codec = once_codec(spec);
-  return build_encoded(data.size(), codec.segments(data.size(), spec_.segment_elements),
-                       [&](size_t begin, size_t len, std::vector<uint8_t>& payload, CodecParams& params) {
-                         codec.encode(data.data() + begin, len, offset + begin, payload, params);
-                       });
+  return build_encoded(
+      data.size(), codec.segments(data.size(), spec_.segment_elements),
+      [&](size_t begin, size_t len, std::vector<uint8_t>& payload, CodecParams& params) {
+        codec.encode(data.data() + begin, len, offset + begin, payload, params);
+      },
+      nullptr, keep_decoded);
+}
+
+void for_each_decoded(const GossipEngine::Encoded& e, std::vector<float>& scratch,
+                      const std::function<void(size_t at, const float* y, size_t n)>& fn) {
+  for (const auto& seg : e.segments) {
+    scratch.assign(seg.length, 0.0f);
+    const std::string err = decode_accumulate(seg.params, seg.payload->data(), seg.payload->size(), 1.0f, scratch.data(), seg.length);
+    HEARSAY_CHECK(err.empty(), "a payload checked when it was made or arrived does not decode now: " + err);
+    fn(seg.offset, scratch.data(), seg.length);
+  }
 }
 
 std::shared_ptr<const GossipEngine::Encoded> GossipEngine::encode_in_place(float* data, size_t n, uint64_t offset,
@@ -250,9 +262,10 @@ Codec& GossipEngine::once_codec(const CodecSpec& spec) {
 std::shared_ptr<const GossipEngine::Encoded> build_encoded(
     size_t n, const std::vector<std::pair<size_t, size_t>>& segments,
     const std::function<void(size_t offset, size_t length, std::vector<uint8_t>& payload, CodecParams& params)>& encode,
-    float* decoded_into) {
+    float* decoded_into, bool keep_decoded) {
   auto out = std::make_shared<GossipEngine::Encoded>();
-  if (decoded_into == nullptr) out->decoded.assign(n, 0.0f);
+  if (decoded_into == nullptr && keep_decoded) out->decoded.assign(n, 0.0f);
+  std::vector<float> scratch;  // a segment's, when the decoded values are not kept
   float* decoded = decoded_into != nullptr ? decoded_into : out->decoded.data();
   for (const auto& [begin, len] : segments) {
     GossipEngine::Encoded::Segment s;
@@ -261,8 +274,14 @@ std::shared_ptr<const GossipEngine::Encoded> build_encoded(
     auto payload = std::make_shared<std::vector<uint8_t>>();
     encode(begin, len, *payload, s.params);
     // Decoded exactly as a receiver's inbox decodes it: into zeros, scale 1.
-    if (decoded_into != nullptr) std::fill(decoded + begin, decoded + begin + len, 0.0f);
-    const std::string err = decode_accumulate(s.params, payload->data(), payload->size(), 1.0f, decoded + begin, len);
+    float* into = decoded + begin;
+    if (decoded_into == nullptr && !keep_decoded) {
+      scratch.assign(len, 0.0f);
+      into = scratch.data();
+    } else if (decoded_into != nullptr) {
+      std::fill(into, into + len, 0.0f);
+    }
+    const std::string err = decode_accumulate(s.params, payload->data(), payload->size(), 1.0f, into, len);
     HEARSAY_CHECK(err.empty(), "an update just encoded does not decode: " + err);
     s.payload = std::move(payload);
     out->segments.push_back(std::move(s));

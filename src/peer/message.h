@@ -90,7 +90,15 @@ size_t message_held_bytes(const GossipEngine::Message& m);
 std::shared_ptr<const GossipEngine::Encoded> build_encoded(
     size_t n, const std::vector<std::pair<size_t, size_t>>& segments,
     const std::function<void(size_t offset, size_t length, std::vector<uint8_t>& payload, CodecParams& params)>& encode,
-    float* decoded_into = nullptr);  // where the decoded values go instead of `decoded` (written over; n floats)
+    float* decoded_into = nullptr,  // where the decoded values go instead of `decoded` (written over; n floats)
+    bool keep_decoded = true);      // false: `decoded` left empty (each segment still checked to decode)
+
+// The values an Encoded's segments decode to, a segment at a time, in order: fn(offset
+// within the tensor, values, count), decoded (into zeros, scale 1) into `scratch`, which
+// each call reuses. Throws if a segment does not decode (it was checked when it was made
+// or when it arrived).
+void for_each_decoded(const GossipEngine::Encoded& e, std::vector<float>& scratch,
+                      const std::function<void(size_t at, const float* y, size_t n)>& fn);
 
 // A tensor snapshot in device memory (GossipEngine::snapshot_device), complete: no device
 // work is pending on it when it is handed over, so any thread may read it.

@@ -41,15 +41,25 @@ class Dgc final : public Algorithm {
     const size_t n = e.model().num_params();
     if (!memory_) memory_ = std::make_unique<DgcMemory>(n, settings_);
     Backend& b = e.model().backend();
-    std::vector<float> g(n);
-    b.download(g.data(), e.model().grads(), sizeof(float) * n);
-    const std::vector<float> w = settings_.weight_decay != 0.0f ? e.params_host() : std::vector<float>();
     const int peers = static_cast<int>(e.peers().size());
-    memory_->accumulate(g, w.data(), peers);
+    {
+      // The gradient's host copy lives only until the memory has taken it in; the
+      // parameters (for the weight decay) are read where they are on a host backend.
+      std::vector<float> g = download_floats(b, e.model().grads(), n);
+      std::vector<float> w;
+      const float* params = nullptr;
+      if (settings_.weight_decay != 0.0f) {
+        if (!b.is_host()) w = e.params_host();
+        params = b.is_host() ? e.model().params() : w.data();
+      }
+      memory_->accumulate(g, params, peers);
+    }
     CodecSpec spec = codec_;
     spec.density = memory_->density_at(step);
-    const auto mine = e.encode_once(memory_->velocity(), spec);
-    memory_->sent(mine->decoded);
+    // No dense decoded copy of the update: what was sent leaves v a segment at a time.
+    const auto mine = e.encode_once(memory_->velocity(), spec, 0, false);
+    std::vector<float> scratch;
+    for_each_decoded(*mine, scratch, [&](size_t at, const float* y, size_t count) { memory_->sent_part(at, y, count); });
     std::vector<float> sum = gather_sum(e, MessageKind::kGradient, mine, step, 0);
     const float rate = lr * sync_lr_scale(peers, step, linear_lr_, warmup_steps_) / static_cast<float>(peers);
     e.axpy_params(-static_cast<double>(rate), sum);

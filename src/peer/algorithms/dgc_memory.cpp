@@ -53,12 +53,17 @@ void DgcMemory::accumulate(std::vector<float>& g, const float* w, int peers) {
   }
 }
 
-void DgcMemory::sent(const std::vector<float>& sent) {
-  const size_t n = std::min(sent.size(), v_.size());
+void DgcMemory::sent(const std::vector<float>& sent) { sent_part(0, sent.data(), sent.size()); }
+
+void DgcMemory::sent_part(size_t at, const float* sent, size_t n) {
+  if (at >= v_.size()) return;
+  n = std::min(n, v_.size() - at);
+  float* v = v_.data() + at;
+  float* u = u_.data() + at;
   for (size_t i = 0; i < n; ++i) {
     if (sent[i] == 0.0f) continue;
-    v_[i] -= sent[i];
-    if (s_.momentum_masking) u_[i] = 0.0f;
+    v[i] -= sent[i];
+    if (s_.momentum_masking) u[i] = 0.0f;
   }
 }
 

@@ -38,6 +38,8 @@ class DgcMemory {
   // values' rounding stays in v, as every codec's error feedback keeps it), and with
   // momentum factor masking u is zeroed where something was sent.
   void sent(const std::vector<float>& sent);
+  // The same for sent values [at, at + n) (a segment of the encoded update, decoded).
+  void sent_part(size_t at, const float* sent, size_t n);
   const std::vector<float>& momentum() const { return u_; }
   // For checkpoints.
   std::vector<float>& momentum_mut() { return u_; }

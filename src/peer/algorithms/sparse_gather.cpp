@@ -4,6 +4,7 @@
 // summed on the way, so a ring would forward n-1 of them), summed in peer order on
 // arrival; and the learning-rate scaling every synchronous mean shares.
 #include <algorithm>
+#include <cmath>
 
 #include "../algorithm.h"
 #include "../algorithm_registry.h"
@@ -13,27 +14,40 @@ namespace hearsay {
 std::vector<float> gather_sum(GossipEngine& e, MessageKind kind, const std::shared_ptr<const GossipEngine::Encoded>& mine,
                               uint64_t round, uint32_t phase) {
   const int n = static_cast<int>(e.peers().size());
-  const size_t len = mine->decoded.size();
+  size_t len = 0;
+  for (const auto& seg : mine->segments) len = std::max<size_t>(len, seg.offset + seg.length);
   for (int j = 0; j < n; ++j) {
     if (j != e.me()) e.send_encoded(j, {.kind = kind, .synchronous = true, .round = round, .phase = phase, .total = len}, mine);
   }
   std::vector<float> sum(len, 0.0f);
+  std::vector<float> scratch;  // a segment of this peer's own part, decoded (mine need keep no dense copy)
   // Each peer's part is measured before it is added: one part of finite 3e38s would
   // otherwise take the model to chance at once.
-  const double reference = e.sync_reference_norm(mine->decoded);
+  double own_sq = 0;
+  for_each_decoded(*mine, scratch, [&](size_t, const float* y, size_t count) {
+    for (size_t i = 0; i < count; ++i) own_sq += static_cast<double>(y[i]) * y[i];
+  });
+  const double reference = std::max(std::sqrt(own_sq), e.model_norm());
+  // Summed in peer order, a segment at a time (each added as a whole decoded vector was:
+  // the same sum, bit for bit, on every peer).
+  auto add = [&](size_t at, const float* y, size_t count) {
+    float* out = sum.data() + std::min(at, len);
+    const size_t k = std::min(count, len - std::min(at, len));
+    for (size_t i = 0; i < k; ++i) out[i] += y[i];
+  };
   for (int j = 0; j < n; ++j) {
     if (j == e.me()) {
-      for (size_t i = 0; i < len; ++i) sum[i] += mine->decoded[i];
+      for_each_decoded(*mine, scratch, add);
       continue;
     }
-    const GossipEngine::Message m = e.wait_sync(j, round, phase);
-    if (m.offset != 0 || m.data.size() != len) {
-      throw InputError("gather_sum: peer " + e.peers()[static_cast<size_t>(j)] + " sent " + std::to_string(m.data.size()) +
+    const GossipEngine::Message m = e.wait_sync_kept(j, round, phase);
+    if (m.offset != 0 || m.elements() != len) {
+      throw InputError("gather_sum: peer " + e.peers()[static_cast<size_t>(j)] + " sent " + std::to_string(m.elements()) +
                        " values at offset " + std::to_string(m.offset) + " for round " + std::to_string(round) + "; expected " +
                        std::to_string(len) + " at 0");
     }
     e.check_sync_part(m, round, reference, 1);
-    for (size_t i = 0; i < len; ++i) sum[i] += m.data[i];
+    e.for_each_part(m, add);
   }
   return sum;
 }
@@ -59,10 +73,12 @@ std::vector<float>& CompressedSum::residual(GossipEngine& e) {
 std::vector<float> CompressedSum::sum(GossipEngine& e, MessageKind kind, const std::vector<float>& v, uint64_t round,
                                       uint32_t phase) {
   start(e);
-  const auto mine = build_encoded(v.size(), encoder_->codec().segments(v.size(), e.spec().segment_elements),
-                                  [&](size_t begin, size_t len, std::vector<uint8_t>& payload, CodecParams& params) {
-                                    encoder_->encode(v.data() + begin, len, begin, v.size(), payload, params);
-                                  });
+  const auto mine = build_encoded(
+      v.size(), encoder_->codec().segments(v.size(), e.spec().segment_elements),
+      [&](size_t begin, size_t len, std::vector<uint8_t>& payload, CodecParams& params) {
+        encoder_->encode(v.data() + begin, len, begin, v.size(), payload, params);
+      },
+      nullptr, false);
   return gather_sum(e, kind, mine, round, phase);
 }
 
