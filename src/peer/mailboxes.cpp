@@ -193,6 +193,7 @@ void Outbox::offer(GossipEngine::Message&& m) {
     if (!busy_ && sync_.empty()) {
       busy_ = true;
       in_flight_bytes_ = message_held_bytes(m);
+      note_in_flight_shared(m);
       in_flight_step_ = m.step;
       in_flight_sync_ = sync_tag(m);
       now = std::move(m);
@@ -212,6 +213,11 @@ void Outbox::offer(GossipEngine::Message&& m) {
   if (now) launch(std::move(*now));
 }
 
+void Outbox::note_in_flight_shared(const GossipEngine::Message& m) {
+  in_flight_shared_ = m.shared.get();
+  in_flight_shared_bytes_ = m.shared ? m.shared->size() * sizeof(float) : 0;
+}
+
 void Outbox::launch(GossipEngine::Message&& m) {
   send_(std::move(m), [this](const SendStatus& s) { on_done(s); });
 }
@@ -222,6 +228,8 @@ void Outbox::on_done(const SendStatus& s) {
     std::lock_guard<std::mutex> lock(mu_);
     busy_ = false;
     in_flight_bytes_ = 0;
+    in_flight_shared_ = nullptr;
+    in_flight_shared_bytes_ = 0;
     in_flight_sync_.reset();
     if (!s.ok) ++failed_;
     if (!sync_.empty()) {
@@ -237,6 +245,7 @@ void Outbox::on_done(const SendStatus& s) {
       busy_ = true;
       in_flight_sync_ = sync_tag(*next);
       in_flight_bytes_ = message_held_bytes(*next);
+      note_in_flight_shared(*next);
       if (next->synchronous) in_flight_step_ = next->step;
     }
   }
@@ -254,6 +263,9 @@ size_t Outbox::buffered_bytes() const {
 uint64_t Outbox::held_memory(std::unordered_set<const void*>& seen) const {
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t b = in_flight_bytes_;  // the message on the wire: its parts belong to the frames now
+  // A tensor shared by several links' messages (adpsgd's request to two neighbours) is one
+  // buffer: counted by the first outbox that meets it.
+  if (in_flight_shared_ != nullptr && !seen.insert(in_flight_shared_).second) b -= in_flight_shared_bytes_;
   for (const auto& [k, m] : pending_) b += distinct_bytes(m, seen);
   for (const auto& m : sync_) b += distinct_bytes(m, seen);
   return b;

@@ -48,6 +48,7 @@ class Outbox {
 
  private:
   void launch(GossipEngine::Message&& m);  // without mu_ held
+  void note_in_flight_shared(const GossipEngine::Message& m);  // with mu_ held
   void on_done(const SendStatus& s);
 
   Send send_;
@@ -55,6 +56,8 @@ class Outbox {
   mutable std::mutex mu_;
   bool busy_ = false;                                     // GUARDED_BY(mu_)
   size_t in_flight_bytes_ = 0;                            // GUARDED_BY(mu_)
+  const void* in_flight_shared_ = nullptr;                // GUARDED_BY(mu_): its shared tensor, counted once over the outboxes
+  size_t in_flight_shared_bytes_ = 0;                     // GUARDED_BY(mu_)
   uint64_t in_flight_step_ = 0;                           // GUARDED_BY(mu_): its oldest part's step
   std::optional<std::pair<uint64_t, uint32_t>> in_flight_sync_;  // GUARDED_BY(mu_): its (round, phase), if synchronous
   std::map<int, uint64_t> pending_step_;                  // GUARDED_BY(mu_): each pending one's oldest part
