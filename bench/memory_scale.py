@@ -17,7 +17,9 @@ the same config without a cluster. One JSON line per run:
     bench/memory_scale.py --size 300m --algorithms adpsgd,diloco
     bench/memory_scale.py --algorithms adpsgd --peers 5         # 4 neighbours each (complete)
 
-The algorithms' settings: adpsgd and gossip_grad with the fp16 codec (the issue's trial),
+The algorithms' settings: adpsgd and gossip_grad with the fp16 codec for gradients and whole
+models alike (the issue's trial meant fp16; until 2026-12-06 this bench left model_codec at
+none, so their models travelled and were held as fp32),
 dgc with top-k 1% (its own codec), demo its own, diloco and streaming_diloco with int8 and
 an outer step every 4 steps (2 fragments), allreduce with int8, delta_gossip on the complete
 graph its paper assumes.
@@ -38,8 +40,8 @@ ROOT = os.path.dirname(HERE)
 SIZES = {"85m": (12, 12, 768), "300m": (24, 16, 1024), "10m": (4, 8, 448)}
 
 ALGORITHMS = {
-    "adpsgd": 'algorithm: "adpsgd" topology: "complete" codec { name: "fp16" }',
-    "gossip_grad": 'algorithm: "gossip_grad" topology: "complete" codec { name: "fp16" }',
+    "adpsgd": 'algorithm: "adpsgd" topology: "complete" codec { name: "fp16" model_codec: "fp16" }',
+    "gossip_grad": 'algorithm: "gossip_grad" topology: "complete" codec { name: "fp16" model_codec: "fp16" }',
     "delta_gossip": 'algorithm: "delta_gossip" topology: "complete" codec { name: "fp16" } '
                     '[hearsay.algorithms.delta_gossip] { local_steps: 4 }',
     "dgc": 'algorithm: "dgc" topology: "complete" codec { name: "topk" density: 0.01 }',  # with SGD: OPTIMIZERS
