@@ -318,6 +318,15 @@ class GossipEngine {
   // each receiver decodes: the result holds no decoded copy (the all-reduce's hops, which
   // keep the decoded values in their own vector).
   std::shared_ptr<const Encoded> encode_in_place(float* data, size_t n, uint64_t offset, const std::string& codec);
+  // The parameters as they are now, encoded once with the model codec (gossip.codec.
+  // model_codec), read in place on a host backend; no decoded copy kept. What an
+  // algorithm sends whole models as (send_encoded) and keeps as the base of an exchange
+  // (adpsgd): codec-sized, and exactly what every receiver decodes.
+  std::shared_ptr<const Encoded> encode_model();
+  // Whether whole models may go that way: a host peer that copies nothing between steps,
+  // without fault injection (it lies per send) or per-link adaptive codecs (a link's
+  // own choice); otherwise the link encodes a snapshot.
+  bool models_encode_once() const;
   // Whether this peer encodes and decodes gossip on its device: its model is in device
   // memory (a CUDA backend) in a build with CUDA. Then an algorithm sends what lives on
   // the device as a snapshot (send_device) and applies arrivals with the Message overloads of
@@ -406,6 +415,9 @@ class GossipEngine {
   // The same for an arrival m (y = its values, decoded a segment at a time where it kept
   // only its payloads).
   void move_toward_neighbour(int from, const std::vector<float>& base, const Message& m, double w);
+  // The same from a base encoded once (encode_model: the model this peer sent, as its
+  // receiver decoded it), both decoded a segment at a time where their segments match.
+  void move_toward_neighbour(int from, const Encoded& base, const Message& m, double w);
   // x <- x + a * y, on the device.
   void axpy_params(double a, const std::vector<float>& y);
   // g <- g + a * y into the gradient buffer, on the device.
@@ -451,6 +463,7 @@ class GossipEngine {
   // mix_neighbour_model for an arrival, on the host path.
   void mix_host(int from, const Message& m, double w);
   std::vector<float> part_scratch_;  // for_each_part's decoded segment (step-loop thread)
+  std::vector<float> base_scratch_;  // move_toward_neighbour's decoded base segment (step-loop thread)
   // y where the backend reads it: y itself on a host backend, else uploaded to scratch_.
   const float* on_backend(const std::vector<float>& y);
   void put_on_wire(int to, Message&& m, std::function<void(const SendStatus&)> done);

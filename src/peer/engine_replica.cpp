@@ -146,6 +146,34 @@ void GossipEngine::move_toward_neighbour(int from, const std::vector<float>& bas
   measured_params(lanes, covered == model_.num_params());
 }
 
+void GossipEngine::move_toward_neighbour(int from, const Encoded& base, const Message& m, double w) {
+  bool aligned = m.kept_only() && spec_.mixer.robust == MixerSpec::Robust::kNone && model_.backend().is_host() &&
+                 base.segments.size() == m.payloads->segments.size();
+  for (size_t k = 0; aligned && k < base.segments.size(); ++k) {
+    aligned = base.segments[k].offset == m.payloads->segments[k].offset && base.segments[k].length == m.payloads->segments[k].length;
+  }
+  if (!aligned) {
+    // Cut differently (or a robust rule, which needs the whole vectors): decoded whole.
+    std::vector<float> whole(model_.num_params(), 0.0f);
+    for_each_decoded(base, base_scratch_, [&](size_t at, const float* y, size_t n) {
+      std::copy(y, y + std::min(n, whole.size() - std::min(at, whole.size())), whole.begin() + static_cast<long>(std::min(at, whole.size())));
+    });
+    return move_toward_neighbour(from, whole, m, w);
+  }
+  double lanes[8] = {};
+  size_t covered = 0, k = 0;
+  for_each_part(m, [&](size_t at, const float* y, size_t n) {
+    const auto& seg = base.segments[k++];
+    base_scratch_.assign(seg.length, 0.0f);
+    const std::string err = decode_accumulate(seg.params, seg.payload->data(), seg.payload->size(), 1.0f, base_scratch_.data(), seg.length);
+    HEARSAY_CHECK(err.empty(), "this peer's own encoded model does not decode: " + err);
+    n = std::min(n, model_.num_params() - std::min(model_.num_params(), at));
+    move_part(model_.params() + at, base_scratch_.data(), y, n, static_cast<float>(w), lanes);
+    covered += n;
+  });
+  measured_params(lanes, covered == model_.num_params());
+}
+
 void GossipEngine::axpy_host(double a, const std::vector<float>& y, float* device_dst) {
   model_.backend().axpy(y.size(), static_cast<float>(a), on_backend(y), device_dst);
 }

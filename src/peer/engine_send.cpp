@@ -50,7 +50,16 @@ void GossipEngine::put_on_wire(int i, Message&& m, std::function<void(const Send
     owned = std::make_shared<std::vector<float>>(std::move(m.data));
     data = owned;
   }
-  const size_t n = data->size();
+  // An update encoded once (send_encoded) carries no floats: its length is its segments'.
+  size_t n = data->size();
+  uint64_t encoded_bytes = 0;
+  if (m.encoded) {
+    n = 0;
+    for (const auto& s : m.encoded->segments) {
+      n = std::max<size_t>(n, s.offset + s.length);
+      encoded_bytes += s.payload->size();
+    }
+  }
   LinkCodecs& lc = *link_codecs_[i];
   std::unique_lock<std::mutex> codec_lock(lc.mu);  // one message per link at a time anyway
   const bool push_sum = m.kind == MessageKind::kPushSum && !m.synchronous;
@@ -65,7 +74,8 @@ void GossipEngine::put_on_wire(int i, Message&& m, std::function<void(const Send
   codec_lock.unlock();
   // A large message (not a push-sum share, whose rounding goes back whole) travels as a
   // stream: each segment made as it goes out, a window unacknowledged, resumed after a cut.
-  const bool stream = !push_sum && segs.size() > 1 && sizeof(float) * n > spec_.stream_window_bytes;
+  const uint64_t message_bytes = m.encoded ? encoded_bytes : sizeof(float) * n;
+  const bool stream = !push_sum && segs.size() > 1 && message_bytes > spec_.stream_window_bytes;
   // Segment s's frame: its payload encoded with the link's codec (or referenced).
   // Made in place: `out` points into its own envelope, so it never moves.
   struct Making {
@@ -220,6 +230,30 @@ std::shared_ptr<const GossipEngine::Encoded> GossipEngine::encode_once(const std
         codec.encode(data.data() + begin, len, offset + begin, payload, params);
       },
       nullptr, keep_decoded);
+}
+
+std::shared_ptr<const GossipEngine::Encoded> GossipEngine::encode_model() {
+  CodecSpec spec;
+  spec.name = spec_.model_codec;
+  spec.error_feedback = "off";
+  Codec& codec = once_codec(spec);
+  const size_t n = model_.num_params();
+  std::vector<float> host;  // only where the parameters are not host memory
+  const float* x = model_.params();
+  if (!model_.backend().is_host()) {
+    host = params_host();
+    x = host.data();
+  }
+  return build_encoded(
+      n, codec.segments(n, spec_.segment_elements),
+      [&](size_t begin, size_t len, std::vector<uint8_t>& payload, CodecParams& params) {
+        codec.encode(x + begin, len, begin, payload, params);
+      },
+      nullptr, false);
+}
+
+bool GossipEngine::models_encode_once() const {
+  return !on_device_ && spec_.byzantine == "none" && !spec_.adaptive.enabled && !copy_between_steps_;
 }
 
 void for_each_decoded(const GossipEngine::Encoded& e, std::vector<float>& scratch,

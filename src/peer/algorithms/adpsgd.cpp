@@ -15,12 +15,16 @@
 // is no deadlock whatever the graph. A peer has at most one exchange open per neighbour;
 // one unanswered for kExchangeTimeoutS is given up (if b did answer, that exchange's mass
 // is then lost: the only way the sum can drift, with lossy model codecs' rounding and
-// robust mixing, which is not an average by design). A peer whose engine copies the model
+// robust mixing, which is not an average by design). A host peer (models_encode_once)
+// sends its model as the model codec's bytes, encoded once, and keeps those bytes as the
+// exchange's base: a measures the reply from what b decoded, so the sum changes only by
+// the reply's rounding, and the base costs the codec's bytes. A peer whose engine copies the model
 // between steps (an external peer: GossipEngine::copy_between_steps) sends its requests at
 // the next step's start, with the model this step left, which is the one it would have
 // sent here: the copy was taken while its framework computed the next gradient.
 #include <chrono>
 #include <map>
+#include <set>
 
 #include "../algorithm.h"
 #include "../algorithm_registry.h"
@@ -60,7 +64,7 @@ class Adpsgd final : public Algorithm {
       for (int t : e.live_targets(static_cast<int64_t>(step))) {
         if (open_.count(t) != 0) t = idle_neighbour(e);  // one open exchange per neighbour
         if (t < 0) continue;
-        open_[t] = {{}, e.time().now()};  // open now: a later target of this round picks another
+        open_[t] = Open{.at = e.time().now()};  // open now: a later target of this round picks another
         targets.push_back(t);
       }
       // A request stays a host send even on a GPU peer: the model sent is kept, as the
@@ -73,6 +77,17 @@ class Adpsgd final : public Algorithm {
       // gradient's computation later.
       if (e.copies_between_steps()) {
         requested_ = targets;
+      } else if (e.models_encode_once()) {
+        // A host peer sends the model as the model codec's bytes, encoded once for every
+        // target of the round, and keeps those bytes as the exchange's base: what the
+        // receiver decoded, so the two halves cancel to the reply's rounding alone, and
+        // the base costs the codec's bytes (an fp16 model: half an fp32 copy).
+        std::shared_ptr<const GossipEngine::Encoded> model;
+        if (!targets.empty()) model = e.encode_model();
+        for (int t : targets) {
+          open_[t].sent_encoded = model;
+          e.send_encoded(t, {.kind = MessageKind::kModel, .reply_requested = true}, model);
+        }
       } else {
         std::shared_ptr<const std::vector<float>> params;
         if (!targets.empty()) params = e.snapshot_params();
@@ -85,6 +100,7 @@ class Adpsgd final : public Algorithm {
  private:
   struct Open {
     std::shared_ptr<const std::vector<float>> sent;  // the model this peer sent
+    std::shared_ptr<const GossipEngine::Encoded> sent_encoded;  // or its bytes, where sent so (models_encode_once)
     double at = 0;            // when, on the peer's clock (virtual time when simulated)
   };
 
@@ -104,6 +120,8 @@ class Adpsgd final : public Algorithm {
     reply.mix_share = w;
     if (e.gossip_on_device()) {
       e.send_device(m.from, std::move(reply), e.snapshot_device(e.model().params(), e.model().num_params()));
+    } else if (e.models_encode_once()) {
+      e.send_encoded(m.from, std::move(reply), e.encode_model());  // the codec's bytes, no fp32 copy
     } else if (!moved) {
       e.send_shared(m.from, std::move(reply), e.start_snapshot());
     } else {
@@ -124,7 +142,10 @@ class Adpsgd final : public Algorithm {
     }
     const double w = m.mix_share;
     bool moved = false;
-    if (w > 0 && it->second.sent && m.elements() == it->second.sent->size()) {
+    if (w > 0 && it->second.sent_encoded && m.elements() == e.model().num_params()) {
+      e.move_toward_neighbour(m.from, *it->second.sent_encoded, m, w);
+      moved = true;
+    } else if (w > 0 && it->second.sent && m.elements() == it->second.sent->size()) {
       e.move_toward_neighbour(m.from, *it->second.sent, m, w);
       moved = true;
     }
@@ -148,6 +169,19 @@ class Adpsgd final : public Algorithm {
   }
 
   std::map<int, Open> open_;
+
+ public:
+  // The bases of the open exchanges (one buffer where a round's targets share it).
+  uint64_t held_bytes() const override {
+    std::set<const void*> seen;
+    uint64_t b = 0;
+    for (const auto& [t, o] : open_) {
+      if (o.sent_encoded && seen.insert(o.sent_encoded.get()).second) {
+        for (const auto& seg : o.sent_encoded->segments) b += seg.payload->size();
+      }
+    }
+    return b;
+  }
   std::vector<int> requested_;  // requests to send at the next step's start (copies_between_steps)
 };
 
