@@ -163,12 +163,9 @@ void GossipEngine::move_toward_neighbour(int from, const Encoded& base, const Me
   double lanes[8] = {};
   size_t covered = 0, k = 0;
   for_each_part(m, [&](size_t at, const float* y, size_t n) {
-    const auto& seg = base.segments[k++];
-    base_scratch_.assign(seg.length, 0.0f);
-    const std::string err = decode_accumulate(seg.params, seg.payload->data(), seg.payload->size(), 1.0f, base_scratch_.data(), seg.length);
-    HEARSAY_CHECK(err.empty(), "this peer's own encoded model does not decode: " + err);
+    const float* b = decode_segment(base.segments[k++], base_scratch_);
     n = std::min(n, model_.num_params() - std::min(model_.num_params(), at));
-    move_part(model_.params() + at, base_scratch_.data(), y, n, static_cast<float>(w), lanes);
+    move_part(model_.params() + at, b, y, n, static_cast<float>(w), lanes);
     covered += n;
   });
   measured_params(lanes, covered == model_.num_params());

@@ -93,6 +93,9 @@ std::shared_ptr<const GossipEngine::Encoded> build_encoded(
     float* decoded_into = nullptr,  // where the decoded values go instead of `decoded` (written over; n floats)
     bool keep_decoded = true);      // false: `decoded` left empty (each segment still checked to decode)
 
+// One segment's values, decoded (into zeros, scale 1) into `scratch`; returns its data.
+// Throws if it does not decode (it was checked when it was made or when it arrived).
+const float* decode_segment(const GossipEngine::Encoded::Segment& seg, std::vector<float>& scratch);
 // The values an Encoded's segments decode to, a segment at a time, in order: fn(offset
 // within the tensor, values, count), decoded (into zeros, scale 1) into `scratch`, which
 // each call reuses. Throws if a segment does not decode (it was checked when it was made
