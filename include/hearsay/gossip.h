@@ -327,6 +327,13 @@ class GossipEngine {
   // without fault injection (it lies per send) or per-link adaptive codecs (a link's
   // own choice); otherwise the link encodes a snapshot.
   bool models_encode_once() const;
+  // An update (a gradient, a delta: gossip.codec's payload) of n host floats encoded once,
+  // the same bytes for every target (send_encoded), where updates_encode_once(): no copy
+  // of it in fp32 while it is sent, and no residual per link.
+  std::shared_ptr<const Encoded> encode_update_once(const float* x, size_t n);
+  // Whether updates may go that way: where models_encode_once() and gossip.codec keeps no
+  // error feedback (a residual is owed per link: each link then encodes its own send).
+  bool updates_encode_once() const;
   // Whether this peer encodes and decodes gossip on its device: its model is in device
   // memory (a CUDA backend) in a build with CUDA. Then an algorithm sends what lives on
   // the device as a snapshot (send_device) and applies arrivals with the Message overloads of
@@ -372,7 +379,8 @@ class GossipEngine {
   // What a synchronous exchange's parts are held against: the norm of this peer's own
   // part `own`, or its model's where that is larger (a gradient share of one row may be all
   // but zero, honestly).
-  double sync_reference_norm(const std::vector<float>& own);
+  double sync_reference_norm(const std::vector<float>& own) { return sync_reference_norm(own.data(), own.size()); }
+  double sync_reference_norm(const float* own, size_t n);
   // The guard's bound on a synchronous part `m`: its norm at most max_norm_ratio x `parts`
   // x `reference` (sync_reference_norm); refuse_sync when it is over. No check while the
   // reference is 0 or the ratio is 0.
@@ -380,6 +388,10 @@ class GossipEngine {
   // The model's L2 norm: the last mix's measure while it is at most kNormAgeSteps old, else
   // measured now where the model lives.
   double model_norm();
+  // Measures the model's norm now and keeps it as model_norm()'s answer until the
+  // parameters are next written through the engine (params_written): for an algorithm
+  // whose parameter buffer carries something else for a while (diloco's outer gradient).
+  void hold_model_norm();
   Message wait_sync(int from, uint64_t round, uint32_t phase);
   // The same without waiting: the message when it has arrived, else nullopt (a refused
   // one throws as wait_sync does).
@@ -438,7 +450,8 @@ class GossipEngine {
   // model-sized copy. Step-loop thread.
   void for_each_part(const Message& m, const std::function<void(size_t at, const float* y, size_t n)>& fn);
   // This peer's own gradient (host copy), the reference for neighbours' gradient norms.
-  void note_own_gradient(const std::vector<float>& g);
+  void note_own_gradient(const std::vector<float>& g) { note_own_gradient(g.data(), g.size()); }
+  void note_own_gradient(const float* g, size_t n);
   // The same, measured on the device.
   void note_own_gradient(const DeviceSnapshot& g);
 
@@ -626,7 +639,8 @@ class GossipEngine {
   // Step-loop thread only: encode_once's codecs, by every setting a codec is made from
   // (name, density, exact_topk, value_bits, levels, block, rank).
   std::map<std::tuple<std::string, double, bool, int, int, int, int>, std::unique_ptr<Codec>> once_codecs_;
-  Codec& once_codec(const CodecSpec& spec);  // once_codecs_'s codec for `spec`, made at first use
+  Codec& once_codec(const CodecSpec& spec);
+  std::unique_ptr<Codec> update_codec_once_;  // encode_update_once's: gossip.codec, made at first use  // once_codecs_'s codec for `spec`, made at first use
   std::atomic<double> step_s_{0};  // smoothed wall time of a step (adaptive compression)
   double last_step_at_ = 0;        // step-loop thread only
   std::atomic<uint64_t> rejected_{0};  // updates refused: failed to decode, non-finite, implausible

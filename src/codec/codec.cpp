@@ -42,7 +42,10 @@ void check_codec_spec(const CodecSpec& s) {
 bool uses_error_feedback(const CodecSpec& s) {
   if (s.error_feedback != "auto") return s.error_feedback == "on";
   // QSGD and (scaled) random-k are unbiased: feeding back their error only adds variance.
-  return s.name != "none" && s.name != "qsgd" && s.name != "randomk";
+  // fp16 and bf16 round each value to its nearest (a relative error under 2^-11 and 2^-8):
+  // none, as PyTorch DDP's fp16 and bf16 compression hooks and this engine's all-reduce
+  // keep none, and a model-sized residual a link is not worth that rounding.
+  return s.name != "none" && s.name != "qsgd" && s.name != "randomk" && s.name != "fp16" && s.name != "bf16";
 }
 
 std::vector<std::pair<size_t, size_t>> even_segments(size_t n, size_t max_elements) {

@@ -149,6 +149,10 @@ enum class ReduceScope { kCluster, kSite };
 // outer_codec); empty for gossip.codec.
 std::vector<float> allreduce_sum(GossipEngine& e, MessageKind kind, std::vector<float> v, uint64_t round, uint32_t phase0,
                                  bool compressed, ReduceScope scope = ReduceScope::kCluster, const std::string& codec = "");
+// allreduce_sum over n floats the caller holds (a host peer's gradient or parameter buffer),
+// summed where they lie: no model-sized copy beside them.
+void allreduce_sum_in_place(GossipEngine& e, MessageKind kind, float* v, size_t n, uint64_t round, uint32_t phase0,
+                            bool compressed, ReduceScope scope = ReduceScope::kCluster, const std::string& codec = "");
 // allreduce_sum as an object, so that it can run a piece at a time between training
 // steps (Streaming DiLoCo overlaps it with them): progress() does what the messages
 // that have arrived allow and never waits; finish() waits for the rest and returns the
@@ -157,6 +161,10 @@ class AllReduce {
  public:
   struct Op;
   AllReduce(GossipEngine& e, MessageKind kind, std::vector<float> v, uint64_t round, uint32_t phase0, bool compressed,
+            ReduceScope scope = ReduceScope::kCluster, const std::string& codec = "");
+  // Over n floats the caller holds and keeps alive (and leaves alone) until finish(): the
+  // sum is left in them, and finish() returns an empty vector.
+  AllReduce(GossipEngine& e, MessageKind kind, float* v, size_t n, uint64_t round, uint32_t phase0, bool compressed,
             ReduceScope scope = ReduceScope::kCluster, const std::string& codec = "");
   ~AllReduce();
   AllReduce(const AllReduce&) = delete;
@@ -167,12 +175,15 @@ class AllReduce {
 
  private:
   GossipEngine::Message header(size_t offset, uint32_t phase) const;
+  void plan(uint32_t phase0, ReduceScope scope);
   void post(const Op& op);
   void take(const Op& op, const GossipEngine::Message& m);
 
   GossipEngine& e_;
   MessageKind kind_;
-  std::vector<float> v_;
+  std::vector<float> owned_;  // the vector given by value; empty when the caller's is summed
+  float* v_;                  // what is summed: owned_'s or the caller's
+  size_t n_;
   double reference_norm_ = 0;  // of v as this peer gave it (sync_reference_norm): each arriving part's bound
   uint64_t round_;
   std::string codec_;  // encode_once's codec: empty for gossip.codec

@@ -173,8 +173,14 @@ double GossipEngine::model_norm() {
   return std::sqrt(model_.backend().sum_squares(model_.params(), model_.num_params()));
 }
 
-double GossipEngine::sync_reference_norm(const std::vector<float>& own) {
-  return std::max(std::sqrt(host_sum_squares(own.data(), own.size())), model_norm());
+void GossipEngine::hold_model_norm() {
+  const double norm = model_norm();
+  params_sq_ = norm * norm;
+  params_sq_step_ = steps_;
+}
+
+double GossipEngine::sync_reference_norm(const float* own, size_t n) {
+  return std::max(std::sqrt(host_sum_squares(own, n)), model_norm());
 }
 
 void GossipEngine::check_sync_part(const Message& m, uint64_t round, double reference, double parts) {

@@ -256,6 +256,21 @@ bool GossipEngine::models_encode_once() const {
   return !on_device_ && spec_.byzantine == "none" && !spec_.adaptive.enabled && !copy_between_steps_;
 }
 
+bool GossipEngine::updates_encode_once() const { return models_encode_once() && !uses_error_feedback(spec_.codec); }
+
+std::shared_ptr<const GossipEngine::Encoded> GossipEngine::encode_update_once(const float* x, size_t n) {
+  HEARSAY_CHECK(updates_encode_once(), "encode_update_once where updates are encoded per link");
+  // gossip.codec as the links would make it (random-k scaled, unbiased), not once_codec's.
+  if (!update_codec_once_) update_codec_once_ = make_codec(spec_.codec, model_.param_views(), rng_.next_u64());
+  Codec& codec = *update_codec_once_;
+  return build_encoded(
+      n, codec.segments(n, spec_.segment_elements),
+      [&](size_t begin, size_t len, std::vector<uint8_t>& payload, CodecParams& params) {
+        codec.encode(x + begin, len, begin, payload, params);
+      },
+      nullptr, false);
+}
+
 const float* decode_segment(const GossipEngine::Encoded::Segment& seg, std::vector<float>& scratch) {
   scratch.assign(seg.length, 0.0f);
   const std::string err = decode_accumulate(seg.params, seg.payload->data(), seg.payload->size(), 1.0f, scratch.data(), seg.length);

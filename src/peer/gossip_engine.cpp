@@ -103,8 +103,8 @@ int GossipEngine::index_of(const std::string& id) const {
   return -1;
 }
 
-void GossipEngine::note_own_gradient(const std::vector<float>& g) {
-  const double sq = host_sum_squares(g.data(), g.size());
+void GossipEngine::note_own_gradient(const float* g, size_t count) {
+  const double sq = host_sum_squares(g, count);
   const double n = std::sqrt(sq), old = own_grad_norm_.load();
   own_grad_norm_ = old <= 0 ? n : 0.9 * old + 0.1 * n;
 }

@@ -19,16 +19,24 @@ class AllReduce final : public Algorithm {
   BatchStats step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) override {
     const BatchStats s = e.gradient(batch, step);
     Backend& b = e.model().backend();
-    std::vector<float> g(e.model().num_params());
-    b.download(g.data(), e.model().grads(), sizeof(float) * g.size());
-    if (powersgd_) {
-      g = powersgd_->average(e, std::move(g), step);
+    const size_t n = e.model().num_params();
+    const float inv = 1.0f / static_cast<float>(e.peers().size());
+    if (!powersgd_ && b.is_host()) {
+      // Summed where the gradient lies: no model-sized copy.
+      float* g = e.model().grads();
+      allreduce_sum_in_place(e, MessageKind::kGradient, g, n, step, 0, true);
+      for (size_t i = 0; i < n; ++i) g[i] *= inv;
     } else {
-      g = allreduce_sum(e, MessageKind::kGradient, std::move(g), step, 0, true);
-      const float inv = 1.0f / static_cast<float>(e.peers().size());
-      for (auto& v : g) v *= inv;
+      std::vector<float> g(n);
+      b.download(g.data(), e.model().grads(), sizeof(float) * n);
+      if (powersgd_) {
+        g = powersgd_->average(e, std::move(g), step);
+      } else {
+        g = allreduce_sum(e, MessageKind::kGradient, std::move(g), step, 0, true);
+        for (auto& v : g) v *= inv;
+      }
+      b.upload(e.model().grads(), g.data(), sizeof(float) * n);
     }
-    b.upload(e.model().grads(), g.data(), sizeof(float) * g.size());
     e.optimizer().step(e.model().params(), e.model().grads(), lr * lr_scale(e, step));
     return s;
   }

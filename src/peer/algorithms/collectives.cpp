@@ -134,10 +134,22 @@ void plan_direct_sum(std::vector<AllReduce::Op>& plan, size_t len, int me_peer, 
 
 AllReduce::AllReduce(GossipEngine& e, MessageKind kind, std::vector<float> v, uint64_t round, uint32_t phase0,
                      bool compressed, ReduceScope scope, const std::string& codec)
-    : e_(e), kind_(kind), v_(std::move(v)), round_(round), codec_(codec),
+    : e_(e), kind_(kind), owned_(std::move(v)), v_(owned_.data()), n_(owned_.size()), round_(round), codec_(codec),
       raw_(!compressed || (codec.empty() ? e.spec().codec.name : codec) == "none") {
+  plan(phase0, scope);
+}
+
+AllReduce::AllReduce(GossipEngine& e, MessageKind kind, float* v, size_t n, uint64_t round, uint32_t phase0, bool compressed,
+                     ReduceScope scope, const std::string& codec)
+    : e_(e), kind_(kind), v_(v), n_(n), round_(round), codec_(codec),
+      raw_(!compressed || (codec.empty() ? e.spec().codec.name : codec) == "none") {
+  plan(phase0, scope);
+}
+
+void AllReduce::plan(uint32_t phase0, ReduceScope scope) {
+  GossipEngine& e = e_;
   const int n = static_cast<int>(e.peers().size());
-  reference_norm_ = e.sync_reference_norm(v_);
+  reference_norm_ = e.sync_reference_norm(v_, n_);
   // A collective's phases run phase0 .. phase0 + n + 1 (a site's, with its ring all-gather,
   // up to phase0 + 2 n - 3); those of the per-step site sums (site_step) start at
   // kAlgorithmPhases.end() (phases.h), so the two never share a (round, phase) key.
@@ -145,18 +157,18 @@ AllReduce::AllReduce(GossipEngine& e, MessageKind kind, std::vector<float> v, ui
                 "all-reduce: phase " + std::to_string(phase0) + " would reach the site sums' phases");
   const std::vector<int> site = my_site(e);
   if (scope == ReduceScope::kSite) {
-    plan_ring_sum(plan_, v_.size(), e.me(), site, phase0, true);
+    plan_ring_sum(plan_, n_, e.me(), site, phase0, true);
     return;
   }
   const std::map<int, std::vector<int>> sites = peers_by_site(e);
   std::vector<int> everyone(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) everyone[static_cast<size_t>(i)] = i;
   if (sites.size() < 2) {
-    plan_ring_sum(plan_, v_.size(), e.me(), everyone, phase0, false);
+    plan_ring_sum(plan_, n_, e.me(), everyone, phase0, false);
     return;
   }
   if (sites.size() == static_cast<size_t>(n)) {
-    plan_direct_sum(plan_, v_.size(), e.me(), everyone, phase0);  // every peer a site
+    plan_direct_sum(plan_, n_, e.me(), everyone, phase0);  // every peer a site
     return;
   }
   const int leader = site.front();
@@ -165,24 +177,24 @@ AllReduce::AllReduce(GossipEngine& e, MessageKind kind, std::vector<float> v, ui
   const uint32_t up = phase0, across = phase0 + 1, down = phase0 + 1 + static_cast<uint32_t>(leaders.size());
   if (e.me() != leader) {
     // v is replaced by the site's result.
-    plan_.push_back(Op{.type = Op::kPost, .peers = {leader}, .offset = 0, .len = v_.size(), .phase = up});
+    plan_.push_back(Op{.type = Op::kPost, .peers = {leader}, .offset = 0, .len = n_, .phase = up});
     plan_.push_back(Op{.type = Op::kTake, .peers = {leader}, .phase = down, .assign = true});
     return;
   }
   for (size_t k = 1; k < site.size(); ++k) plan_.push_back(Op{.type = Op::kTake, .peers = {site[k]}, .phase = up});
-  plan_direct_sum(plan_, v_.size(), e.me(), leaders, across);
+  plan_direct_sum(plan_, n_, e.me(), leaders, across);
   // Down inside the site as fp32: a re-encoding would differ between sites (codecs with
   // random rounding), and the site's own links are not the WAN.
   const std::vector<int> members(site.begin() + 1, site.end());
   if (!members.empty()) {
-    plan_.push_back(Op{.type = Op::kPost, .peers = members, .offset = 0, .len = v_.size(), .phase = down, .exact = true});
+    plan_.push_back(Op{.type = Op::kPost, .peers = members, .offset = 0, .len = n_, .phase = down, .exact = true});
   }
 }
 
 AllReduce::~AllReduce() = default;
 
 GossipEngine::Message AllReduce::header(size_t offset, uint32_t phase) const {
-  return {.kind = kind_, .synchronous = true, .round = round_, .phase = phase, .offset = offset, .total = v_.size()};
+  return {.kind = kind_, .synchronous = true, .round = round_, .phase = phase, .offset = offset, .total = n_};
 }
 
 // Sends v[offset, offset + len) to each of op.peers as (round, phase): encoded once, the
@@ -193,7 +205,7 @@ GossipEngine::Message AllReduce::header(size_t offset, uint32_t phase) const {
 // their scale recomputed from decoded values coming back the same), else as fp32, a guard
 // for the chunk or the codec that would re-round.
 void AllReduce::post(const Op& op) {
-  float* part = v_.data() + op.offset;
+  float* part = v_ + op.offset;
   if (raw_ || op.exact) {
     // One copy for every receiver (each link reads it).
     const auto shared = std::make_shared<const std::vector<float>>(part, part + op.len);
@@ -226,9 +238,9 @@ void AllReduce::post(const Op& op) {
 void AllReduce::take(const Op& op, const GossipEngine::Message& m) {
   e_.check_sync_part(m, round_, reference_norm_, static_cast<double>(e_.peers().size()));
   e_.for_each_part(m, [&](size_t at, const float* in, size_t count) {
-    const size_t b = std::min(static_cast<size_t>(at), v_.size());
-    const size_t n = std::min(count, v_.size() - b);
-    float* out = v_.data() + b;
+    const size_t b = std::min(static_cast<size_t>(at), n_);
+    const size_t n = std::min(count, n_ - b);
+    float* out = v_ + b;
     // One loop without branches, so that it is vectorised (every hop of every all-reduce).
     if (op.assign) {
       std::copy(in, in + n, out);
@@ -262,12 +274,17 @@ std::vector<float> AllReduce::finish() {
       take(op, e_.wait_sync_kept(op.peers.front(), round_, op.phase));
     }
   }
-  return std::move(v_);
+  return std::move(owned_);
 }
 
 std::vector<float> allreduce_sum(GossipEngine& e, MessageKind kind, std::vector<float> v, uint64_t round, uint32_t phase0,
                                  bool compressed, ReduceScope scope, const std::string& codec) {
   return AllReduce(e, kind, std::move(v), round, phase0, compressed, scope, codec).finish();
+}
+
+void allreduce_sum_in_place(GossipEngine& e, MessageKind kind, float* v, size_t n, uint64_t round, uint32_t phase0,
+                            bool compressed, ReduceScope scope, const std::string& codec) {
+  AllReduce(e, kind, v, n, round, phase0, compressed, scope, codec).finish();
 }
 
 std::vector<float> average_models(GossipEngine& e, uint64_t round) {

@@ -25,6 +25,28 @@ class DeltaGossip final : public Algorithm {
     if (anchor_.empty()) anchor_ = e.params_host();
     const BatchStats s = local_step(e, batch, lr, step);
     if (step % h_ != h_ - 1) return s;
+    const double inv = 1.0 / static_cast<double>(e.peers().size());
+    if (e.updates_encode_once()) {
+      // The parameters become the anchor at the round's end, so their buffer carries
+      // delta = a - x meanwhile, encoded once from it for every target: no model-sized
+      // copy beside the model and its anchor.
+      const size_t n = anchor_.size();
+      float* x = e.model().params();
+      for (size_t i = 0; i < n; ++i) x[i] = anchor_[i] - x[i];
+      e.note_own_gradient(x, n);
+      const auto enc = e.encode_update_once(x, n);
+      for (int t : e.live_targets(static_cast<int64_t>(step))) e.send_encoded(t, {.kind = MessageKind::kModelDelta}, enc);
+      // Its own delta as every receiver decodes it, so that with every delta delivered the
+      // copies are equal bit for bit (no error feedback here: the codec's rounding is
+      // everyone's alike).
+      std::vector<float> scratch;
+      for_each_decoded(*enc, scratch, [&](size_t at, const float* y, size_t len) {
+        for (size_t i = 0; i < len; ++i) anchor_[at + i] = static_cast<float>(anchor_[at + i] - inv * y[i]);
+      });
+      add_arrivals(e, inv, {&anchor_});
+      e.write_params(0, n, anchor_.data());
+      return s;
+    }
     // delta = a - x, made in the copy of x (no second model-sized vector), then shared by
     // every target's send.
     std::vector<float> delta = e.params_host();
@@ -32,7 +54,6 @@ class DeltaGossip final : public Algorithm {
     e.note_own_gradient(delta);
     const auto shared = std::make_shared<const std::vector<float>>(std::move(delta));
     for (int t : e.live_targets(static_cast<int64_t>(step))) e.send_shared(t, {.kind = MessageKind::kModelDelta}, shared);
-    const double inv = 1.0 / static_cast<double>(e.peers().size());
     const std::vector<float>& own = *shared;
     for (size_t i = 0; i < own.size(); ++i) anchor_[i] = static_cast<float>(anchor_[i] - inv * own[i]);
     add_arrivals(e, inv, {&anchor_});

@@ -28,18 +28,25 @@ class Diloco final : public Algorithm {
     if (anchor_.empty()) anchor_ = e.params_host();
     const BatchStats s = local_step(e, batch, lr, step);
     if (step % h_ != h_ - 1) return s;
+    const size_t n = e.model().num_params();
+    if (!compressed_ && e.model().backend().is_host()) {
+      // The parameters are replaced by the anchor at the end of an outer step, so their
+      // buffer carries the outer gradient meanwhile: no model-sized copy beside it.
+      // The update guard's reference stays the model's norm, measured before that.
+      e.hold_model_norm();
+      float* x = e.model().params();
+      for (size_t i = 0; i < n; ++i) x[i] = anchor_[i] - x[i];
+      allreduce_sum_in_place(e, MessageKind::kModelDelta, x, n, step / h_, 0, true, ReduceScope::kCluster, outer_codec_);
+      outer_step(x, n, e.peers().size());
+      e.write_params(0, n, anchor_.data());
+      return s;
+    }
     std::vector<float> delta = e.params_host();
     for (size_t i = 0; i < delta.size(); ++i) delta[i] = anchor_[i] - delta[i];
     const auto sum = compressed_ ? compressed_->sum(e, MessageKind::kModelDelta, delta, step / h_, 0)
                                  : allreduce_sum(e, MessageKind::kModelDelta, std::move(delta), step / h_, 0, true,
                                                  ReduceScope::kCluster, outer_codec_);
-    if (velocity_.empty()) velocity_.assign(sum.size(), 0.0f);
-    const float inv = 1.0f / static_cast<float>(e.peers().size());
-    for (size_t i = 0; i < sum.size(); ++i) {
-      const float delta = sum[i] * inv;
-      velocity_[i] = static_cast<float>(mu_ * velocity_[i] + delta);
-      anchor_[i] -= static_cast<float>(outer_lr_ * (delta + mu_ * velocity_[i]));
-    }
+    outer_step(sum.data(), sum.size(), e.peers().size());
     e.set_params_host(anchor_);
     return s;
   }
@@ -61,6 +68,16 @@ class Diloco final : public Algorithm {
   }
 
  private:
+  // The outer Nesterov step on the anchor from the sum of the peers' outer gradients.
+  void outer_step(const float* sum, size_t n, size_t peers) {
+    if (velocity_.empty()) velocity_.assign(n, 0.0f);
+    const float inv = 1.0f / static_cast<float>(peers);
+    for (size_t i = 0; i < n; ++i) {
+      const float delta = sum[i] * inv;
+      velocity_[i] = static_cast<float>(mu_ * velocity_[i] + delta);
+      anchor_[i] -= static_cast<float>(outer_lr_ * (delta + mu_ * velocity_[i]));
+    }
+  }
   uint64_t h_;
   double outer_lr_, mu_;
   std::string outer_codec_;

@@ -35,6 +35,12 @@ class GossipGrad final : public Algorithm {
       const auto g = e.snapshot_device(e.model().grads(), e.model().num_params());
       e.note_own_gradient(*g);
       for (int t : targets) e.send_device(t, {.kind = MessageKind::kGradient}, g);
+    } else if (step % static_cast<uint64_t>(e.spec().gossip_every) == 0 && e.updates_encode_once()) {
+      // Encoded once from the gradient where it lies, the same bytes for every target.
+      const float* g = e.model().grads();
+      e.note_own_gradient(g, e.model().num_params());
+      const auto enc = e.encode_update_once(g, e.model().num_params());
+      for (int t : targets) e.send_encoded(t, {.kind = MessageKind::kGradient}, enc);
     } else if (step % static_cast<uint64_t>(e.spec().gossip_every) == 0) {
       std::vector<float> g = download_floats(e.model().backend(), e.model().grads(), e.model().num_params());
       e.note_own_gradient(g);
@@ -51,6 +57,9 @@ class GossipGrad final : public Algorithm {
     if (every > 0 && step % static_cast<uint64_t>(every) == static_cast<uint64_t>(every - 1) && e.gossip_on_device()) {
       const auto params = e.snapshot_device(e.model().params(), e.model().num_params());
       for (int t : targets) e.send_device(t, {.kind = MessageKind::kModel}, params);
+    } else if (every > 0 && step % static_cast<uint64_t>(every) == static_cast<uint64_t>(every - 1) && e.models_encode_once()) {
+      const auto params = e.encode_model();  // in gossip.model_codec, once for every target
+      for (int t : targets) e.send_encoded(t, {.kind = MessageKind::kModel}, params);
     } else if (every > 0 && step % static_cast<uint64_t>(every) == static_cast<uint64_t>(every - 1)) {
       const auto params = std::make_shared<const std::vector<float>>(e.params_host());
       for (int t : targets) e.send_shared(t, {.kind = MessageKind::kModel}, params);
