@@ -16,6 +16,7 @@ the same config without a cluster. One JSON line per run:
     bench/memory_scale.py                                       # 85M, every algorithm, 2 peers
     bench/memory_scale.py --size 300m --algorithms adpsgd,diloco
     bench/memory_scale.py --algorithms adpsgd --peers 5         # 4 neighbours each (complete)
+    bench/memory_scale.py --algorithms gossip_grad --keep /tmp/mem  # and keep the logs
 
 The algorithms' settings: adpsgd and gossip_grad with the fp16 codec for gradients and whole
 models alike (the issue's trial meant fp16; until 2026-12-06 this bench left model_codec at
@@ -136,6 +137,7 @@ def main():
     ap.add_argument("--peers", type=int, default=2)
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--port", type=int, default=17400)
+    ap.add_argument("--keep", help="copy each run's logs and configs to this folder (they are deleted otherwise)")
     args = ap.parse_args()
     env = dict(os.environ, HEARSAY_SECRET="memory-scale-bench-secret", OPENBLAS_CORETYPE=os.environ.get("OPENBLAS_CORETYPE", "Haswell"))
     binary = peer_bin()
@@ -169,6 +171,9 @@ def main():
                               "peer_rss_bytes": rss, "extra_bytes_per_param": round(max(r - base for r in rss) / params, 2),
                               "p0_owners_bytes_per_param": owners_per_param(f"{logs}/p0.jsonl", params),
                               "wall_s": round(wall, 1)}), flush=True)
+            if args.keep:
+                shutil.copytree(logs, os.path.join(args.keep, algorithm), dirs_exist_ok=True)
+                shutil.copy(path, os.path.join(args.keep, algorithm))
 
 
 if __name__ == "__main__":

@@ -199,6 +199,9 @@ class AllReduce {
 // the others (gossip.sync_timeout_s).
 std::vector<float> gather_sum(GossipEngine& e, MessageKind kind, const std::shared_ptr<const GossipEngine::Encoded>& mine,
                               uint64_t round, uint32_t phase);
+// The same sum written into n floats the caller holds (overwritten; n the update's length).
+void gather_sum_into(GossipEngine& e, MessageKind kind, const std::shared_ptr<const GossipEngine::Encoded>& mine,
+                     uint64_t round, uint32_t phase, float* sum, size_t n);
 // The sum over every peer of a vector under a codec that cannot be summed on the way
 // (topk, randomk, sign, qsgd, powersgd), with error feedback across calls: each peer
 // encodes v + r once, keeps r <- v + r - what it sent, and gather_sum adds every peer's

@@ -24,18 +24,33 @@ class Demo final : public Algorithm {
     const BatchStats s = e.gradient(batch, step);
     const size_t n = e.model().num_params();
     start(e, n);
-    std::vector<float> g(n);
-    e.model().backend().download(g.data(), e.model().grads(), sizeof(float) * n);
-    const std::vector<float>& y = memory_->accumulate(g.data());
-    const auto mine = encode(e, y, memory_->fast_components(o_.topk()));
-    memory_->sent(mine->decoded);
-    std::vector<float> sum = gather_sum(e, MessageKind::kGradient, mine, step, 0);
-    const std::vector<float> d = memory_->direction(std::move(sum), static_cast<int>(e.peers().size()), o_.sign());
-    if (o_.weight_decay() != 0) e.axpy_params(-static_cast<double>(lr) * o_.weight_decay(), e.params_host());
+    Backend& b = e.model().backend();
+    std::vector<float> copied;  // the gradient, where it is not host memory
+    const float* g = e.model().grads();
+    if (!b.is_host()) {
+      copied.resize(n);
+      b.download(copied.data(), g, sizeof(float) * n);
+      g = copied.data();
+    }
+    const std::vector<float>& y = memory_->accumulate(g);
+    // What is sent is decoded (as the receivers decode it) over the coefficients it was
+    // read from, a segment at a time; then the sum of every peer's over them too.
+    const auto mine = encode(e, y, memory_->fast_components(o_.topk()), memory_->coefficients_mut());
+    memory_->sent_in_place();
+    gather_sum_into(e, MessageKind::kGradient, mine, step, 0, memory_->coefficients_mut(), n);
+    const std::vector<float>& d = memory_->direction_in_place(static_cast<int>(e.peers().size()), o_.sign());
+    if (o_.weight_decay() != 0 && b.is_host()) {
+      // x <- x - lr wd x where the parameters lie.
+      float* x = e.model().params();
+      const float a = static_cast<float>(-static_cast<double>(lr) * o_.weight_decay());
+      for (size_t i = 0; i < n; ++i) x[i] += a * x[i];
+      e.params_written();
+    } else if (o_.weight_decay() != 0) {
+      e.axpy_params(-static_cast<double>(lr) * o_.weight_decay(), e.params_host());
+    }
     e.axpy_params(-static_cast<double>(lr), d);
     return s;
   }
-
   uint64_t held_bytes() const override { return memory_ ? memory_->held_bytes() : 0; }
   std::string save() const override { return memory_ ? StateWriter().put(memory_->momentum()).str() : std::string(); }
   void load(const std::string& state, GossipEngine& e) override {
@@ -54,7 +69,9 @@ class Demo final : public Algorithm {
 
   // The coefficients y[idx] as top-k payloads over the engine's segments, and what a
   // receiver decodes from them.
-  std::shared_ptr<const GossipEngine::Encoded> encode(GossipEngine& e, const std::vector<float>& y, const std::vector<uint32_t>& idx) {
+  // Each segment is read before its decoded values are written over `decoded_into`.
+  std::shared_ptr<const GossipEngine::Encoded> encode(GossipEngine& e, const std::vector<float>& y, const std::vector<uint32_t>& idx,
+                                                      float* decoded_into) {
     size_t j = 0;
     std::vector<uint32_t> local;
     std::vector<float> values;
@@ -67,7 +84,8 @@ class Demo final : public Algorithm {
                              values.push_back(y[idx[j]]);
                            }
                            encode_sparse(local, values.data(), len, o_.value_bits(), payload, params);
-                         });
+                         },
+                         decoded_into);
   }
 
   algorithms::DemoOptions o_;
@@ -80,7 +98,7 @@ const bool registered = register_algorithm<algorithms::DemoOptions>({
     .collective = true,
     .owns_update = true,
     .steps_without_optimizer = true,
-    .model_buffers = 2,  // its momentum and its transform's coefficients
+    .model_buffers = 2,  // its momentum and its transform's coefficients (DemoMemory)
     .check =
         [](const algorithms::DemoOptions& o, const GossipSpec& s, int) {
           if (!(o.momentum() >= 0 && o.momentum() < 1)) throw OptionError("momentum", "must be in [0, 1), got " + std::to_string(o.momentum()));

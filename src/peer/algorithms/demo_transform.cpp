@@ -127,7 +127,7 @@ std::vector<uint32_t> BlockDct::top_per_block(const float* y, int k) const {
 }
 
 DemoMemory::DemoMemory(const std::vector<ParamView>& layout, size_t n, int chunk, float momentum)
-    : dct_(layout, n, chunk), beta_(momentum), m_(n, 0.0f), y_(n, 0.0f), back_(n, 0.0f) {}
+    : dct_(layout, n, chunk), beta_(momentum), m_(n, 0.0f), y_(n, 0.0f) {}
 
 const std::vector<float>& DemoMemory::accumulate(const float* g) {
   for (size_t i = 0; i < m_.size(); ++i) m_[i] = beta_ * m_[i] + g[i];
@@ -135,20 +135,29 @@ const std::vector<float>& DemoMemory::accumulate(const float* g) {
   return y_;
 }
 
-void DemoMemory::sent(const std::vector<float>& sent) {
-  dct_.inverse(sent.data(), back_.data());
-  for (size_t i = 0; i < m_.size(); ++i) m_[i] -= back_[i];
+void DemoMemory::sent_in_place() {
+  dct_.inverse(y_.data(), y_.data());
+  for (size_t i = 0; i < m_.size(); ++i) m_[i] -= y_[i];
 }
 
-std::vector<float> DemoMemory::direction(std::vector<float> sum, int peers, bool sign) const {
+const std::vector<float>& DemoMemory::direction_in_place(int peers, bool sign) {
   const float inv = 1.0f / static_cast<float>(peers);
-  for (float& v : sum) v *= inv;
-  std::vector<float> d(sum.size());
-  dct_.inverse(sum.data(), d.data());
+  for (float& v : y_) v *= inv;
+  dct_.inverse(y_.data(), y_.data());
   if (sign) {
-    for (float& v : d) v = static_cast<float>((v > 0.0f) - (v < 0.0f));
+    for (float& v : y_) v = static_cast<float>((v > 0.0f) - (v < 0.0f));
   }
-  return d;
+  return y_;
+}
+
+void DemoMemory::sent(const std::vector<float>& sent) {
+  std::copy(sent.begin(), sent.end(), y_.begin());
+  sent_in_place();
+}
+
+std::vector<float> DemoMemory::direction(std::vector<float> sum, int peers, bool sign) {
+  std::copy(sum.begin(), sum.end(), y_.begin());
+  return direction_in_place(peers, sign);
 }
 
 }  // namespace hearsay

@@ -21,7 +21,8 @@ class BlockDct {
   // Elements no tensor covers are transformed as vectors of their own.
   BlockDct(const std::vector<ParamView>& layout, size_t n, int chunk);
   size_t size() const { return n_; }
-  // y = DCT(x), and x = DCT^-1(y) (the transpose: the transform is orthonormal).
+  // y = DCT(x), and x = DCT^-1(y) (the transpose: the transform is orthonormal). In place
+  // too (x == y): each tensor is read whole before its result is written.
   void forward(const float* x, float* y) const;
   void inverse(const float* y, float* x) const;
   // The k largest |y| of every block (all of a block smaller than k; zeros never),
@@ -45,23 +46,33 @@ class BlockDct {
 };
 
 // A DeMo peer's momentum and the arithmetic of one step around the exchange, kept apart
-// from the engine so that it is tested against a float64 reference.
+// from the engine so that it is tested against a float64 reference. Two model-sized
+// buffers: the momentum (the paper's) and one of coefficients, which holds in turn the
+// DCT of the momentum, what was sent of it, the sum of what every peer sent, and the
+// step's direction (each transform is done in place, block by block).
 class DemoMemory {
  public:
   DemoMemory(const std::vector<ParamView>& layout, size_t n, int chunk, float momentum);
-  // m <- beta m + g; returns the DCT of m (the coefficients to pick from).
+  // m <- beta m + g; the coefficients become the DCT of m (the coefficients to pick from).
   const std::vector<float>& accumulate(const float* g);
   // The k largest coefficients of each block of the last accumulate's DCT.
   std::vector<uint32_t> fast_components(int k) const { return dct_.top_per_block(y_.data(), k); }
-  // `sent`: the DCT coefficients as the receivers decode them (zero elsewhere): m loses
-  // their inverse transform, m <- m - IDCT(sent).
+  // The coefficients buffer, for the exchange to write into: what was sent (as the
+  // receivers decode it) before sent_in_place, the sum of every peer's before
+  // direction_in_place.
+  float* coefficients_mut() { return y_.data(); }
+  // The coefficients hold what was sent, as the receivers decode it (zero elsewhere): m
+  // loses their inverse transform, m <- m - IDCT(sent).
+  void sent_in_place();
+  // The coefficients hold the sum of every peer's decoded coefficients: they become the
+  // step's direction, IDCT(sum / n), or its sign.
+  const std::vector<float>& direction_in_place(int peers, bool sign);
+  // The same from vectors given (the tests' way in): a copy into the coefficients first.
   void sent(const std::vector<float>& sent);
-  // The step's direction from the sum of every peer's decoded coefficients: IDCT(sum / n),
-  // or its sign.
-  std::vector<float> direction(std::vector<float> sum, int peers, bool sign) const;
+  std::vector<float> direction(std::vector<float> sum, int peers, bool sign);
   const std::vector<float>& momentum() const { return m_; }
-  // Its momentum, coefficients and the transform's scratch.
-  uint64_t held_bytes() const { return (m_.capacity() + y_.capacity() + back_.capacity()) * sizeof(float); }
+  // Its momentum and coefficients.
+  uint64_t held_bytes() const { return (m_.capacity() + y_.capacity()) * sizeof(float); }
   std::vector<float>& momentum_mut() { return m_; }
   const std::vector<float>& coefficients() const { return y_; }
 
@@ -69,7 +80,6 @@ class DemoMemory {
   BlockDct dct_;
   float beta_;
   std::vector<float> m_, y_;
-  mutable std::vector<float> back_;
 };
 
 }  // namespace hearsay

@@ -13,13 +13,23 @@ namespace hearsay {
 
 std::vector<float> gather_sum(GossipEngine& e, MessageKind kind, const std::shared_ptr<const GossipEngine::Encoded>& mine,
                               uint64_t round, uint32_t phase) {
+  size_t len = 0;
+  for (const auto& seg : mine->segments) len = std::max<size_t>(len, seg.offset + seg.length);
+  std::vector<float> sum(len);
+  gather_sum_into(e, kind, mine, round, phase, sum.data(), len);
+  return sum;
+}
+
+void gather_sum_into(GossipEngine& e, MessageKind kind, const std::shared_ptr<const GossipEngine::Encoded>& mine,
+                     uint64_t round, uint32_t phase, float* sum, size_t n_out) {
   const int n = static_cast<int>(e.peers().size());
   size_t len = 0;
   for (const auto& seg : mine->segments) len = std::max<size_t>(len, seg.offset + seg.length);
+  HEARSAY_CHECK(len == n_out, "gather_sum_into: an update of " + std::to_string(len) + " values into " + std::to_string(n_out));
   for (int j = 0; j < n; ++j) {
     if (j != e.me()) e.send_encoded(j, {.kind = kind, .synchronous = true, .round = round, .phase = phase, .total = len}, mine);
   }
-  std::vector<float> sum(len, 0.0f);
+  std::fill(sum, sum + len, 0.0f);
   std::vector<float> scratch;  // a segment of this peer's own part, decoded (mine need keep no dense copy)
   // Each peer's part is measured before it is added: one part of finite 3e38s would
   // otherwise take the model to chance at once.
@@ -31,7 +41,7 @@ std::vector<float> gather_sum(GossipEngine& e, MessageKind kind, const std::shar
   // Summed in peer order, a segment at a time (each added as a whole decoded vector was:
   // the same sum, bit for bit, on every peer).
   auto add = [&](size_t at, const float* y, size_t count) {
-    float* out = sum.data() + std::min(at, len);
+    float* out = sum + std::min(at, len);
     const size_t k = std::min(count, len - std::min(at, len));
     for (size_t i = 0; i < k; ++i) out[i] += y[i];
   };
@@ -49,7 +59,6 @@ std::vector<float> gather_sum(GossipEngine& e, MessageKind kind, const std::shar
     e.check_sync_part(m, round, reference, 1);
     e.for_each_part(m, add);
   }
-  return sum;
 }
 
 void CompressedSum::start(GossipEngine& e) {
