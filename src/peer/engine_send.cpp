@@ -271,13 +271,6 @@ std::shared_ptr<const GossipEngine::Encoded> GossipEngine::encode_update_once(co
       nullptr, false);
 }
 
-const float* decode_segment(const GossipEngine::Encoded::Segment& seg, std::vector<float>& scratch) {
-  scratch.assign(seg.length, 0.0f);
-  const std::string err = decode_accumulate(seg.params, seg.payload->data(), seg.payload->size(), 1.0f, scratch.data(), seg.length);
-  HEARSAY_CHECK(err.empty(), "a payload checked when it was made or arrived does not decode now: " + err);
-  return scratch.data();
-}
-
 void for_each_decoded(const GossipEngine::Encoded& e, std::vector<float>& scratch,
                       const std::function<void(size_t at, const float* y, size_t n)>& fn) {
   for (const auto& seg : e.segments) fn(seg.offset, decode_segment(seg, scratch), seg.length);

@@ -32,8 +32,10 @@ struct GossipEngine::Message {
   // norm check then needs no pass of its own); negative when not measured (a fold).
   double sum_squares = -1;
   uint64_t coalesced = 0;  // how many messages were folded into this one
-  // Set by send_encoded: the payloads to send as they are (data is empty). Such a message
-  // is never re-encoded and never folded with another; a link sends them in order.
+  // Set by send_encoded: the payloads to send as they are (data is empty). A whole model so
+  // is never folded with another (a link sends them in order); a gradient or a delta
+  // waiting behind a busy link folds with the next (absorb): two fp16 or bf16 gradients
+  // into their mean in that codec, anything else as decoded floats.
   std::shared_ptr<const Encoded> encoded;
   // Set by send_device on a peer that gossips on its device: the tensor in
   // device memory (data is empty until a fallback downloads it).

@@ -59,6 +59,48 @@ TEST_CASE("outbox: while a message is in flight, newer ones fold into one pendin
   CHECK(mixer.take_stats().coalesced == 2);
 }
 
+TEST_CASE("outbox: gradients encoded once fold behind a busy link, fp16 into their mean in fp16, so one waits per link") {
+  Mixer mixer({});
+  std::vector<Message> sent;
+  std::vector<std::function<void(const SendStatus&)>> callbacks;
+  Outbox out([&](Message&& one, std::function<void(const SendStatus&)> done) {
+    sent.push_back(std::move(one));
+    callbacks.push_back(std::move(done));
+  }, mixer);
+  const size_t n = 1024;
+  CodecSpec s;
+  s.name = "fp16";
+  auto codec = make_codec(s, {}, 1);
+  auto encoded = [&](float scale) {
+    std::vector<float> x(n);
+    for (size_t i = 0; i < n; ++i) x[i] = scale * std::cos(0.1f * static_cast<float>(i));
+    return build_encoded(n, {{0, n / 2}, {n / 2, n / 2}}, [&](size_t b, size_t len, std::vector<uint8_t>& payload, CodecParams& p) {
+      codec->encode(x.data() + b, len, b, payload, p);
+    });
+  };
+  out.offer(msg(MessageKind::kGradient, std::vector<float>(n, 0.0f), 0));  // in flight: the link is busy
+  for (int k = 0; k < 5; ++k) {
+    Message m;
+    m.kind = MessageKind::kGradient;
+    m.clock = 1 + k;
+    m.total = n;
+    m.encoded = encoded(0.01f * static_cast<float>(k + 1));
+    out.offer(std::move(m));
+  }
+  callbacks[0]({});
+  REQUIRE(sent.size() == 2);  // the five went as one
+  CHECK(sent[1].coalesced == 4);
+  CHECK(sent[1].clock == 1);
+  REQUIRE(sent[1].encoded != nullptr);  // still the codec's bytes, not floats
+  CHECK(sent[1].data.empty());
+  std::vector<float> scratch;
+  double worst = 0;
+  for_each_decoded(*sent[1].encoded, scratch, [&](size_t at, const float* y, size_t len) {
+    for (size_t i = 0; i < len; ++i) worst = std::max(worst, std::fabs(y[i] - 0.03 * std::cos(0.1f * static_cast<float>(at + i))));
+  });
+  CHECK(worst < 0.05 * std::ldexp(1.0, -9));  // the mean of 0.01 .. 0.05 x cos, rounded a few times
+}
+
 TEST_CASE("outbox: a tensor shared by the messages in flight on two links is counted once in their memory") {
   Mixer mixer({});
   std::vector<std::function<void(const SendStatus&)>> callbacks;
@@ -231,6 +273,60 @@ TEST_CASE("inbox: a host peer's inbox keeps an asynchronous model as the fp16 by
   write_codec_params(params, u.mutable_codec());
   CHECK(lean.add_segment(0, u, first.data(), first.size()).find("non-finite") == 0);
   CHECK(lean.buffered_bytes() == 0);
+}
+
+TEST_CASE("inbox: fp16 gradients from one sender fold into their mean in fp16 on a host peer, one message's bytes held") {
+  Mixer mixer({});
+  Inbox lean(mixer, false, nullptr, true), plain(mixer);
+  const size_t n = 4096;
+  CodecSpec s;
+  s.name = "fp16";
+  auto codec = make_codec(s, {}, 1);
+  std::vector<std::vector<float>> parts;
+  size_t payload_bytes = 0;
+  for (int k = 0; k < 3; ++k) {
+    std::vector<float> x(n);
+    for (size_t i = 0; i < n; ++i) x[i] = 0.01f * std::sin(0.37f * static_cast<float>(i) + static_cast<float>(k));
+    parts.push_back(x);
+    wire::Update u;
+    u.set_kind(wire::GRADIENT);
+    u.set_tensor_length(n);
+    u.set_update_id(10 + k);
+    u.set_clock(5 + k);
+    u.set_segment_count(2);
+    u.set_segment_length(n / 2);
+    for (uint32_t seg = 0; seg < 2; ++seg) {
+      std::vector<uint8_t> payload;
+      CodecParams params;
+      codec->encode(x.data() + seg * (n / 2), n / 2, seg * (n / 2), payload, params);
+      write_codec_params(params, u.mutable_codec());
+      u.set_segment_index(seg);
+      u.set_segment_offset(seg * (n / 2));
+      for (Inbox* in : {&lean, &plain}) REQUIRE(in->add_segment(3, u, payload.data(), payload.size()).empty());
+      if (k == 0) payload_bytes += payload.size();
+    }
+  }
+  // Three arrivals held as one message of fp16 bytes; the plain inbox folds them in fp32.
+  CHECK(lean.buffered_bytes() == payload_bytes);
+  CHECK(plain.buffered_bytes() == 4 * n);
+  auto kept = lean.take_async(), dense = plain.take_async();
+  REQUIRE(kept.size() == 1);
+  REQUIRE(dense.size() == 1);
+  CHECK(kept[0].kept_only());
+  CHECK(kept[0].coalesced == 2);
+  CHECK(kept[0].clock == 5);  // the oldest part's, for its staleness
+  const double sq = kept[0].sum_squares;
+  decode_kept(kept[0]);
+  // The same mean as the dense fold's, but for fp16's rounding of it: half an ulp of the
+  // parts' magnitude (0.01) a fold, two folds.
+  double worst = 0, own_sq = 0;
+  for (size_t i = 0; i < n; ++i) {
+    worst = std::max(worst, std::fabs(double(kept[0].data[i]) - dense[0].data[i]));
+    own_sq += double(kept[0].data[i]) * kept[0].data[i];
+  }
+  CHECK(worst > 0);  // rounded again, so not the dense fold's bits
+  CHECK(worst <= 2 * 0.01 * std::ldexp(1.0, -11));
+  CHECK(sq == doctest::Approx(own_sq));  // the guard measures what will be added
 }
 
 TEST_CASE("inbox: a segment with a NaN or an infinity is refused as it is decoded, and a synchronous wait hears why") {
