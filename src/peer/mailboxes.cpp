@@ -269,8 +269,9 @@ size_t message_held_bytes(const GossipEngine::Message& m) {
   size_t b = m.data.size() * sizeof(float);
   if (m.shared) b += m.shared->size() * sizeof(float);
   if (m.device) b += m.device->size() * sizeof(float);
-  if (m.payloads) {
-    for (const auto& s : m.payloads->segments) b += s.payload->size();
+  for (const auto* bytes : {&m.payloads, &m.encoded}) {
+    if (*bytes == nullptr) continue;
+    for (const auto& s : (*bytes)->segments) b += s.payload->size();
   }
   return b;
 }
@@ -279,6 +280,10 @@ size_t message_held_bytes(const GossipEngine::Message& m) {
 static uint64_t distinct_bytes(const GossipEngine::Message& m, std::unordered_set<const void*>& seen) {
   uint64_t b = message_held_bytes(m);
   if (m.shared && !seen.insert(m.shared.get()).second) b -= m.shared->size() * sizeof(float);
+  // An update encoded once for every target is one set of bytes, however many links hold it.
+  if (m.encoded && !seen.insert(m.encoded.get()).second) {
+    for (const auto& s : m.encoded->segments) b -= s.payload->size();
+  }
   return b;
 }
 
@@ -324,8 +329,11 @@ void Outbox::offer(GossipEngine::Message&& m) {
 }
 
 void Outbox::note_in_flight_shared(const GossipEngine::Message& m) {
-  in_flight_shared_ = m.shared.get();
+  in_flight_shared_ = m.shared ? static_cast<const void*>(m.shared.get()) : static_cast<const void*>(m.encoded.get());
   in_flight_shared_bytes_ = m.shared ? m.shared->size() * sizeof(float) : 0;
+  if (!m.shared && m.encoded) {
+    for (const auto& seg : m.encoded->segments) in_flight_shared_bytes_ += seg.payload->size();
+  }
 }
 
 void Outbox::launch(GossipEngine::Message&& m) {

@@ -56,7 +56,7 @@ class Outbox {
   mutable std::mutex mu_;
   bool busy_ = false;                                     // GUARDED_BY(mu_)
   size_t in_flight_bytes_ = 0;                            // GUARDED_BY(mu_)
-  const void* in_flight_shared_ = nullptr;                // GUARDED_BY(mu_): its shared tensor, counted once over the outboxes
+  const void* in_flight_shared_ = nullptr;                // GUARDED_BY(mu_): its shared tensor or encoded bytes, counted once over the outboxes
   size_t in_flight_shared_bytes_ = 0;                     // GUARDED_BY(mu_)
   uint64_t in_flight_step_ = 0;                           // GUARDED_BY(mu_): its oldest part's step
   std::optional<std::pair<uint64_t, uint32_t>> in_flight_sync_;  // GUARDED_BY(mu_): its (round, phase), if synchronous
