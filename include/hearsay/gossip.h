@@ -506,8 +506,9 @@ class GossipEngine {
   // Large messages: a stream per link while one is under way (message_stream.h). The
   // receiver's acknowledgement of a stream's segments (a Credit frame) moves its window;
   // the step thread resumes one whose link came back (tick_streams, each step and wait).
+  // `shares_message`: the frames reference the message's own encoded bytes (send_encoded).
   void start_stream(int to, uint64_t update_id, uint32_t segments, std::function<OutFrame(uint32_t)> make,
-                    std::function<void(const SendStatus&, uint64_t bytes)> done);
+                    std::function<void(const SendStatus&, uint64_t bytes)> done, bool shares_message);
   void on_acknowledgement(int from, uint64_t update_id, uint64_t held);
   void acknowledge(int to, uint64_t update_id, uint32_t held);
   void tick_streams();

@@ -133,10 +133,14 @@ void GossipEngine::put_on_wire(int i, Message&& m, std::function<void(const Send
   const auto kind = static_cast<size_t>(m.kind);
   if (stream) {
     const auto count = static_cast<uint32_t>(mk->segs.size());
-    return start_stream(i, id, count, make, [this, kind, done = std::move(done)](const SendStatus& st, uint64_t bytes) {
-      sent_by_kind_[kind] += bytes;
-      done(st);
-    });
+    const bool shares = mk->encoded != nullptr;
+    return start_stream(
+        i, id, count, make,
+        [this, kind, done = std::move(done)](const SendStatus& st, uint64_t bytes) {
+          sent_by_kind_[kind] += bytes;
+          done(st);
+        },
+        shares);
   }
   std::vector<OutFrame> frames;
   size_t bytes = 0;

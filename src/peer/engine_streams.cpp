@@ -13,8 +13,9 @@
 namespace hearsay {
 
 void GossipEngine::start_stream(int to, uint64_t update_id, uint32_t segments, std::function<OutFrame(uint32_t)> make,
-                                std::function<void(const SendStatus&, uint64_t bytes)> done) {
+                                std::function<void(const SendStatus&, uint64_t bytes)> done, bool shares_message) {
   MessageStream::Options o;
+  o.frames_share_message = shares_message;
   o.window_bytes = spec_.stream_window_bytes;
   o.resume_timeout_s = spec_.stream_resume_timeout_s;
   const double t0 = clock_.now();

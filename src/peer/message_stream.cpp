@@ -194,7 +194,7 @@ uint64_t MessageStream::bytes_in_flight() const {
 
 uint64_t MessageStream::held_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return kept_bytes_;
+  return options_.frames_share_message ? 0 : kept_bytes_;
 }
 
 }  // namespace hearsay

@@ -36,6 +36,9 @@ class MessageStream : public std::enable_shared_from_this<MessageStream> {
     // send. (A receiver's acknowledgements never queue behind its own data: they are
     // urgent frames, OutFrame::urgent.)
     double stall_s = 10;
+    // Its frames reference bytes the message holds already (an update encoded once, which
+    // the outbox counts): the frames kept for a resend are then no memory of their own.
+    bool frames_share_message = false;
   };
   // Builds segment `index`'s frame; called once per index, in order, under the stream's
   // lock (so never twice at once).
