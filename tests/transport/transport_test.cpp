@@ -319,6 +319,22 @@ TEST_CASE("tcp: a child forked after listen does not keep the port open: once th
   CHECK(err == ECONNREFUSED);
 }
 
+TEST_CASE("tcp: a transport closed with its links up lets every connection go in close(), while its io context lives") {
+  // A connection left in the link table was destroyed after the io context it was made on,
+  // in the transport's destructor: freed memory read (AddressSanitizer, 5 peers at the end
+  // of a run). After close() the table holds none.
+  for (int round = 0; round < 3; ++round) {
+    CAPTURE(round);
+    Pair p("tcp", options_for("a"), options_for("b"));
+    REQUIRE(p.b.wait_connected("a"));
+    REQUIRE(p.a.wait_connected("b"));
+    p.a.t->send("b", update_frame(std::vector<float>(1 << 16, 1.0f), 1), nullptr);  // something under way
+    p.a.t->close();
+    CHECK(p.a.t->connected_peers().empty());
+    CHECK_FALSE(p.a.t->link_stats("b").connected);
+  }
+}
+
 TEST_CASE("transports: send to an unknown peer fails at once, naming it") {
   for (const auto& kind : available_transports()) {
     CAPTURE(kind);
