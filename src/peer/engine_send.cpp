@@ -218,6 +218,22 @@ void GossipEngine::adapt_codec(int i, size_t n, bool update) {
 }
 
 
+namespace {
+
+// x[0, n), at element `offset` of its tensor, encoded by `codec` over its segments
+// (build_encoded: the decoded values written over `decoded_into`, kept, or neither).
+std::shared_ptr<const GossipEngine::Encoded> encode_segments(Codec& codec, const float* x, size_t n, uint64_t offset,
+                                                            size_t segment_elements, float* decoded_into, bool keep_decoded) {
+  return build_encoded(
+      n, codec.segments(n, segment_elements),
+      [&](size_t begin, size_t len, std::vector<uint8_t>& payload, CodecParams& params) {
+        codec.encode(x + begin, len, offset + begin, payload, params);
+      },
+      decoded_into, keep_decoded);
+}
+
+}  // namespace
+
 std::shared_ptr<const GossipEngine::Encoded> GossipEngine::encode_once(const std::vector<float>& data, uint64_t offset,
                                                                     const std::string& codec) {
   CodecSpec s = spec_.codec;
@@ -228,12 +244,7 @@ std::shared_ptr<const GossipEngine::Encoded> GossipEngine::encode_once(const std
 std::shared_ptr<const GossipEngine::Encoded> GossipEngine::encode_once(const std::vector<float>& data, const CodecSpec& spec,
                                                                     uint64_t offset, bool keep_decoded) {
   Codec& codec = once_codec(spec);
-  return build_encoded(
-      data.size(), codec.segments(data.size(), spec_.segment_elements),
-      [&](size_t begin, size_t len, std::vector<uint8_t>& payload, CodecParams& params) {
-        codec.encode(data.data() + begin, len, offset + begin, payload, params);
-      },
-      nullptr, keep_decoded);
+  return encode_segments(codec, data.data(), data.size(), offset, spec_.segment_elements, nullptr, keep_decoded);
 }
 
 std::shared_ptr<const GossipEngine::Encoded> GossipEngine::encode_model() {
@@ -248,12 +259,7 @@ std::shared_ptr<const GossipEngine::Encoded> GossipEngine::encode_model() {
     host = params_host();
     x = host.data();
   }
-  return build_encoded(
-      n, codec.segments(n, spec_.segment_elements),
-      [&](size_t begin, size_t len, std::vector<uint8_t>& payload, CodecParams& params) {
-        codec.encode(x + begin, len, begin, payload, params);
-      },
-      nullptr, false);
+  return encode_segments(codec, x, n, 0, spec_.segment_elements, nullptr, false);
 }
 
 bool GossipEngine::models_encode_once() const {
@@ -267,12 +273,7 @@ std::shared_ptr<const GossipEngine::Encoded> GossipEngine::encode_update_once(co
   // gossip.codec as the links would make it (random-k scaled, unbiased), not once_codec's.
   if (!update_codec_once_) update_codec_once_ = make_codec(spec_.codec, model_.param_views(), rng_.next_u64());
   Codec& codec = *update_codec_once_;
-  return build_encoded(
-      n, codec.segments(n, spec_.segment_elements),
-      [&](size_t begin, size_t len, std::vector<uint8_t>& payload, CodecParams& params) {
-        codec.encode(x + begin, len, begin, payload, params);
-      },
-      nullptr, false);
+  return encode_segments(codec, x, n, 0, spec_.segment_elements, nullptr, false);
 }
 
 void for_each_decoded(const GossipEngine::Encoded& e, std::vector<float>& scratch,
@@ -286,12 +287,7 @@ std::shared_ptr<const GossipEngine::Encoded> GossipEngine::encode_in_place(float
   if (!codec_name.empty()) s.name = codec_name;
   Codec& codec = once_codec(s);
   // Each segment is read by its encoding before its decoded values are written over it.
-  return build_encoded(
-      n, codec.segments(n, spec_.segment_elements),
-      [&](size_t begin, size_t len, std::vector<uint8_t>& payload, CodecParams& params) {
-        codec.encode(data + begin, len, offset + begin, payload, params);
-      },
-      data);
+  return encode_segments(codec, data, n, offset, spec_.segment_elements, data, true);
 }
 
 Codec& GossipEngine::once_codec(const CodecSpec& spec) {

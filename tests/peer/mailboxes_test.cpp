@@ -30,16 +30,23 @@ std::string add_floats(Inbox& inbox, int from, const wire::Update& u, const std:
   return inbox.add_segment(from, u, reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(float));
 }
 
+// An outbox's send that records each message and its callback (a test calls it when the
+// link is done with the message).
+std::function<void(Message&&, std::function<void(const SendStatus&)>)> recorder(
+    std::vector<Message>& sent, std::vector<std::function<void(const SendStatus&)>>& callbacks) {
+  return [&sent, &callbacks](Message&& m, std::function<void(const SendStatus&)> done) {
+    sent.push_back(std::move(m));
+    callbacks.push_back(std::move(done));
+  };
+}
+
 }  // namespace
 
 TEST_CASE("outbox: while a message is in flight, newer ones fold into one pending message per kind") {
   Mixer mixer({});
   std::vector<Message> sent;
   std::vector<std::function<void(const SendStatus&)>> callbacks;
-  Outbox out([&](Message&& m, std::function<void(const SendStatus&)> done) {
-    sent.push_back(std::move(m));
-    callbacks.push_back(std::move(done));
-  }, mixer);
+  Outbox out(recorder(sent, callbacks), mixer);
   out.offer(msg(MessageKind::kGradient, {1, 1}, 1));          // goes out at once
   out.offer(msg(MessageKind::kGradient, {2, 3}, 2));          // pending
   out.offer(msg(MessageKind::kGradient, {10, 10}, 3));        // folded into the pending one
@@ -63,10 +70,7 @@ TEST_CASE("outbox: gradients encoded once fold behind a busy link, fp16 into the
   Mixer mixer({});
   std::vector<Message> sent;
   std::vector<std::function<void(const SendStatus&)>> callbacks;
-  Outbox out([&](Message&& one, std::function<void(const SendStatus&)> done) {
-    sent.push_back(std::move(one));
-    callbacks.push_back(std::move(done));
-  }, mixer);
+  Outbox out(recorder(sent, callbacks), mixer);
   const size_t n = 1024;
   CodecSpec s;
   s.name = "fp16";
@@ -128,10 +132,7 @@ TEST_CASE("outbox: synchronous messages are never folded and keep their order") 
   Mixer mixer({});
   std::vector<Message> sent;
   std::vector<std::function<void(const SendStatus&)>> callbacks;
-  Outbox out([&](Message&& m, std::function<void(const SendStatus&)> done) {
-    sent.push_back(std::move(m));
-    callbacks.push_back(std::move(done));
-  }, mixer);
+  Outbox out(recorder(sent, callbacks), mixer);
   for (uint32_t p = 0; p < 3; ++p) {
     auto m = msg(MessageKind::kGradient, {float(p)}, 1);
     m.synchronous = true;
@@ -438,10 +439,7 @@ TEST_CASE("outbox and inbox: m gradients folded on a slow link move the receiver
     Mixer mixer(spec);
     std::vector<Message> sent;
     std::vector<std::function<void(const SendStatus&)>> callbacks;
-    Outbox out([&](Message&& one, std::function<void(const SendStatus&)> done) {
-      sent.push_back(std::move(one));
-      callbacks.push_back(std::move(done));
-    }, mixer);
+    Outbox out(recorder(sent, callbacks), mixer);
     out.offer(msg(MessageKind::kGradient, {0, 0}, 0));  // in flight: the link is busy
     for (int k = 0; k < m; ++k) out.offer(msg(MessageKind::kGradient, {3, 4}, 1 + k));  // each of norm 5
     callbacks[0]({});
