@@ -43,19 +43,17 @@ class DeltaGossip final : public Algorithm {
       for_each_decoded(*enc, scratch, [&](size_t at, const float* y, size_t len) {
         for (size_t i = 0; i < len; ++i) anchor_[at + i] = static_cast<float>(anchor_[at + i] - inv * y[i]);
       });
-      add_arrivals(e, inv, {&anchor_});
-      e.write_params(0, n, anchor_.data());
-      return s;
+    } else {
+      // delta = a - x, made in the copy of x (no second model-sized vector), then shared by
+      // every target's send.
+      std::vector<float> delta = e.params_host();
+      for (size_t i = 0; i < delta.size(); ++i) delta[i] = anchor_[i] - delta[i];
+      e.note_own_gradient(delta);
+      const auto shared = std::make_shared<const std::vector<float>>(std::move(delta));
+      for (int t : e.live_targets(static_cast<int64_t>(step))) e.send_shared(t, {.kind = MessageKind::kModelDelta}, shared);
+      const std::vector<float>& own = *shared;
+      for (size_t i = 0; i < own.size(); ++i) anchor_[i] = static_cast<float>(anchor_[i] - inv * own[i]);
     }
-    // delta = a - x, made in the copy of x (no second model-sized vector), then shared by
-    // every target's send.
-    std::vector<float> delta = e.params_host();
-    for (size_t i = 0; i < delta.size(); ++i) delta[i] = anchor_[i] - delta[i];
-    e.note_own_gradient(delta);
-    const auto shared = std::make_shared<const std::vector<float>>(std::move(delta));
-    for (int t : e.live_targets(static_cast<int64_t>(step))) e.send_shared(t, {.kind = MessageKind::kModelDelta}, shared);
-    const std::vector<float>& own = *shared;
-    for (size_t i = 0; i < own.size(); ++i) anchor_[i] = static_cast<float>(anchor_[i] - inv * own[i]);
     add_arrivals(e, inv, {&anchor_});
     e.set_params_host(anchor_);
     return s;
