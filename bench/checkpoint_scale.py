@@ -115,7 +115,7 @@ def main():
                               "first_step_s": steps[first] - start["t"] if first is not None else None,
                               "step_s": step_s, "kind": kinds,
                               "median_step_s": medians[run],
-                              "checkpoints": [{k: c[k] for k in ("step", "bytes", "snapshot_s", "waited_s", "write_s")}
+                              "checkpoints": [{k: c[k] for k in ("step", "bytes", "snapshot_s", "waited_s", "write_s", "copied_bytes", "fence_s") if k in c}
                                               for c in checkpoints],
                               "peak_rss_bytes": rss, "wall_s": wall}), flush=True)
         plain = medians["plain"]["quiet"]

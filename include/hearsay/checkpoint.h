@@ -22,6 +22,7 @@ namespace hearsay {
 namespace ckpt {
 class Checkpoint;
 }  // namespace ckpt
+class LiveSnapshot;  // src/peer/live_snapshot.h
 
 // A peer's state as a checkpoint writes it: the message with everything but the two
 // largest parts, the parameters and the optimizer's buffers, which stay floats (a copy
@@ -31,11 +32,15 @@ struct CheckpointData {
   std::shared_ptr<ckpt::Checkpoint> message;
   std::vector<float> params;  // empty: the message's params field holds them
   OptimizerState optimizer;   // no name: the message holds the optimizer's state, if any
+  // Set: `params` and the optimizer's buffers are read from the live state until its
+  // freeze() and from themselves after (a host peer's background checkpoint); null: from
+  // themselves.
+  std::shared_ptr<LiveSnapshot> live;
   // Bytes of memory it holds: the snapshot a background write keeps until it is written.
   uint64_t bytes() const;
 };
 
-// Writes it (version 2). Throws InputError naming the file when it cannot be written.
+// Writes it (version 3). Throws InputError naming the file when it cannot be written.
 // Returns the file's size.
 uint64_t write_checkpoint(const std::string& path, CheckpointData&& data);
 // The same for a message that holds everything (a copy of it is written).

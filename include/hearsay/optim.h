@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,14 @@ class Optimizer {
   // The names of the buffers save_state() gives (each num_params floats): what a
   // checkpoint's snapshot makes room for before its first copy.
   virtual std::vector<std::string> state_buffer_names() const { return {}; }
+  // What save_state_into gives, without its copies: the optimizer's name and step count
+  // set in `into` (its buffers left as they are), and where each buffer lives on the
+  // backend, by the same names. A checkpoint of a host peer reads them from there until
+  // the next step (src/peer/live_snapshot.h). nullopt where this optimizer cannot.
+  virtual std::optional<std::map<std::string, const float*>> save_state_live(OptimizerState& into) const {
+    (void)into;
+    return std::nullopt;
+  }
   // Uploads a state save_state() gave. Throws InputError, naming `where` (a checkpoint
   // file), when it is another optimizer's, or holds a buffer this optimizer does not
   // keep, or one whose length is not n, or a negative step count; nothing is changed

@@ -115,6 +115,7 @@ struct PeerNetwork {
 };
 
 class CheckpointWriter;
+struct CheckpointData;
 
 class Peer {
  public:
@@ -165,6 +166,9 @@ class Peer {
   // next steps run (src/peer/checkpoint_writer.h).
   void save_checkpoint(int64_t step, double wall_s);
   void make_checkpoint_writer();
+  // Points the snapshot at the live state instead of copying it, where it can; false: the
+  // caller copies (CheckpointData::live).
+  bool take_live_snapshot(CheckpointData& d);
   // What run() sizes its steps by: in a cluster the mean shard (every peer takes the same
   // number of steps: synchronous algorithms meet every round), alone this peer's.
   int64_t shard_size() const;

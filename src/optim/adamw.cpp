@@ -55,6 +55,12 @@ class AdamW final : public Optimizer {
     s.buffers[kSecondMoment] = std::move(v);
   }
 
+  std::optional<std::map<std::string, const float*>> save_state_live(OptimizerState& s) const override {
+    s.optimizer = kAdamWName;
+    s.steps = steps_;
+    return std::map<std::string, const float*>{{kFirstMoment, m_.f32()}, {kSecondMoment, v_.f32()}};
+  }
+
   void load_state(const OptimizerState& s, const std::string& where) override {
     check_state(s, kAdamWName, {kFirstMoment, kSecondMoment}, n_, where);
     // Moments without the step count that made them (or a count without its moments)

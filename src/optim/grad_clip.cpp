@@ -34,6 +34,9 @@ class GlobalNormClip final : public Optimizer {
   OptimizerState save_state() const override { return inner_->save_state(); }
   void save_state_into(OptimizerState& into) const override { inner_->save_state_into(into); }
   std::vector<std::string> state_buffer_names() const override { return inner_->state_buffer_names(); }
+  std::optional<std::map<std::string, const float*>> save_state_live(OptimizerState& into) const override {
+    return inner_->save_state_live(into);
+  }
   void load_state(const OptimizerState& state, const std::string& where) override { inner_->load_state(state, where); }
   bool state_is_saved() const override { return inner_->state_is_saved(); }
   uint64_t state_bytes() const override { return inner_->state_bytes() + clipped_.bytes(); }

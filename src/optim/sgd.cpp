@@ -56,6 +56,13 @@ class Sgd final : public Optimizer {
     s.buffers[kVelocity] = std::move(kept);
   }
 
+  std::optional<std::map<std::string, const float*>> save_state_live(OptimizerState& s) const override {
+    s.optimizer = kSgdName;
+    s.steps = steps_;
+    if (velocity_.f32() == nullptr) return std::map<std::string, const float*>{};
+    return std::map<std::string, const float*>{{kVelocity, velocity_.f32()}};
+  }
+
   void load_state(const OptimizerState& s, const std::string& where) override {
     check_state(s, kSgdName, {kVelocity}, n_, where);
     // A state saved without momentum (no velocity) leaves ours at zero; one saved with

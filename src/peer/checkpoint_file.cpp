@@ -23,6 +23,7 @@
 #include "hearsay/checkpoint.pb.h"
 #include "hearsay/error.h"
 #include "hearsay/wire.h"
+#include "live_snapshot.h"
 
 namespace hearsay {
 namespace {
@@ -31,6 +32,11 @@ constexpr uint32_t kMagic = 0x4b435348;  // "HSCK" in memory order
 constexpr size_t kHeaderV1 = 24;         // magic u32, version u32, body length u64, crc u32, reserved u32
 constexpr size_t kHeaderV2 = 32;         // magic u32, version u32, manifest length u64, crc u32, chunk bytes u32, file bytes u64
 constexpr uint32_t kChunkBytes = 8u << 20;
+// Version 3: each chunk's bytes start on a boundary of this many bytes of the file (its
+// CRC32C just before them, zeros before that), so that the disk takes them straight from
+// the state's own aligned memory (O_DIRECT), with no copy through a buffer.
+constexpr uint64_t kAlign = 4096;
+constexpr uint32_t kVersion = 3;
 // What a reader accepts from a header: a chunk is read into one buffer of this size.
 constexpr uint32_t kMinChunkBytes = 4096, kMaxChunkBytes = 64u << 20;
 constexpr uint64_t kMaxManifestBytes = 1u << 30;
@@ -56,6 +62,22 @@ std::string* field_of(ckpt::Checkpoint& c, const std::string& name) {
 }
 
 uint64_t chunks_of(uint64_t bytes, uint32_t chunk) { return (bytes + chunk - 1) / chunk; }
+
+// The zeros before a chunk whose CRC32C would start at `offset` (version 3; none before).
+uint64_t pad_before_chunk(uint64_t offset, uint32_t version) {
+  return version >= 3 ? (kAlign - (offset + 4) % kAlign) % kAlign : 0;
+}
+
+// The bytes of the file a blob of `bytes` takes from `offset` on: its chunks, their CRCs
+// and (version 3) their padding. In version 3 every chunk but a blob's last is a whole
+// number of blocks (the chunk size is), so the chunks after the first end aligned and
+// each needs kAlign - 4 zeros and a CRC: closed form, whatever a header claims.
+uint64_t blob_span(uint64_t offset, uint64_t bytes, uint32_t chunk, uint32_t version) {
+  const uint64_t count = chunks_of(bytes, chunk);
+  if (count == 0) return 0;
+  if (version < 3) return bytes + 4 * count;
+  return pad_before_chunk(offset, version) + 4 + (count - 1) * kAlign + bytes;
+}
 
 void write_fully(int fd, const char* p, size_t n, const std::string& path) {
   while (n > 0) {
@@ -92,6 +114,51 @@ class BlockWriter {
       if (used_ == kBuffer) flush_blocks();
     }
   }
+  // Writes what is gathered first where fewer than `n` bytes are free, so that the next
+  // `n` bytes appended (at most kRoom) go to the buffer without a write to the disk
+  // between them: a chunk read from a live snapshot is held only while it is copied.
+  void make_room(size_t n) {
+    HEARSAY_CHECK(n <= kRoom, "a checkpoint chunk larger than the writer's buffer");
+    if (kBuffer - used_ < n) flush_blocks();
+  }
+  static constexpr size_t kRoom = size_t{8} << 20 | 4096;
+  // Appends `n` bytes of zeros.
+  void zeros(size_t n) {
+    static const char kZeros[kAlign] = {};
+    while (n > 0) {
+      const size_t take = std::min<size_t>(n, sizeof kZeros);
+      append(kZeros, take);
+      n -= take;
+    }
+  }
+  // Appends `n` bytes from `data` straight to the disk, not through the buffer, where the
+  // file is at a block boundary after what is gathered and `data` and `n` are whole
+  // blocks (O_DIRECT's terms); else through the buffer. Either way the file is the same.
+  void append_direct(const void* data, size_t n) {
+    const auto at = reinterpret_cast<uintptr_t>(data);
+    if (!direct_ || used_ % kBlock != 0 || at % kBlock != 0 || n % kBlock != 0) return append(data, n);
+    flush_blocks();
+    const auto* p = static_cast<const char*>(data);
+    size_t done = 0;
+    while (done < n) {
+      const ssize_t w = ::write(fd_, p + done, n - done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0 ? errno == EINVAL : static_cast<size_t>(w) < n - done) {
+        // Refused (or cut short) by the filesystem: the rest through the buffer, and the
+        // page cache from here on (flush_blocks turns O_DIRECT off on its first refusal).
+        if (w > 0) done += static_cast<size_t>(w);
+        if (done % kBlock != 0) {
+          direct_ = false;
+          if (::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_DIRECT) != 0) {
+            throw InputError("checkpoint " + path_ + ": fcntl failed: " + std::strerror(errno));
+          }
+        }
+        return append(p + done, n - done);
+      }
+      if (w < 0) throw InputError("checkpoint " + path_ + ": write failed: " + std::strerror(errno));
+      done += static_cast<size_t>(w);
+    }
+  }
   // Writes what is left; the file is then complete (not yet synced).
   void finish() {
     flush_blocks();
@@ -104,7 +171,8 @@ class BlockWriter {
   }
 
  private:
-  static constexpr size_t kBlock = 4096, kBuffer = size_t{8} << 20;
+  // Room for a whole chunk and its CRC beside a block's remainder (make_room).
+  static constexpr size_t kBlock = kAlign, kBuffer = size_t{16} << 20;
   // Writes the whole blocks gathered, keeping the rest for later. A filesystem that took
   // O_DIRECT but refuses its writes (EINVAL), or a short direct write (the file is then
   // off its alignment), turns it off: the rest goes through the page cache.
@@ -216,10 +284,10 @@ uint64_t write_checkpoint(const std::string& path, CheckpointData&& d) {
   std::string manifest;
   if (!m.SerializeToString(&manifest)) throw InputError("checkpoint " + path + ": could not serialise its manifest");
   uint64_t file_bytes = kHeaderV2 + manifest.size();
-  for (const auto& b : blobs) file_bytes += b.bytes + 4 * chunks_of(b.bytes, kChunkBytes);
+  for (const auto& b : blobs) file_bytes += blob_span(file_bytes, b.bytes, kChunkBytes, kVersion);
 
   char header[kHeaderV2] = {};
-  const uint32_t version = 2, crc = crc32c(manifest.data(), manifest.size());
+  const uint32_t version = kVersion, crc = crc32c(manifest.data(), manifest.size());
   const uint64_t manifest_len = manifest.size();
   std::memcpy(header, &kMagic, 4);
   std::memcpy(header + 4, &version, 4);
@@ -238,15 +306,24 @@ uint64_t write_checkpoint(const std::string& path, CheckpointData&& d) {
     BlockWriter out(fd, tmp);
     out.append(header, kHeaderV2);
     out.append(manifest.data(), manifest.size());
+    uint64_t offset = kHeaderV2 + manifest.size();
     for (const auto& b : blobs) {
-      const auto* p = static_cast<const char*>(b.data);
       for (uint64_t at = 0; at < b.bytes; at += kChunkBytes) {
         const size_t n = static_cast<size_t>(std::min<uint64_t>(kChunkBytes, b.bytes - at));
-        const uint32_t chunk_crc = crc32c(p + at, n);
+        const size_t pad = pad_before_chunk(offset, kVersion);
+        out.make_room(pad + 4 + n);
+        // From the live state or the snapshot's copy (live_snapshot.h); the CRC and the
+        // bytes from the same memory, before the step loop may change them.
+        const char* p = d.live ? d.live->begin_chunk(b.data, at, n) : static_cast<const char*>(b.data) + at;
+        const uint32_t chunk_crc = crc32c(p, n);
+        out.zeros(pad);
         out.append(&chunk_crc, 4);
-        out.append(p + at, n);
+        out.append_direct(p, n);
+        if (d.live) d.live->end_chunk();
+        offset += pad + 4 + n;
       }
     }
+    HEARSAY_CHECK(offset == file_bytes, "a checkpoint's layout and its length disagree");
     out.finish();
     if (::fsync(fd) != 0) throw InputError("checkpoint " + tmp + ": fsync failed: " + std::strerror(errno));
   } catch (...) {
@@ -296,6 +373,7 @@ struct CheckpointReader::File {
     const uint64_t count = chunks_of(at.bytes, chunk_bytes);
     uint64_t offset = at.offset;
     for (uint64_t k = 0; k < count; ++k) {
+      offset += pad_before_chunk(offset, version);
       const uint64_t pos = k * chunk_bytes;
       const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk_bytes, at.bytes - pos));
       char* dst = out != nullptr ? out + pos : scratch.data();
@@ -355,7 +433,9 @@ std::optional<CheckpointReader> CheckpointReader::open(const std::string& path, 
     if (!f->manifest.ParseFromString(body)) throw f->refuse("its body does not parse");
     return CheckpointReader(std::move(f));
   }
-  if (f->version != 2) throw f->refuse("version " + std::to_string(f->version) + ", this peer reads versions 1 and 2");
+  if (f->version != 2 && f->version != 3) {
+    throw f->refuse("version " + std::to_string(f->version) + ", this peer reads versions 1 to 3");
+  }
   if (size < kHeaderV2) throw f->refuse("only " + std::to_string(size) + " bytes, shorter than its header");
   uint64_t file_bytes;
   std::memcpy(&f->chunk_bytes, header + 20, 4);
@@ -367,6 +447,9 @@ std::optional<CheckpointReader> CheckpointReader::open(const std::string& path, 
   if (f->chunk_bytes < kMinChunkBytes || f->chunk_bytes > kMaxChunkBytes) {
     throw f->refuse("its chunk size " + std::to_string(f->chunk_bytes) + " is outside " + std::to_string(kMinChunkBytes) + ".." +
                     std::to_string(kMaxChunkBytes));
+  }
+  if (f->version >= 3 && f->chunk_bytes % kAlign != 0) {
+    throw f->refuse("its chunk size " + std::to_string(f->chunk_bytes) + " is not a multiple of " + std::to_string(kAlign));
   }
   if (len > size - kHeaderV2 || len > kMaxManifestBytes) throw f->refuse("its manifest of " + std::to_string(len) + " bytes does not fit the file");
   std::string manifest(len, '\0');
@@ -382,7 +465,7 @@ std::optional<CheckpointReader> CheckpointReader::open(const std::string& path, 
     if (!field->empty()) throw f->refuse("blob '" + name + "' is also in the manifest");
     if (b.bytes() > size) throw f->refuse("blob '" + name + "' of " + std::to_string(b.bytes()) + " bytes does not fit the file");
     if (!f->blobs.emplace(b.name(), File::At{offset, b.bytes()}).second) throw f->refuse("blob '" + name + "' appears twice");
-    offset += b.bytes() + 4 * chunks_of(b.bytes(), f->chunk_bytes);
+    offset += blob_span(offset, b.bytes(), f->chunk_bytes, f->version);
     if (offset > size) throw f->refuse("its blobs need more bytes than the file has (truncated?)");
   }
   if (offset != size) throw f->refuse("its blobs end at byte " + std::to_string(offset) + " of " + std::to_string(size));

@@ -49,6 +49,7 @@ void CheckpointWriter::submit(std::string path, int64_t step, CheckpointData dat
     std::unique_lock<std::mutex> lock(mu_);
     wait_idle(lock);
     held_ = job.data.bytes();
+    live_ = job.data.live;
     job_ = std::move(job);
   }
   cv_.notify_all();
@@ -75,6 +76,16 @@ void CheckpointWriter::prepare(size_t params, const std::vector<std::string>& op
   cv_.notify_all();
 }
 
+uint64_t CheckpointWriter::fence() {
+  std::shared_ptr<LiveSnapshot> live;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    live = live_;
+  }
+  // Outside the lock: the writer may need it to finish a chunk (end_chunk) meanwhile.
+  return live ? live->freeze() : 0;
+}
+
 uint64_t CheckpointWriter::held_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return held_ + spare_.bytes();
@@ -97,6 +108,7 @@ void CheckpointWriter::loop() {
     write(*job_);  // job_ is this thread's until it is reset below
     lock.lock();
     job_.reset();
+    live_.reset();
     held_ = 0;
     cv_.notify_all();
   }
@@ -120,9 +132,17 @@ void CheckpointWriter::write(Job& job) {
   try {
     job.what.file_bytes = write_checkpoint(job.what.path, std::move(job.data));
   } catch (...) {
+    // The live state is not read again, and the buffers go: a fence under way finishes first.
+    if (job.data.live) job.data.live->detach();
     std::lock_guard<std::mutex> lock(mu_);
     failed_ = std::current_exception();
     return;
+  }
+  if (job.data.live) {
+    job.data.live->detach();
+    job.what.copied_bytes = job.data.live->copied_bytes();
+    job.what.fence_s = job.data.live->freeze_s();
+    job.data.live.reset();
   }
   // Its buffers stay for the next snapshot to copy into; the message goes.
   job.data.message.reset();

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "hearsay/checkpoint.h"
+#include "live_snapshot.h"
 
 namespace hearsay {
 
@@ -27,7 +28,9 @@ class CheckpointWriter {
     std::string path;
     int64_t step = 0;
     uint64_t file_bytes = 0;
-    double snapshot_s = 0;  // the step loop's share: copying the state
+    double snapshot_s = 0;  // the step loop's share: copying the state (what a live snapshot did not leave to the fence)
+    uint64_t copied_bytes = 0;  // a live snapshot's: the bytes the fence copied (the rest were read live)
+    double fence_s = 0;         // a live snapshot's: the step loop's seconds in the fence
     double waited_s = 0;    // the step loop's wait for the write before this one
     double write_s = 0;     // the write itself, on the writer's thread
   };
@@ -39,6 +42,10 @@ class CheckpointWriter {
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
 
+  // Before the step loop writes to its parameters or optimizer state: a write reading them
+  // live (CheckpointData::live) takes what it has not read from a copy made now
+  // (LiveSnapshot::freeze). Returns the bytes copied.
+  uint64_t fence();
   // Waits for the write under way, if any, and rethrows its error. Returns the seconds it
   // waited. Called before a snapshot is taken, so that two are never held at once.
   double finish();
@@ -82,6 +89,7 @@ class CheckpointWriter {
   std::exception_ptr failed_;   // GUARDED_BY(mu_)
   uint64_t held_ = 0;           // GUARDED_BY(mu_): the job's bytes
   CheckpointData spare_;        // GUARDED_BY(mu_)
+  std::shared_ptr<LiveSnapshot> live_;  // GUARDED_BY(mu_): the job's, while it is written
   std::thread thread_;
 };
 

@@ -15,6 +15,7 @@
 #include "memory_use.h"
 #include "step_ledger.h"
 #include "checkpoint_writer.h"
+#include "live_snapshot.h"
 
 namespace hearsay {
 namespace {
@@ -235,6 +236,9 @@ TrainResult Peer::run() {
     BatchStats s;
     double compute_s = 0;  // the step's own forward, backward and optimizer passes
     if (engine_) {
+      // An algorithm may write to the state anywhere in its step (mixing arrivals before
+      // its gradient): a live checkpoint's fence before all of it.
+      if (checkpoints_) checkpoints_->fence();
       try {
         s = engine_->step(Batch{batch_x_.f32(), batch_y_.i32(), rows}, lr);
         compute_s = engine_->last_compute_s();
@@ -245,6 +249,9 @@ TrainResult Peer::run() {
     } else {
       const double c0 = clock_->now();
       s = model_->forward_backward(Batch{batch_x_.f32(), batch_y_.i32(), batch});
+      // The forward and backward pass only read the state: a live checkpoint read it
+      // beside them, and is fenced only now, before the optimizer writes it.
+      if (checkpoints_) checkpoints_->fence();
       optimizer_->step(model_->params(), model_->grads(), lr);
       compute_s = clock_->now() - c0;
     }
@@ -323,6 +330,8 @@ void Peer::make_checkpoint_writer() {
                    .add("bytes", static_cast<int64_t>(w.file_bytes))
                    .add("snapshot_s", w.snapshot_s)
                    .add("waited_s", w.waited_s)
+                   .add("copied_bytes", static_cast<int64_t>(w.copied_bytes))
+                   .add("fence_s", w.fence_s)
                    .add("write_s", w.write_s));
   });
 }
@@ -348,9 +357,40 @@ void Peer::save_checkpoint(int64_t step, double wall_s) {
   save_sampler_state(sampler_->state(), c);
   if (engine_) engine_->save_state(c);
   c.set_wall_s(wall_offset_s_ + wall_s);
-  download_floats_into(model_->backend(), model_->params(), model_->num_params(), d.params);
-  optimizer_->save_state_into(d.optimizer);
+  if (!take_live_snapshot(d)) {
+    download_floats_into(model_->backend(), model_->params(), model_->num_params(), d.params);
+    optimizer_->save_state_into(d.optimizer);
+  }
   checkpoints_->submit(path, step, std::move(d), clock_->now() - t0 - waited_s, waited_s);
+}
+
+bool Peer::take_live_snapshot(CheckpointData& d) {
+  // A host peer writing in the background, with the snapshot's buffers made: the state is
+  // read where it lies until the step loop's next write to it (live_snapshot.h). A GPU
+  // peer's state is downloaded instead, and a simulated peer writes in its step.
+  const size_t n = model_->num_params();
+  if (!backend_->is_host() || clock_->simulated() || d.params.size() != n) return false;
+  OptimizerState header = std::move(d.optimizer);
+  const auto views = optimizer_->save_state_live(header);
+  if (!views) {
+    d.optimizer = std::move(header);
+    return false;
+  }
+  for (const auto& [name, at] : *views) {
+    if (header.buffers.count(name) == 0 || header.buffers.at(name).size() != n) {
+      d.optimizer = std::move(header);
+      return false;
+    }
+  }
+  // Only the buffers this optimizer keeps now: a spare made for others is not written.
+  for (auto it = header.buffers.begin(); it != header.buffers.end();) {
+    it = views->count(it->first) != 0 ? std::next(it) : header.buffers.erase(it);
+  }
+  d.optimizer = std::move(header);
+  d.live = std::make_shared<LiveSnapshot>();
+  d.live->add(model_->params(), d.params);
+  for (const auto& [name, at] : *views) d.live->add(at, d.optimizer.buffers.at(name));
+  return true;
 }
 
 int64_t Peer::shard_size() const { return engine_ ? data_->train.size / spec_.num_shards : sampler_->shard_size(); }

@@ -3,7 +3,12 @@
 // chunk refused before anything is read, and a write that runs beside the steps.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <thread>
 
 #include "hearsay/checkpoint.h"
@@ -11,6 +16,7 @@
 #include "hearsay/error.h"
 #include "hearsay/wire.h"
 #include "../../src/peer/checkpoint_writer.h"
+#include "../../src/peer/live_snapshot.h"
 #include "test_util.h"
 
 using namespace hearsay;
@@ -38,12 +44,14 @@ CheckpointData sample_state() {
   return d;
 }
 
-// Where the params blob's chunk k (0-based) starts in the file: after the header and the
-// manifest, each chunk a 4-byte CRC and its bytes.
+// Where the params blob's chunk k (0-based) starts in the file (its CRC): after the header
+// and the manifest, each chunk's bytes on a 4 KiB boundary of the file with its 4-byte CRC
+// just before them (version 3).
 size_t params_chunk_at(const std::string& bytes, size_t k) {
   uint64_t manifest = 0;
   std::memcpy(&manifest, bytes.data() + 8, 8);
-  return 32 + manifest + k * (4 + kChunk);
+  const size_t first_data = (32 + manifest + 4 + 4095) / 4096 * 4096;
+  return first_data - 4 + k * (kChunk + 4096);
 }
 
 }  // namespace
@@ -133,6 +141,45 @@ TEST_CASE("checkpoint file: one written as version 1 (a header and the whole mes
   CHECK(r->read_all({"params"}).params().empty());
 }
 
+TEST_CASE("checkpoint file: one written as version 2 (chunks packed, no alignment) is still read, and one of a later "
+          "version is refused naming it") {
+  TempDir dir;
+  const std::string path = dir.file("v2.ckpt");
+  ckpt::Checkpoint m;
+  m.set_peer("p");
+  m.set_step(5);
+  const std::vector<float> params{1.5f, -2.0f, 3.25f};
+  auto* blob = m.add_blobs();
+  blob->set_name("params");
+  blob->set_bytes(12);
+  const std::string manifest = m.SerializeAsString();
+  const uint64_t file_bytes = 32 + manifest.size() + 4 + 12;
+  char header[32] = {};
+  const uint32_t magic = 0x4b435348, version = 2, crc = crc32c(manifest.data(), manifest.size()), chunk = 8u << 20;
+  const uint64_t len = manifest.size();
+  std::memcpy(header, &magic, 4);
+  std::memcpy(header + 4, &version, 4);
+  std::memcpy(header + 8, &len, 8);
+  std::memcpy(header + 16, &crc, 4);
+  std::memcpy(header + 20, &chunk, 4);
+  std::memcpy(header + 24, &file_bytes, 8);
+  const uint32_t chunk_crc = crc32c(params.data(), 12);
+  std::string file = std::string(header, 32) + manifest + std::string(reinterpret_cast<const char*>(&chunk_crc), 4) +
+                     std::string(reinterpret_cast<const char*>(params.data()), 12);
+  test::write_file(path, file);
+  const auto r = CheckpointReader::open(path, 1 << 20);
+  REQUIRE(r.has_value());
+  CHECK(r->manifest().step() == 5);
+  std::vector<float> got(3);
+  r->read_blob("params", got.data(), 12);
+  CHECK(got == params);
+
+  const uint32_t later = 4;
+  std::memcpy(file.data() + 4, &later, 4);
+  test::write_file(path, file);
+  CHECK_THROWS_WITH_AS(CheckpointReader::open(path, 1 << 20), doctest::Contains("version 4, this peer reads versions 1 to 3"), InputError);
+}
+
 TEST_CASE("checkpoint writer: the write runs on its own thread while the caller goes on, and a write that failed is "
           "reported at the next checkpoint") {
   TempDir dir;
@@ -162,4 +209,116 @@ TEST_CASE("checkpoint writer: the write runs on its own thread while the caller 
   w.submit(dir.file("in_the_way/b.ckpt"), 8, sample_state(), 0.1, 0);
   CHECK_THROWS_WITH_AS(w.finish(), doctest::Contains("cannot create"), InputError);
   CHECK_NOTHROW(w.finish());  // reported once
+}
+
+TEST_CASE("live snapshot: chunks the writer reads before the fence come from the live state, the rest from a copy the "
+          "fence makes, so the state written is the one at the checkpoint's step") {
+  std::vector<float> live(1000), copy(1000, -1.0f), other(10, 3.0f);
+  for (size_t i = 0; i < live.size(); ++i) live[i] = static_cast<float>(i);
+  const std::vector<float> at_step = live;
+  LiveSnapshot snap;
+  snap.add(live.data(), copy);
+  // The first 100 floats are read live.
+  const char* first = snap.begin_chunk(copy.data(), 0, 400);
+  CHECK(first == reinterpret_cast<const char*>(live.data()));
+  snap.end_chunk();
+  CHECK(snap.freeze() == 3600);
+  CHECK(snap.copied_bytes() == 3600);
+  CHECK(snap.freeze() == 0);  // once
+  // The step loop writes to its state after the fence: the rest still reads as at the step.
+  for (auto& v : live) v = 99.0f;
+  const char* rest = snap.begin_chunk(copy.data(), 400, 3600);
+  CHECK(rest == reinterpret_cast<const char*>(copy.data()) + 400);
+  CHECK(std::memcmp(rest, at_step.data() + 100, 3600) == 0);
+  snap.end_chunk();
+  // A buffer it was not given is read from itself.
+  CHECK(snap.begin_chunk(other.data(), 4, 8) == reinterpret_cast<const char*>(other.data()) + 4);
+  snap.end_chunk();
+}
+
+TEST_CASE("live snapshot: the fence waits for the chunk the writer is reading, and copies nothing the writer has read") {
+  std::vector<float> live(256, 1.0f), copy(256, 0.0f);
+  LiveSnapshot snap;
+  snap.add(live.data(), copy);
+  snap.begin_chunk(copy.data(), 0, 1024);  // the whole buffer, under way
+  std::atomic<bool> fenced{false};
+  std::thread fence([&] {
+    snap.freeze();
+    fenced = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK_FALSE(fenced.load());  // still reading: the state is not the step loop's yet
+  snap.end_chunk();
+  fence.join();
+  CHECK(fenced.load());
+  CHECK(snap.copied_bytes() == 0);
+  CHECK(copy == std::vector<float>(256, 0.0f));  // nothing was copied over it
+}
+
+TEST_CASE("checkpoint writer: a live checkpoint whose state changes right after the fence holds the state of its step, "
+          "bit for bit") {
+  TempDir dir;
+  CheckpointWriter::Written seen;
+  CheckpointWriter w(true, [&](const CheckpointWriter::Written& done) { seen = done; });
+  const CheckpointData want = sample_state();
+  // The parameters page-aligned, as a CPU backend's are: their whole chunks go to the disk
+  // straight from them (O_DIRECT where the filesystem takes it); the velocity's through
+  // the writer's buffer. Both must come back as they were at the step.
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  const std::unique_ptr<float, Free> aligned(static_cast<float*>(std::aligned_alloc(4096, (4 * kParams + 4095) / 4096 * 4096)));
+  float* live_params = aligned.get();
+  std::copy(want.params.begin(), want.params.end(), live_params);
+  std::vector<float> live_velocity = want.optimizer.buffers.at("velocity");
+  CheckpointData d = sample_state();
+  std::fill(d.params.begin(), d.params.end(), -7.0f);  // the snapshot's buffers hold an older state
+  std::fill(d.optimizer.buffers["velocity"].begin(), d.optimizer.buffers["velocity"].end(), -7.0f);
+  d.live = std::make_shared<LiveSnapshot>();
+  d.live->add(live_params, d.params);
+  d.live->add(live_velocity.data(), d.optimizer.buffers["velocity"]);
+  w.submit(dir.file("live.ckpt"), 7, std::move(d), 0, 0);
+  const uint64_t copied = w.fence();
+  // The step loop's next optimizer step.
+  std::fill(live_params, live_params + kParams, 42.0f);
+  std::fill(live_velocity.begin(), live_velocity.end(), 42.0f);
+  w.finish();
+  CHECK(seen.copied_bytes == copied);
+  CHECK(copied <= 4 * (kParams + 1000));
+  const auto r = CheckpointReader::open(dir.file("live.ckpt"), 1u << 30);
+  REQUIRE(r.has_value());
+  std::vector<float> params(kParams);
+  r->read_blob("params", params.data(), 4 * kParams);
+  CHECK(params == want.params);
+  const ckpt::Checkpoint c = r->read_all({"params"});
+  REQUIRE(c.optimizer_buffers_size() == 1);
+  std::vector<float> velocity(1000);
+  std::memcpy(velocity.data(), c.optimizer_buffers(0).values().data(), 4000);
+  CHECK(velocity == want.optimizer.buffers.at("velocity"));
+}
+
+TEST_CASE("checkpoint writer: a live checkpoint written before the step loop's next write copies nothing and holds the "
+          "live state, its page-aligned chunks taken straight from it") {
+  TempDir dir;
+  CheckpointWriter::Written seen;
+  CheckpointWriter w(true, [&](const CheckpointWriter::Written& done) { seen = done; });
+  const CheckpointData want = sample_state();
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  const std::unique_ptr<float, Free> aligned(static_cast<float*>(std::aligned_alloc(4096, (4 * kParams + 4095) / 4096 * 4096)));
+  std::copy(want.params.begin(), want.params.end(), aligned.get());
+  CheckpointData d = sample_state();
+  std::fill(d.params.begin(), d.params.end(), -7.0f);  // an older state: must not be what is written
+  d.live = std::make_shared<LiveSnapshot>();
+  d.live->add(aligned.get(), d.params);
+  w.submit(dir.file("live.ckpt"), 7, std::move(d), 0, 0);
+  w.finish();  // the writer read everything from the live state
+  CHECK(w.fence() == 0);
+  CHECK(seen.copied_bytes == 0);
+  const auto r = CheckpointReader::open(dir.file("live.ckpt"), 1u << 30);
+  REQUIRE(r.has_value());
+  std::vector<float> params(kParams);
+  r->read_blob("params", params.data(), 4 * kParams);
+  CHECK(params == want.params);
 }
