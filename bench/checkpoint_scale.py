@@ -3,9 +3,9 @@
 the steps, and that a damaged file is refused before anything is loaded.
 
 One hearsay-peer alone, the native GPT at `--size` (1b: 20 x 2048, context 128, 1.008B
-parameters), momentum SGD (its state, the velocity, is one model-sized buffer: the
-snapshot then holds 8 bytes a parameter, which this 24 GiB machine fits beside the peer's
-12), batch 1, `--steps` steps, logged every step. Run twice: without checkpoints, and with
+parameters), momentum SGD (its state, the velocity, is one model-sized buffer: a copy of
+the state is 8 bytes a parameter, which this 24 GiB machine fits beside the peer's 12; a
+CPU peer holds one only once a fence has waited for its disk, docs/CHECKPOINTS.md), batch 1, `--steps` steps, logged every step. Run twice: without checkpoints, and with
 a checkpoint every `--every` steps. A step's time is the gap between its step event and
 the one before; the first step (the first touch of every buffer) is left out.
 Then the last checkpoint has one byte flipped in the middle of the parameters and the
@@ -14,9 +14,12 @@ peer is started on it: it must exit 2 naming the chunk, having loaded nothing. J
   {"run": "plain" | "checkpoint", "params", "start_event_s" (the process's start to its start
    event: data, model, initialisation), "first_step_s" (the start event to the first step's
    end), "step_s": {step: seconds}, "kind": {step: "quiet" |
-   "snapshot" (the step loop copied the state in it) | "during_write" (the write ran in it)},
+   "snapshot" (the step after a checkpoint: the write reads the live state beside it, and
+   its fence comes before its optimizer step) | "during_write" (the write ran in it too)},
    "median_step_s": {kind: median}, "checkpoints": [...], "peak_rss_bytes", "wall_s"}
-  {"ratio_to_plain": {kind: median over the plain run's median}}
+  {"ratio_to_plain": {kind: median over the plain run's median},
+   "ratio_to_quiet": {kind: median over the checkpointed run's own quiet median} (the same
+   process, so a machine that slows down between the two runs does not count)}
   {"refused": true, "exit": 2, "message", "refuse_s"}
 
     bench/checkpoint_scale.py                 # 1b, 10 steps, every 3: about 6 min here
@@ -115,11 +118,13 @@ def main():
                               "first_step_s": steps[first] - start["t"] if first is not None else None,
                               "step_s": step_s, "kind": kinds,
                               "median_step_s": medians[run],
-                              "checkpoints": [{k: c[k] for k in ("step", "bytes", "snapshot_s", "waited_s", "write_s", "copied_bytes", "fence_s") if k in c}
+                              "checkpoints": [{k: c[k] for k in ("step", "bytes", "snapshot_s", "waited_s", "write_s", "copied_bytes", "fence_waited_bytes", "fence_s") if k in c}
                                               for c in checkpoints],
                               "peak_rss_bytes": rss, "wall_s": wall}), flush=True)
         plain = medians["plain"]["quiet"]
-        print(json.dumps({"ratio_to_plain": {k: v / plain for k, v in medians["checkpoint"].items()}}), flush=True)
+        quiet = medians["checkpoint"].get("quiet", plain)
+        print(json.dumps({"ratio_to_plain": {k: v / plain for k, v in medians["checkpoint"].items()},
+                          "ratio_to_quiet": {k: v / quiet for k, v in medians["checkpoint"].items()}}), flush=True)
 
         # A byte flipped in the middle of the parameters: refused, nothing loaded.
         path = os.path.join(ckpt_dir, "ckpt-scale.ckpt")

@@ -226,7 +226,8 @@ class PyPeer {
     peer_->finish();
   }
 
-  // An event from Python: `fields` (str -> bool, int, float, str or list of str) after
+  // An event from Python: `fields` (str -> bool, int, float, str, list of str or dict of
+  // str -> number) after
   // the common ones. Checked against the log's schema.
   void log_event(const std::string& name, const py::dict& fields) {
     const Claim claim(*this, "log()");
@@ -246,9 +247,21 @@ class PyPeer {
         e.add_null(k);
       } else if (py::isinstance<py::list>(value)) {
         e.add(k, value.cast<std::vector<std::string>>());
+      } else if (py::isinstance<py::dict>(value)) {
+        // Numbers by name (a metrics event's values): the schema checks what they may be.
+        hearsay::JsonObject members;
+        for (const auto& [name, number] : value.cast<py::dict>()) {
+          const std::string n = py::str(name);
+          if (!py::isinstance<py::float_>(number) && !py::isinstance<py::int_>(number)) {
+            throw hearsay::InputError("log(): field '" + k + "' member '" + n + "' is a " +
+                                      std::string(py::str(number.get_type().attr("__name__"))) + "; give numbers");
+          }
+          members.add(n, number.cast<double>());
+        }
+        e.add(k, members);
       } else {
         throw hearsay::InputError("log(): field '" + k + "' is a " + std::string(py::str(value.get_type().attr("__name__"))) +
-                                  "; give a bool, int, float, str, None or list of str");
+                                  "; give a bool, int, float, str, None, list of str or dict of str to number");
       }
     }
     peer_->write_event(e);

@@ -32,9 +32,10 @@ struct CheckpointData {
   std::shared_ptr<ckpt::Checkpoint> message;
   std::vector<float> params;  // empty: the message's params field holds them
   OptimizerState optimizer;   // no name: the message holds the optimizer's state, if any
-  // Set: `params` and the optimizer's buffers are read from the live state until its
-  // freeze() and from themselves after (a host peer's background checkpoint); null: from
-  // themselves.
+  // Set (a host peer's background checkpoint): the parameters and the optimizer's buffers
+  // it names are read from the live state until its freeze(), then from their copies
+  // (`params` and `optimizer.buffers`, where it has them); null: from `params` and
+  // `optimizer.buffers`.
   std::shared_ptr<LiveSnapshot> live;
   // Bytes of memory it holds: the snapshot a background write keeps until it is written.
   uint64_t bytes() const;

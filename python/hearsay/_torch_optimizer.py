@@ -40,8 +40,13 @@ def _shared_buffers(model):
     return out
 
 
-class DecentralizedOptimizer:
+class DecentralizedOptimizer(torch.optim.Optimizer):
     """Wraps a torch optimizer so that each step() runs the peer's gossip algorithm.
+
+    It is a torch.optim.Optimizer: torch's learning-rate schedulers (StepLR, OneCycleLR...),
+    GradScaler and code that checks isinstance(opt, torch.optim.Optimizer) take it as
+    they take the optimizer it wraps. Its param_groups, state and defaults are the wrapped
+    optimizer's own objects, so a scheduler's rate is the one step() uses.
 
     model (torch.nn.Module): its parameters that require a gradient (float32, on one
     device) move into one flat tensor and their gradients into another; each becomes a
@@ -167,6 +172,8 @@ class DecentralizedOptimizer:
             self.load_state_dict(torch.load(self._checkpoint_path, map_location=self.device))
         peer._finish_hooks.append(self._save_checkpoint)
 
+    # torch.optim.Optimizer's __init__ is not run: it would make param_groups and state
+    # of its own. These are the wrapped optimizer's, which its step() reads.
     @property
     def param_groups(self):
         return self.optimizer.param_groups
@@ -174,6 +181,18 @@ class DecentralizedOptimizer:
     @property
     def state(self):
         return self.optimizer.state
+
+    @property
+    def defaults(self):
+        return self.optimizer.defaults
+
+    def add_param_group(self, param_group):
+        raise InputError("DecentralizedOptimizer.add_param_group(): the parameters a peer trains are fixed when it is "
+                         "wrapped (they move into one shared buffer); give every group to the torch optimizer before "
+                         "wrapping it")
+
+    def __repr__(self):
+        return f"DecentralizedOptimizer({self.optimizer!r}, peer {self.peer.name!r}, {self.peer.algorithm})"
 
     def zero_grad(self, set_to_none=False):
         """Zeroes the shared gradient buffer (gradients stay views of it)."""

@@ -2,13 +2,14 @@
 (docs/PYTORCH.md). The public names are re-exported by hearsay.torch."""
 import argparse
 import atexit
+import math
 import os
 import signal
 import threading
 
 import torch
 
-from . import _engine
+from . import _engine, _tensorboard
 from ._engine import InputError
 
 # The peer init() made, which DecentralizedOptimizer takes when it is given none.
@@ -60,6 +61,8 @@ class Peer:
     (cluster.min_neighbours, cluster.connect_timeout_s) in place of the config's. argv
     (list of str): the command line to read (default sys.argv[1:]; [] reads none).
     handle_signals (bool): SIGTERM and SIGINT end the run after the current step.
+    tensorboard_dir (str): also write log_metrics()'s scalars to a TensorBoard event file
+    in this directory (no TensorBoard needed to write it).
 
     Joining waits up to connect_timeout_s for the neighbours; fewer than min_neighbours of
     them up by then (default 1; 0 lets a peer start alone), or a synchronous algorithm
@@ -69,7 +72,7 @@ class Peer:
     """
 
     def __init__(self, config=None, name=None, log=None, sets=(), quiet=None, argv=None, handle_signals=True,
-                 min_neighbours=None, connect_timeout_s=None):
+                 min_neighbours=None, connect_timeout_s=None, tensorboard_dir=None):
         import sys
         args = _command_line(sys.argv[1:] if argv is None else argv)
         config = config or args.config or os.environ.get("HEARSAY_CONFIG")
@@ -90,6 +93,7 @@ class Peer:
         self._engine = _engine.Peer(config, name or "", log or args.log or "", sets, args.quiet if quiet is None else quiet,
                                     self.measure_steps > 0)
         self._finish_hooks = []
+        self._tensorboard = _tensorboard.EventFileWriter(tensorboard_dir) if tensorboard_dir else None
         self._closed = False
         self._rows = 0  # samples fed since the last step (every micro-batch of an accumulation)
         # The transport's threads end before the interpreter tears down (and before torch
@@ -119,6 +123,8 @@ class Peer:
         for hook in self._finish_hooks:
             hook()
         self._engine.finish()
+        if self._tensorboard is not None:
+            self._tensorboard.close()
         self._closed = True
 
     def stop(self):
@@ -185,6 +191,31 @@ class Peer:
                       "end": "peer.finish() writes it", "gossip": "the engine writes it", "resume": "load_state_dict() writes it",
                       "plan": "peer.batches() writes it",
                       "eval": "use peer.log_eval(acc, loss) or peer.evaluate(model)"}
+
+    def log_metrics(self, step=None, **scalars):
+        """The script's own scalars, e.g. peer.log_metrics(loss=loss, lr=sched.get_last_lr()[0]):
+        a `metrics` event in the log (docs/LOGS.md) and, with tensorboard_dir, a TensorBoard
+        scalar each. step (int): default the steps taken. Each value a finite number or a
+        one-element tensor; anything else raises InputError naming it."""
+        if not scalars:
+            raise InputError("log_metrics(): no values; give them by name, e.g. log_metrics(loss=0.4)")
+        step = self.steps if step is None else step
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise InputError(f"log_metrics(): step={step!r}; give a step count (an int >= 0), or leave it out")
+        values = {}
+        for name, value in scalars.items():
+            if hasattr(value, "numel") and hasattr(value, "item"):  # a tensor (torch or numpy-like)
+                if value.numel() != 1:
+                    raise InputError(f"log_metrics(): '{name}' is a tensor of {value.numel()} elements; give one value")
+                value = value.item()
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise InputError(f"log_metrics(): '{name}' is a {type(value).__name__}; give a number")
+            if not math.isfinite(value):
+                raise InputError(f"log_metrics(): '{name}' is {value}; the log and TensorBoard take finite numbers")
+            values[name] = float(value)
+        self._engine.log_event("metrics", {"step": step, "values": values})
+        if self._tensorboard is not None:
+            self._tensorboard.scalars(step, values)
 
     def log(self, event, **fields):
         """Writes an event of the log's schema (docs/LOGS.md), e.g. peer.log("checkpoint",

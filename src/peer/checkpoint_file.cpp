@@ -257,7 +257,14 @@ uint64_t write_checkpoint(const std::string& path, CheckpointData&& d) {
     blobs.push_back({name, held.back().data(), held.back().size()});
   };
   m.clear_blobs();
-  if (!d.params.empty()) {
+  // A live snapshot's buffers are written from the live state (live_snapshot.h): the
+  // blob's data is the live memory, which begin_chunk maps to where to read it now.
+  const std::vector<LiveSnapshot::View> live = d.live ? d.live->views() : std::vector<LiveSnapshot::View>{};
+  const auto live_params = std::find_if(live.begin(), live.end(), [](const LiveSnapshot::View& v) { return v.name == "params"; });
+  if (live_params != live.end()) {
+    m.clear_params();
+    blobs.push_back({"params", live_params->live, live_params->n * sizeof(float)});
+  } else if (!d.params.empty()) {
     m.clear_params();
     blobs.push_back({"params", d.params.data(), d.params.size() * sizeof(float)});
   } else {
@@ -267,7 +274,14 @@ uint64_t write_checkpoint(const std::string& path, CheckpointData&& d) {
     m.clear_optimizer_buffers();
     m.set_optimizer(d.optimizer.optimizer);
     m.set_optimizer_steps(d.optimizer.steps);
+    const bool live_optimizer = live.size() > (live_params != live.end() ? 1u : 0u);
+    for (const auto& v : live) {
+      if (v.name == "params") continue;
+      m.add_optimizer_buffers()->set_name(v.name);
+      blobs.push_back({"optimizer/" + std::to_string(m.optimizer_buffers_size() - 1), v.live, v.n * sizeof(float)});
+    }
     for (const auto& [name, values] : d.optimizer.buffers) {
+      if (live_optimizer) break;
       m.add_optimizer_buffers()->set_name(name);
       blobs.push_back({"optimizer/" + std::to_string(m.optimizer_buffers_size() - 1), values.data(), values.size() * sizeof(float)});
     }

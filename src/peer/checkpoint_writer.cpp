@@ -76,14 +76,36 @@ void CheckpointWriter::prepare(size_t params, const std::vector<std::string>& op
   cv_.notify_all();
 }
 
-uint64_t CheckpointWriter::fence() {
+LiveSnapshot::Fenced CheckpointWriter::fence() {
   std::shared_ptr<LiveSnapshot> live;
   {
     std::lock_guard<std::mutex> lock(mu_);
     live = live_;
   }
+  if (!live) return {};
   // Outside the lock: the writer may need it to finish a chunk (end_chunk) meanwhile.
-  return live ? live->freeze() : 0;
+  const LiveSnapshot::Fenced f = live->freeze();
+  if (f.waited_bytes > 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    keep_copies_ = true;
+  }
+  return f;
+}
+
+bool CheckpointWriter::keeps_copies() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return keep_copies_;
+}
+
+bool CheckpointWriter::make_spare(CheckpointData& d, size_t floats, const std::vector<std::string>& names) {
+  try {
+    resize_for_copy(d.params, floats);
+    for (const auto& name : names) resize_for_copy(d.optimizer.buffers[name], floats);
+  } catch (const std::bad_alloc&) {
+    d = CheckpointData{};
+    return false;
+  }
+  return true;
 }
 
 uint64_t CheckpointWriter::held_bytes() const {
@@ -118,12 +140,7 @@ void CheckpointWriter::write(Job& job) {
   if (job.prepare_floats > 0) {
     // Made here, on huge pages, every page touched (zeroed): resident before they are needed.
     CheckpointData d;
-    try {
-      resize_for_copy(d.params, job.prepare_floats);
-      for (const auto& name : job.prepare_names) resize_for_copy(d.optimizer.buffers[name], job.prepare_floats);
-    } catch (const std::bad_alloc&) {
-      return;  // no room now: the first snapshot tries again, and says so if it fails
-    }
+    if (!make_spare(d, job.prepare_floats, job.prepare_names)) return;  // no room now: the first snapshot tries again
     std::lock_guard<std::mutex> lock(mu_);
     spare_ = std::move(d);
     return;
@@ -140,8 +157,25 @@ void CheckpointWriter::write(Job& job) {
   }
   if (job.data.live) {
     job.data.live->detach();
-    job.what.copied_bytes = job.data.live->copied_bytes();
-    job.what.fence_s = job.data.live->freeze_s();
+    const LiveSnapshot::Fenced f = job.data.live->fenced();
+    job.what.copied_bytes = f.copied_bytes;
+    job.what.fence_waited_bytes = f.waited_bytes;
+    job.what.fence_s = f.seconds;
+    bool make = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      make = keep_copies_ && job.data.params.empty();
+    }
+    if (make) {
+      // A fence waited for this write: copies from the next checkpoint on, made now, here.
+      std::vector<std::string> names;
+      size_t floats = 0;
+      for (const auto& v : job.data.live->views()) {
+        if (v.name == "params") floats = v.n;
+        else names.push_back(v.name);
+      }
+      make_spare(job.data, floats, names);
+    }
     job.data.live.reset();
   }
   // Its buffers stay for the next snapshot to copy into; the message goes.

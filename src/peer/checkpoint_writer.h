@@ -29,10 +29,11 @@ class CheckpointWriter {
     int64_t step = 0;
     uint64_t file_bytes = 0;
     double snapshot_s = 0;  // the step loop's share: copying the state (what a live snapshot did not leave to the fence)
-    uint64_t copied_bytes = 0;  // a live snapshot's: the bytes the fence copied (the rest were read live)
-    double fence_s = 0;         // a live snapshot's: the step loop's seconds in the fence
     double waited_s = 0;    // the step loop's wait for the write before this one
     double write_s = 0;     // the write itself, on the writer's thread
+    uint64_t copied_bytes = 0;        // a live snapshot's: the bytes the fence copied (the rest were read live)
+    uint64_t fence_waited_bytes = 0;  // a live snapshot's without copies: the bytes the fence waited for the writer to read
+    double fence_s = 0;               // a live snapshot's: the step loop's seconds in the fence
   };
   // `done` runs on the writer's thread after each write that succeeded (the log event).
   // Without `background` (a simulated peer: its clock is virtual and no other thread may
@@ -43,9 +44,13 @@ class CheckpointWriter {
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
 
   // Before the step loop writes to its parameters or optimizer state: a write reading them
-  // live (CheckpointData::live) takes what it has not read from a copy made now
-  // (LiveSnapshot::freeze). Returns the bytes copied.
-  uint64_t fence();
+  // live (CheckpointData::live) takes what it has not read from a copy made now, or, with
+  // no copies, is waited for until it has read it (LiveSnapshot::freeze). A fence that
+  // waited makes the writer keep copies from then on (keeps_copies): made on its thread
+  // after this write, so that the next checkpoints' fences copy instead of waiting.
+  LiveSnapshot::Fenced fence();
+  // Whether the snapshots should have copies (a fence had to wait for the disk).
+  bool keeps_copies() const;
   // Waits for the write under way, if any, and rethrows its error. Returns the seconds it
   // waited. Called before a snapshot is taken, so that two are never held at once.
   double finish();
@@ -57,7 +62,8 @@ class CheckpointWriter {
   // not a fault per page (in a virtual machine those cost more than the copy: at 85M
   // parameters 2.1 s a snapshot, fresh). After finish().
   CheckpointData take_spare();
-  // Makes the spare snapshot's buffers now, on the writer's thread at its low priority:
+  // Makes the spare snapshot's buffers now, on the writer's thread at its low priority
+  // (a GPU peer's, whose snapshot is a download; a CPU peer's once keeps_copies()):
   // `params` floats for the parameters and as many for each of the optimizer's buffers.
   // Their pages are faulted in beside the first steps instead of in the step that takes
   // the first snapshot (at 1B parameters 8-15 s: a fresh 8 GB in this virtual machine).
@@ -77,6 +83,9 @@ class CheckpointWriter {
   };
   void loop();
   void write(Job& job);
+  // The spare's buffers: `floats` for the parameters and as many for each name, on huge
+  // pages, every page touched. False where there is no room now.
+  static bool make_spare(CheckpointData& d, size_t floats, const std::vector<std::string>& names);
   // With mu_ held: waits until no job is pending or being written.
   void wait_idle(std::unique_lock<std::mutex>& lock);
 
@@ -90,6 +99,7 @@ class CheckpointWriter {
   uint64_t held_ = 0;           // GUARDED_BY(mu_): the job's bytes
   CheckpointData spare_;        // GUARDED_BY(mu_)
   std::shared_ptr<LiveSnapshot> live_;  // GUARDED_BY(mu_): the job's, while it is written
+  bool keep_copies_ = false;            // GUARDED_BY(mu_): a fence waited; copies are made after the write
   std::thread thread_;
 };
 

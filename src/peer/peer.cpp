@@ -206,9 +206,13 @@ TrainResult Peer::run() {
 
   const int64_t first_step = resume();
   // The checkpoints' snapshot buffers, made beside the first steps (checkpoint_writer.h).
+  // A CPU peer's snapshot is read from the live state and needs them only once a fence
+  // has waited for the disk (live_snapshot.h): none are made for it now.
   if (!checkpoint_path().empty()) {
     make_checkpoint_writer();
-    checkpoints_->prepare(model_->num_params(), optimizer_->state_buffer_names());
+    OptimizerState probe;
+    const bool live = backend_->is_host() && optimizer_->save_state_live(probe).has_value();
+    if (!live) checkpoints_->prepare(model_->num_params(), optimizer_->state_buffer_names());
   }
   // A resumed peer goes on from its own state; a fresh one may start from a neighbour's.
   if (engine_ && first_step == 0 && network_.join) engine_->join();
@@ -331,6 +335,7 @@ void Peer::make_checkpoint_writer() {
                    .add("snapshot_s", w.snapshot_s)
                    .add("waited_s", w.waited_s)
                    .add("copied_bytes", static_cast<int64_t>(w.copied_bytes))
+                   .add("fence_waited_bytes", static_cast<int64_t>(w.fence_waited_bytes))
                    .add("fence_s", w.fence_s)
                    .add("write_s", w.write_s));
   });
@@ -365,31 +370,32 @@ void Peer::save_checkpoint(int64_t step, double wall_s) {
 }
 
 bool Peer::take_live_snapshot(CheckpointData& d) {
-  // A host peer writing in the background, with the snapshot's buffers made: the state is
-  // read where it lies until the step loop's next write to it (live_snapshot.h). A GPU
-  // peer's state is downloaded instead, and a simulated peer writes in its step.
+  // A host peer writing in the background: the state is read where it lies until the step
+  // loop's next write to it (live_snapshot.h). A GPU peer's state is downloaded instead,
+  // and a simulated peer writes in its step.
   const size_t n = model_->num_params();
-  if (!backend_->is_host() || clock_->simulated() || d.params.size() != n) return false;
-  OptimizerState header = std::move(d.optimizer);
+  if (!backend_->is_host() || clock_->simulated()) return false;
+  OptimizerState header;
   const auto views = optimizer_->save_state_live(header);
-  if (!views) {
-    d.optimizer = std::move(header);
-    return false;
-  }
-  for (const auto& [name, at] : *views) {
-    if (header.buffers.count(name) == 0 || header.buffers.at(name).size() != n) {
-      d.optimizer = std::move(header);
-      return false;
+  if (!views) return false;
+  // The spare's buffers, where the writer keeps them (a fence once waited for the disk):
+  // the fence copies into them what the writer has not reached. Else none are held.
+  bool copies = d.params.size() == n;
+  for (const auto& [name, at] : *views) copies = copies && d.optimizer.buffers.count(name) != 0 && d.optimizer.buffers.at(name).size() == n;
+  if (copies) {
+    // Only the buffers this optimizer keeps now: a spare made for others is not written.
+    for (auto it = d.optimizer.buffers.begin(); it != d.optimizer.buffers.end();) {
+      it = views->count(it->first) != 0 ? std::next(it) : d.optimizer.buffers.erase(it);
     }
+  } else {
+    d.params = {};
+    d.optimizer.buffers.clear();
   }
-  // Only the buffers this optimizer keeps now: a spare made for others is not written.
-  for (auto it = header.buffers.begin(); it != header.buffers.end();) {
-    it = views->count(it->first) != 0 ? std::next(it) : header.buffers.erase(it);
-  }
-  d.optimizer = std::move(header);
+  d.optimizer.optimizer = header.optimizer;
+  d.optimizer.steps = header.steps;
   d.live = std::make_shared<LiveSnapshot>();
-  d.live->add(model_->params(), d.params);
-  for (const auto& [name, at] : *views) d.live->add(at, d.optimizer.buffers.at(name));
+  d.live->add("params", model_->params(), n, copies ? &d.params : nullptr);
+  for (const auto& [name, at] : *views) d.live->add(name, at, n, copies ? &d.optimizer.buffers.at(name) : nullptr);
   return true;
 }
 

@@ -54,6 +54,21 @@ size_t params_chunk_at(const std::string& bytes, size_t k) {
   return first_data - 4 + k * (kChunk + 4096);
 }
 
+// The file at `path` holds want's parameters and velocity, bit for bit.
+void check_holds(const std::string& path, const CheckpointData& want) {
+  const auto r = CheckpointReader::open(path, 1u << 30);
+  REQUIRE(r.has_value());
+  std::vector<float> params(kParams);
+  r->read_blob("params", params.data(), 4 * kParams);
+  CHECK(params == want.params);
+  const ckpt::Checkpoint c = r->read_all({"params"});
+  REQUIRE(c.optimizer_buffers_size() == 1);
+  CHECK(c.optimizer_buffers(0).name() == "velocity");
+  std::vector<float> velocity(1000);
+  std::memcpy(velocity.data(), c.optimizer_buffers(0).values().data(), 4000);
+  CHECK(velocity == want.optimizer.buffers.at("velocity"));
+}
+
 }  // namespace
 
 TEST_CASE("checkpoint file: large state goes in chunks with a checksum each and comes back bit for bit, and a flipped byte "
@@ -217,21 +232,23 @@ TEST_CASE("live snapshot: chunks the writer reads before the fence come from the
   for (size_t i = 0; i < live.size(); ++i) live[i] = static_cast<float>(i);
   const std::vector<float> at_step = live;
   LiveSnapshot snap;
-  snap.add(live.data(), copy);
+  snap.add("params", live.data(), live.size(), &copy);
   // The first 100 floats are read live.
-  const char* first = snap.begin_chunk(copy.data(), 0, 400);
+  const char* first = snap.begin_chunk(live.data(), 0, 400);
   CHECK(first == reinterpret_cast<const char*>(live.data()));
   snap.end_chunk();
-  CHECK(snap.freeze() == 3600);
-  CHECK(snap.copied_bytes() == 3600);
-  CHECK(snap.freeze() == 0);  // once
+  const LiveSnapshot::Fenced f = snap.freeze();
+  CHECK(f.copied_bytes == 3600);
+  CHECK(f.waited_bytes == 0);
+  CHECK(snap.fenced().copied_bytes == 3600);
+  CHECK(snap.freeze().copied_bytes == 0);  // once
   // The step loop writes to its state after the fence: the rest still reads as at the step.
   for (auto& v : live) v = 99.0f;
-  const char* rest = snap.begin_chunk(copy.data(), 400, 3600);
+  const char* rest = snap.begin_chunk(live.data(), 400, 3600);
   CHECK(rest == reinterpret_cast<const char*>(copy.data()) + 400);
   CHECK(std::memcmp(rest, at_step.data() + 100, 3600) == 0);
   snap.end_chunk();
-  // A buffer it was not given is read from itself.
+  // Memory it was not given is read where it is.
   CHECK(snap.begin_chunk(other.data(), 4, 8) == reinterpret_cast<const char*>(other.data()) + 4);
   snap.end_chunk();
 }
@@ -239,8 +256,8 @@ TEST_CASE("live snapshot: chunks the writer reads before the fence come from the
 TEST_CASE("live snapshot: the fence waits for the chunk the writer is reading, and copies nothing the writer has read") {
   std::vector<float> live(256, 1.0f), copy(256, 0.0f);
   LiveSnapshot snap;
-  snap.add(live.data(), copy);
-  snap.begin_chunk(copy.data(), 0, 1024);  // the whole buffer, under way
+  snap.add("params", live.data(), live.size(), &copy);
+  snap.begin_chunk(live.data(), 0, 1024);  // the whole buffer, under way
   std::atomic<bool> fenced{false};
   std::thread fence([&] {
     snap.freeze();
@@ -251,8 +268,38 @@ TEST_CASE("live snapshot: the fence waits for the chunk the writer is reading, a
   snap.end_chunk();
   fence.join();
   CHECK(fenced.load());
-  CHECK(snap.copied_bytes() == 0);
+  CHECK(snap.fenced().copied_bytes == 0);
   CHECK(copy == std::vector<float>(256, 0.0f));  // nothing was copied over it
+}
+
+TEST_CASE("live snapshot: without copies the fence waits until the writer has read every chunk from the live state, "
+          "and a writer that gives up releases it") {
+  std::vector<float> live(512, 2.0f);
+  LiveSnapshot snap;
+  snap.add("params", live.data(), live.size(), nullptr);
+  snap.begin_chunk(live.data(), 0, 1024);
+  snap.end_chunk();  // half read
+  std::atomic<bool> fenced{false};
+  LiveSnapshot::Fenced f;
+  std::thread fence([&] {
+    f = snap.freeze();
+    fenced = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK_FALSE(fenced.load());  // half of the state is still to be read from where it lies
+  // After the fence began, the writer still reads the live state (no copy to read from).
+  CHECK(snap.begin_chunk(live.data(), 1024, 1024) == reinterpret_cast<const char*>(live.data()) + 1024);
+  snap.end_chunk();
+  fence.join();
+  CHECK(f.waited_bytes == 1024);
+  CHECK(f.copied_bytes == 0);
+
+  LiveSnapshot failing;
+  failing.add("params", live.data(), live.size(), nullptr);
+  std::thread stuck([&] { failing.freeze(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  failing.detach();  // the write failed: nothing more is read, the fence returns
+  stuck.join();
 }
 
 TEST_CASE("checkpoint writer: a live checkpoint whose state changes right after the fence holds the state of its step, "
@@ -261,44 +308,27 @@ TEST_CASE("checkpoint writer: a live checkpoint whose state changes right after 
   CheckpointWriter::Written seen;
   CheckpointWriter w(true, [&](const CheckpointWriter::Written& done) { seen = done; });
   const CheckpointData want = sample_state();
-  // The parameters page-aligned, as a CPU backend's are: their whole chunks go to the disk
-  // straight from them (O_DIRECT where the filesystem takes it); the velocity's through
-  // the writer's buffer. Both must come back as they were at the step.
-  struct Free {
-    void operator()(float* p) const { std::free(p); }
-  };
-  const std::unique_ptr<float, Free> aligned(static_cast<float*>(std::aligned_alloc(4096, (4 * kParams + 4095) / 4096 * 4096)));
-  float* live_params = aligned.get();
-  std::copy(want.params.begin(), want.params.end(), live_params);
-  std::vector<float> live_velocity = want.optimizer.buffers.at("velocity");
+  std::vector<float> live_params = want.params, live_velocity = want.optimizer.buffers.at("velocity");
   CheckpointData d = sample_state();
   std::fill(d.params.begin(), d.params.end(), -7.0f);  // the snapshot's buffers hold an older state
   std::fill(d.optimizer.buffers["velocity"].begin(), d.optimizer.buffers["velocity"].end(), -7.0f);
   d.live = std::make_shared<LiveSnapshot>();
-  d.live->add(live_params, d.params);
-  d.live->add(live_velocity.data(), d.optimizer.buffers["velocity"]);
+  d.live->add("params", live_params.data(), live_params.size(), &d.params);
+  d.live->add("velocity", live_velocity.data(), live_velocity.size(), &d.optimizer.buffers["velocity"]);
   w.submit(dir.file("live.ckpt"), 7, std::move(d), 0, 0);
-  const uint64_t copied = w.fence();
+  const LiveSnapshot::Fenced fenced = w.fence();
   // The step loop's next optimizer step.
-  std::fill(live_params, live_params + kParams, 42.0f);
+  std::fill(live_params.begin(), live_params.end(), 42.0f);
   std::fill(live_velocity.begin(), live_velocity.end(), 42.0f);
   w.finish();
-  CHECK(seen.copied_bytes == copied);
-  CHECK(copied <= 4 * (kParams + 1000));
-  const auto r = CheckpointReader::open(dir.file("live.ckpt"), 1u << 30);
-  REQUIRE(r.has_value());
-  std::vector<float> params(kParams);
-  r->read_blob("params", params.data(), 4 * kParams);
-  CHECK(params == want.params);
-  const ckpt::Checkpoint c = r->read_all({"params"});
-  REQUIRE(c.optimizer_buffers_size() == 1);
-  std::vector<float> velocity(1000);
-  std::memcpy(velocity.data(), c.optimizer_buffers(0).values().data(), 4000);
-  CHECK(velocity == want.optimizer.buffers.at("velocity"));
+  CHECK(seen.copied_bytes == fenced.copied_bytes);
+  CHECK(fenced.waited_bytes == 0);
+  CHECK_FALSE(w.keeps_copies());
+  check_holds(dir.file("live.ckpt"), want);
 }
 
-TEST_CASE("checkpoint writer: a live checkpoint written before the step loop's next write copies nothing and holds the "
-          "live state, its page-aligned chunks taken straight from it") {
+TEST_CASE("checkpoint writer: a live checkpoint with no copies holds none, its page-aligned chunks taken straight from "
+          "the live state, and a fence that waits for it makes the writer keep copies from then on") {
   TempDir dir;
   CheckpointWriter::Written seen;
   CheckpointWriter w(true, [&](const CheckpointWriter::Written& done) { seen = done; });
@@ -309,16 +339,21 @@ TEST_CASE("checkpoint writer: a live checkpoint written before the step loop's n
   const std::unique_ptr<float, Free> aligned(static_cast<float*>(std::aligned_alloc(4096, (4 * kParams + 4095) / 4096 * 4096)));
   std::copy(want.params.begin(), want.params.end(), aligned.get());
   CheckpointData d = sample_state();
-  std::fill(d.params.begin(), d.params.end(), -7.0f);  // an older state: must not be what is written
+  d.params = {};
+  d.optimizer.buffers.clear();
+  std::vector<float> live_velocity = want.optimizer.buffers.at("velocity");
   d.live = std::make_shared<LiveSnapshot>();
-  d.live->add(aligned.get(), d.params);
+  d.live->add("params", aligned.get(), kParams, nullptr);
+  d.live->add("velocity", live_velocity.data(), live_velocity.size(), nullptr);
   w.submit(dir.file("live.ckpt"), 7, std::move(d), 0, 0);
-  w.finish();  // the writer read everything from the live state
-  CHECK(w.fence() == 0);
-  CHECK(seen.copied_bytes == 0);
-  const auto r = CheckpointReader::open(dir.file("live.ckpt"), 1u << 30);
-  REQUIRE(r.has_value());
-  std::vector<float> params(kParams);
-  r->read_blob("params", params.data(), 4 * kParams);
-  CHECK(params == want.params);
+  CHECK(w.held_bytes() < 1u << 20);  // the message only: no model-sized copy
+  const LiveSnapshot::Fenced fenced = w.fence();
+  std::fill(aligned.get(), aligned.get() + kParams, 42.0f);  // after the fence: the writer has read it all
+  w.finish();
+  CHECK(fenced.copied_bytes == 0);
+  CHECK(seen.fence_waited_bytes == fenced.waited_bytes);
+  // Whether it waited depends on how far the writer had got; if it did, copies are kept.
+  CHECK(w.keeps_copies() == (fenced.waited_bytes > 0));
+  if (w.keeps_copies()) CHECK(w.take_spare().params.size() == kParams);
+  check_holds(dir.file("live.ckpt"), want);
 }

@@ -339,5 +339,98 @@ class PublicNames(unittest.TestCase):
             self.assertTrue(f"`{var}`" in docs, var)
 
 
+def train_to_the_end(peer, model, opt, after_step):
+    """Steps on the config's data until the run ends, calling after_step(loss) after each."""
+    while peer.running:
+        x, y = peer.next_batch()
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step(loss)
+        after_step(loss)
+
+
+class TorchTools(unittest.TestCase):
+    """torch's own tools take the wrapper as the optimizer it wraps (issue 42)."""
+
+    def wrapped(self, peer, lr=0.1, **kwargs):
+        model = net()
+        return model, ht.DecentralizedOptimizer(model, torch.optim.SGD(model.parameters(), lr=lr, **kwargs), peer)
+
+    def test_the_wrapper_is_a_torch_optimizer_and_step_lr_sets_the_rate_each_step_uses(self):
+        with tempfile.TemporaryDirectory() as d:
+            log = os.path.join(d, "log.jsonl")
+            peer = alone("train { max_steps: 4 }", "log { every_steps: 1 }", log=log)
+            model, opt = self.wrapped(peer)
+            self.assertIsInstance(opt, torch.optim.Optimizer)
+            sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.1)
+            train_to_the_end(peer, model, opt, lambda loss: sched.step())
+            peer.finish()
+            rates = [e["lr"] for e in events(log, "step")]
+            self.assertEqual(len(rates), 4)
+            for got, want in zip(rates, [0.1, 0.1, 0.01, 0.01]):
+                self.assertAlmostEqual(got, want, places=6)
+
+    def test_one_cycle_lr_takes_the_wrapper_and_its_momentum(self):
+        peer = alone()
+        model, opt = self.wrapped(peer, momentum=0.9)
+        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.5, total_steps=6)
+        seen = []
+        for _ in range(3):
+            x, y = peer.next_batch()
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+            seen.append(opt.param_groups[0]["lr"])
+            sched.step()
+        self.assertEqual(opt.param_groups[0]["lr"], sched.get_last_lr()[0])
+        self.assertEqual(len(set(seen)), 3)  # the cycle moved the rate every step
+        self.assertIs(opt.defaults, opt.optimizer.defaults)
+
+    def test_a_param_group_added_after_wrapping_is_refused(self):
+        peer = alone()
+        model, opt = self.wrapped(peer)
+        with self.assertRaisesRegex(hearsay.InputError, r"add_param_group\(\): the parameters a peer trains are fixed"):
+            opt.add_param_group({"params": [torch.nn.Parameter(torch.zeros(3))]})
+
+
+class Metrics(unittest.TestCase):
+    def test_user_scalars_reach_the_log_and_a_tensorboard_event_file(self):
+        from hearsay import _tensorboard
+        with tempfile.TemporaryDirectory() as d:
+            log = os.path.join(d, "log.jsonl")
+            board = os.path.join(d, "tb")
+            peer = ht.Peer(CONFIG, argv=[], quiet=True, handle_signals=False, sets=["train { max_steps: 3 }"], log=log,
+                           tensorboard_dir=board)
+            model = net()
+            opt = ht.DecentralizedOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1), peer)
+            train_to_the_end(peer, model, opt, lambda loss: peer.log_metrics(loss=loss, lr=opt.param_groups[0]["lr"]))
+            peer.log_metrics(step=99, accuracy=1)
+            peer.finish()
+            got = [(e["step"], e["values"]) for e in events(log, "metrics")]
+            self.assertEqual([s for s, _ in got], [1, 2, 3, 99])
+            self.assertEqual(sorted(got[0][1]), ["loss", "lr"])
+            self.assertEqual(got[3][1], {"accuracy": 1.0})
+            files = os.listdir(board)
+            self.assertEqual(len(files), 1)
+            self.assertTrue(files[0].startswith("events.out.tfevents."))
+            scalars = _tensorboard.read_scalars(os.path.join(board, files[0]))
+            self.assertEqual([s for s, _ in scalars], [1, 2, 3, 99])
+            for (step, values), (_, logged) in zip(scalars, got):
+                for name, v in logged.items():
+                    self.assertAlmostEqual(values[name], v, places=5)  # float32 in the event file
+
+    def test_bad_scalars_are_refused_naming_them(self):
+        peer = alone()
+        cases = [({"loss": float("nan")}, r"'loss' is nan"), ({"acc": "high"}, r"'acc' is a str; give a number"),
+                 ({"w": torch.zeros(3)}, r"'w' is a tensor of 3 elements"), ({}, r"no values"),
+                 ({"ok": True}, r"'ok' is a bool")]
+        for scalars, message in cases:
+            with self.assertRaisesRegex(hearsay.InputError, message):
+                peer.log_metrics(**scalars)
+        with self.assertRaisesRegex(hearsay.InputError, r"step=-1"):
+            peer.log_metrics(step=-1, loss=1.0)
+
+
 if __name__ == "__main__":
     unittest.main()
