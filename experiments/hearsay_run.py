@@ -344,6 +344,31 @@ def simulate_point(args, p, point, run_dir, emulated=None):
     return summary
 
 
+def run_one_program(args, p, env):
+    """A config of one peer whose `program` is a torch script: each run of it is that script,
+    started as a cluster's peers are (the run's resolved config, its log in the run
+    directory), with its output on this terminal. Returns its exit status (128 + N for a
+    signal, as a shell gives)."""
+    root = new_run_dir(args.out_dir or p["out_dir"], p["name"])
+    points = p["points"]
+    print(f"hearsay-run: {len(points)} run(s) of '{p['name']}', one peer ({points[0]['program']}), into {root}")
+    code = 0
+    for point in points:
+        run_dir = root
+        if len(points) > 1:
+            run_dir = os.path.join(root, f"p{point['index']:03d}-{label_of(point)}-r{point['repeat']}")
+            os.makedirs(run_dir)
+        cfg_path = write_run_config(args, p, point, run_dir, None)
+        log = os.path.join(run_dir, f"{p['name']}.jsonl")
+        cmd = program_cmd(args, point.get("program", "")) + ["--config", cfg_path, "--log", log]
+        code = subprocess.run(cmd, env=env).returncode
+        code = 128 - code if code < 0 else code
+        print(f"hearsay-run: {os.path.basename(run_dir)}: exit {code}; its log: {log}")
+        if code != 0:
+            break
+    return code
+
+
 def sim_bin(args):
     """hearsay-sim, beside hearsay-peer."""
     return os.path.join(os.path.dirname(os.path.realpath(args.peer_bin)), "hearsay-sim")
@@ -490,9 +515,11 @@ def main():
         print(f"hearsay-run: error: {args.config}: no such config", file=sys.stderr)
         return 2
     p = plan(args)
-    if len(p["peers"]) < 2:
-        print(f"hearsay-run: error: {args.config}: cluster.peers lists {len(p['peers'])} peer(s); "
-              "hearsay-run runs clusters (use hearsay-peer for one)", file=sys.stderr)
+    one_program = p["points"][0].get("program", "") if len(p["peers"]) < 2 and p["points"] else ""
+    if len(p["peers"]) < 2 and not one_program:
+        print(f"hearsay-run: error: {args.config}: cluster.peers lists {len(p['peers'])} peer(s) and the config names "
+              f"no program; hearsay-run runs clusters and torch programs (a native peer alone: hearsay-peer --config "
+              f"{args.config})", file=sys.stderr)
         return 2
     for point in p["points"]:
         program_cmd(args, point.get("program", ""))  # a missing program stops here, before any run
@@ -512,6 +539,8 @@ def main():
             return 2
         print(f"hearsay-run: the cluster's metrics at http://{args.metrics}/metrics (port {cluster_metrics.port})")
     env = dict(os.environ)
+    if one_program:
+        return run_one_program(args, p, env)
     if p["secret_env"] and not env.get(p["secret_env"]):
         env[p["secret_env"]] = secrets.token_hex(16)  # peers on this machine share a made-up secret
     root = new_run_dir(args.out_dir or p["out_dir"], p["name"])

@@ -34,6 +34,7 @@
 #include "hearsay/launcher.h"
 #include "hearsay/log.h"
 #include "hearsay/model.h"
+#include "hearsay/process.h"
 
 namespace py = pybind11;
 
@@ -402,6 +403,8 @@ PYBIND11_MODULE(_engine, m) {
     }
   });
   m.def("algorithms", &hearsay::gossip_algorithms, "the registered gossip algorithms");
+  m.def("set_program_name", &hearsay::set_program_name,
+        "the name the engine's messages on stderr begin with (the script's, not hearsay-peer)");
   // The config's cluster (after the --set fragments): its peers' names in order (empty
   // without a cluster) and its algorithm, for hearsay.torch.init to name this process's
   // peer from a launcher's rank before the peer joins.

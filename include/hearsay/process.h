@@ -2,6 +2,7 @@
 #pragma once
 
 #include <exception>
+#include <string>
 
 namespace hearsay {
 
@@ -28,5 +29,11 @@ void run_thread(const char* what, Body&& body) noexcept {
 // each connection a stranger opens until the tcp transport's caps close it: takes what
 // the hard limit allows. Silent where the limit cannot be read or raised.
 void raise_descriptor_limit();
+
+// The name messages on stderr begin with ("NAME: ..."): the program the user ran.
+// hearsay-peer by default; a torch peer's is its script's (hearsay.torch sets it), so
+// what a user's script prints is not said to come from a program they did not run.
+std::string program_name();
+void set_program_name(std::string name);
 
 }  // namespace hearsay

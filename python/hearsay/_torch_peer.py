@@ -90,6 +90,9 @@ class Peer:
             if len(peers) >= 2:
                 name, self.launcher, self.local_rank = _launcher(os.environ, peers, config)
         self.measure_steps = args.measure_step
+        # The engine's own lines on stderr say they come from the script the user ran.
+        script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] not in ("", "-c", "-m") else ""
+        _engine.set_program_name(script or "python")
         self._engine = _engine.Peer(config, name or "", log or args.log or "", sets, args.quiet if quiet is None else quiet,
                                     self.measure_steps > 0)
         self._finish_hooks = []

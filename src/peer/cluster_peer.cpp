@@ -9,6 +9,7 @@
 #include "hearsay/config.pb.h"
 #include "hearsay/error.h"
 #include "hearsay/peer.h"
+#include "hearsay/process.h"
 
 namespace hearsay {
 
@@ -148,8 +149,8 @@ ClusterMembership join_cluster(const config::Config& base, const std::string& na
                        " (start those peers, check their addresses and the cluster secret, or set min_neighbours: 0 "
                        "to train alone until they join)");
     }
-    std::fprintf(stderr, "hearsay-peer: %s: %d of %d neighbours connected; starting anyway (asynchronous, min_neighbours %d)\n",
-                 name.c_str(), connected, n - 1, cl.min_neighbours());
+    std::fprintf(stderr, "%s: %s: %d of %d neighbours connected; starting anyway (asynchronous, min_neighbours %d)\n",
+                 program_name().c_str(), name.c_str(), connected, n - 1, cl.min_neighbours());
   }
 
   ClusterMembership m;

@@ -8,6 +8,7 @@
 
 #include "hearsay/checkpoint.h"
 #include "hearsay/error.h"
+#include "hearsay/process.h"
 #include "algorithm.h"
 #include "site_replicas.h"
 #include "emulated_time.h"
@@ -429,7 +430,7 @@ int64_t Peer::resume() {
     // belong to another run.
     model_->set_params(params);
     log_.write(log_.event("resume").add("step", int64_t{0}).add("path", path).add("their_wall_s", 0.0));
-    std::fprintf(stderr, "hearsay-peer: %s: initial weights from %s, a checkpoint of another run (%s)\n", spec_.name.c_str(),
+    std::fprintf(stderr, "%s: %s: initial weights from %s, a checkpoint of another run (%s)\n", program_name().c_str(), spec_.name.c_str(),
                  path.c_str(), differs.c_str());
     return 0;
   }

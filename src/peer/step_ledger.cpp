@@ -167,11 +167,15 @@ double StepLedger::compute_utilisation() const { return utilisation(compute_s_, 
 
 void StepLedger::finish(int64_t steps, double epoch, int batch, bool stopped, uint64_t bytes_sent, bool in_cluster) {
   auto end = log_.event("end");
-  end.add("steps", steps)
-      .add("epoch", epoch)
-      .add("final_test_acc", final_acc_)
-      .add("final_test_loss", final_loss_)
-      .add("train_s", train_s_)
+  end.add("steps", steps).add("epoch", epoch);
+  // A run that evaluated nothing (stopped before its first evaluation) has no accuracy,
+  // not an accuracy of 0.
+  if (evaluated()) {
+    end.add("final_test_acc", final_acc_).add("final_test_loss", final_loss_);
+  } else {
+    end.add_null("final_test_acc").add_null("final_test_loss");
+  }
+  end.add("train_s", train_s_)
       .add("samples_per_s", train_s_ > 0 ? steps * batch / train_s_ : 0.0)
       .add("bytes_sent", static_cast<int64_t>(bytes_sent))
       .add("compute_s", compute_s_)

@@ -6,8 +6,27 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <mutex>
 
 namespace hearsay {
+
+namespace {
+std::mutex program_name_mu;
+std::string& program_name_held() {
+  static std::string name = "hearsay-peer";
+  return name;
+}
+}  // namespace
+
+std::string program_name() {
+  std::lock_guard<std::mutex> lock(program_name_mu);
+  return program_name_held();
+}
+
+void set_program_name(std::string name) {
+  std::lock_guard<std::mutex> lock(program_name_mu);
+  if (!name.empty()) program_name_held() = std::move(name);
+}
 
 void raise_descriptor_limit() {
   rlimit r{};

@@ -1,4 +1,5 @@
 """hearsay.torch: bad input raises a Python exception that says what and where; no crash."""
+import json
 import os
 import subprocess
 import tempfile
@@ -107,6 +108,31 @@ class Errors(unittest.TestCase):
         r = subprocess.run(cmd + ["--set", "cluster { min_neighbours: 0 }", "--quiet"], capture_output=True, text=True, timeout=120)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("after 3 steps", r.stdout)
+        # The engine's own line names the script the user ran, not a program they did not.
+        self.assertIn("fmnist.py: b: 0 of 1 neighbours connected; starting anyway", r.stderr)
+        self.assertNotIn("hearsay-peer:", r.stderr)
+
+    def test_hearsay_run_runs_a_one_peer_program_config_in_a_run_directory(self):
+        root = os.path.dirname(os.path.dirname(HERE))
+        bin_dir = os.environ.get("HEARSAY_BIN_DIR", os.path.join(root, "build", "bin"))
+        out = tempfile.mkdtemp()
+        program = os.path.join(root, "examples", "torch", "fmnist.py")
+        r = subprocess.run([os.path.join(bin_dir, "hearsay-run"), CONFIG, "--out-dir", out, "--set", f'program: "{program}"',
+                            "--set", "train { max_steps: 3 epochs: 0 }", "--set", "log { every_steps: 1 }"], capture_output=True,
+                           text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertIn("one peer (", r.stdout)
+        [run] = os.listdir(out)
+        log = os.path.join(out, run, "torch-alone.jsonl")
+        with open(log) as f:
+            steps = [e for e in map(json.loads, f) if e["event"] == "step"]
+        self.assertEqual(steps[-1]["step"], 3)
+        # A native config of one peer still goes to hearsay-peer, and says so.
+        r = subprocess.run([os.path.join(bin_dir, "hearsay-run"), CONFIG, "--out-dir", out], capture_output=True, text=True,
+                           timeout=60)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("names no program", r.stderr)
+        self.assertIn(f"hearsay-peer --config {CONFIG}", r.stderr)
 
     def test_hearsay_run_refuses_a_missing_program_before_any_run(self):
         root = os.path.dirname(os.path.dirname(HERE))

@@ -407,6 +407,10 @@ class Metrics(unittest.TestCase):
             train_to_the_end(peer, model, opt, lambda loss: peer.log_metrics(loss=loss, lr=opt.param_groups[0]["lr"]))
             peer.log_metrics(step=99, accuracy=1)
             peer.finish()
+            # The script evaluated nothing: the end event has no accuracy, not one of 0.
+            [end] = events(log, "end")
+            self.assertIsNone(end["final_test_acc"])
+            self.assertIsNone(end["final_test_loss"])
             got = [(e["step"], e["values"]) for e in events(log, "metrics")]
             self.assertEqual([s for s, _ in got], [1, 2, 3, 99])
             self.assertEqual(sorted(got[0][1]), ["loss", "lr"])
