@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <mutex>
 #include <map>
 #include <memory>
 #include <optional>
@@ -82,8 +83,10 @@ class PyPeer {
     bool owned_ = false;
   };
 
+  // `signal_fd` (>= 0: Python's wakeup fd, signal.set_wakeup_fd) is watched from before
+  // the peer is made, so that SIGTERM or SIGINT while it joins ends the join at once.
   PyPeer(const std::string& config, const std::string& name, const std::string& log, const std::vector<std::string>& sets,
-         bool quiet, bool alone) {
+         bool quiet, bool alone, int signal_fd) {
     hearsay::ExternalPeerOptions o;
     o.config_path = config;
     o.name = name;
@@ -91,8 +94,17 @@ class PyPeer {
     o.sets = sets;
     o.quiet = quiet;
     o.alone = alone;
-    py::gil_scoped_release release;  // joining a cluster waits for the neighbours
-    peer_ = std::make_unique<hearsay::ExternalPeer>(o);
+    o.stop = &stop_requested_;
+    if (signal_fd >= 0) watch_signals(signal_fd);
+    try {
+      py::gil_scoped_release release;  // joining a cluster waits for the neighbours
+      auto made = std::make_unique<hearsay::ExternalPeer>(o);
+      std::lock_guard<std::mutex> lock(peer_mu_);
+      peer_ = std::move(made);
+    } catch (...) {
+      stop_watch();
+      throw;
+    }
     name_ = peer_->name();
   }
   ~PyPeer() {
@@ -283,12 +295,18 @@ class PyPeer {
           unsigned char buf[64];
           const ssize_t n = ::read(fd, buf, sizeof buf);
           for (ssize_t i = 0; i < n; ++i) {
-            if (buf[i] == SIGTERM || buf[i] == SIGINT) peer_->stop();
+            if (buf[i] != SIGTERM && buf[i] != SIGINT) continue;
+            int none = 0;
+            stop_signal_.compare_exchange_strong(none, buf[i]);  // the first one is what stopped it
+            stop_requested_ = true;  // a join under way ends
+            std::lock_guard<std::mutex> lock(peer_mu_);
+            if (peer_) peer_->stop();
           }
         }
       }
     });
   }
+  int stop_signal() const { return stop_signal_; }
   void stop_watch() {
     watching_ = false;
     if (watcher_.joinable()) watcher_.join();
@@ -339,6 +357,9 @@ class PyPeer {
   std::optional<py::error_already_set> raised_;
   std::atomic<bool> watching_{false};
   std::thread watcher_;
+  std::atomic<bool> stop_requested_{false};  // a signal came (the join's stop flag)
+  std::atomic<int> stop_signal_{0};          // which: SIGTERM or SIGINT; 0 none
+  std::mutex peer_mu_;                       // peer_ as the watcher sees it while it is made
 };
 
 py::array_t<float> to_array(const std::vector<float>& v) {
@@ -437,9 +458,11 @@ PYBIND11_MODULE(_engine, m) {
       py::arg("env"), py::arg("peers"), py::arg("config"));
 
   py::class_<PyPeer>(m, "Peer")
-      .def(py::init<const std::string&, const std::string&, const std::string&, const std::vector<std::string>&, bool, bool>(),
+      .def(py::init<const std::string&, const std::string&, const std::string&, const std::vector<std::string>&, bool, bool, int>(),
            py::arg("config"), py::arg("name") = "", py::arg("log") = "", py::arg("sets") = std::vector<std::string>{},
-           py::arg("quiet") = false, py::arg("alone") = false)
+           py::arg("quiet") = false, py::arg("alone") = false, py::arg("signal_fd") = -1)
+      .def_property_readonly("stop_signal", [](const PyPeer& p) { return p.stop_signal(); },
+                             "the signal (SIGTERM, SIGINT) that stopped the run; 0 if none")
       .def("attach", &PyPeer::attach, py::arg("params"), py::arg("grads"), py::arg("n"), py::arg("views"), py::arg("device"),
            py::arg("description"), py::arg("optimizer_step"), py::arg("join") = true, py::arg("buffers") = 0,
            py::arg("num_buffers") = 0, py::arg("buffer_sharing") = "broadcast")

@@ -73,6 +73,9 @@ struct ExternalPeerOptions {
   std::string log_path;           // empty: the config's log.path
   bool quiet = false;             // no progress line on stderr
   bool alone = false;             // train alone even when the config lists a cluster
+  // Set (a signal's watcher, started before the peer is made): joining ends as soon as it
+  // becomes true, and the peer is stopped before its first step. Must outlive the peer.
+  const std::atomic<bool>* stop = nullptr;
 };
 
 class ExternalPeer {

@@ -5,6 +5,7 @@ import atexit
 import math
 import os
 import signal
+import sys
 import threading
 
 import torch
@@ -73,7 +74,6 @@ class Peer:
 
     def __init__(self, config=None, name=None, log=None, sets=(), quiet=None, argv=None, handle_signals=True,
                  min_neighbours=None, connect_timeout_s=None, tensorboard_dir=None):
-        import sys
         args = _command_line(sys.argv[1:] if argv is None else argv)
         config = config or args.config or os.environ.get("HEARSAY_CONFIG")
         if not config:
@@ -92,9 +92,14 @@ class Peer:
         self.measure_steps = args.measure_step
         # The engine's own lines on stderr say they come from the script the user ran.
         script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] not in ("", "-c", "-m") else ""
-        _engine.set_program_name(script or "python")
+        self._program = script or "python"
+        _engine.set_program_name(self._program)
+        self._said_signal = False
+        # Signals are watched from before the join: SIGINT or SIGTERM while it waits for the
+        # neighbours ends the wait at once, and the run then ends as stopped.
+        signal_fd = self._handle_signals() if handle_signals else -1
         self._engine = _engine.Peer(config, name or "", log or args.log or "", sets, args.quiet if quiet is None else quiet,
-                                    self.measure_steps > 0)
+                                    self.measure_steps > 0, signal_fd)
         self._finish_hooks = []
         self._tensorboard = _tensorboard.EventFileWriter(tensorboard_dir) if tensorboard_dir else None
         self._closed = False
@@ -102,8 +107,6 @@ class Peer:
         # The transport's threads end before the interpreter tears down (and before torch
         # frees the buffers they share), also when the script ends without finish().
         atexit.register(self._engine.close)
-        if handle_signals:
-            self._handle_signals()
 
     # --- the run -----------------------------------------------------------------
     @property
@@ -122,12 +125,22 @@ class Peer:
         return self._engine.scheduled_lr()
 
     def finish(self):
-        """Writes the end event (final accuracy, bytes sent, time to target) and a last checkpoint."""
+        """Writes the end event (final accuracy, bytes sent, time to target) and a last
+        checkpoint. A run a signal stopped says so on stderr; after SIGINT, finish() then
+        raises KeyboardInterrupt, as Python does for an interrupted program (exit 130)."""
         for hook in self._finish_hooks:
             hook()
         self._engine.finish()
         if self._tensorboard is not None:
             self._tensorboard.close()
+        stopped_by = self._engine.stop_signal
+        if stopped_by:
+            name = signal.Signals(stopped_by).name
+            where = f"; its checkpoint is in {self.checkpoint_dir}" if self.checkpoint_dir else ""
+            sys.stderr.write(f"{self._program}: peer {self.name}: stopped by {name} after {self.steps} steps{where}\n")
+            sys.stderr.flush()
+            if stopped_by == signal.SIGINT:
+                raise KeyboardInterrupt(f"peer {self.name}: interrupted after {self.steps} steps")
         self._closed = True
 
     def stop(self):
@@ -272,16 +285,29 @@ class Peer:
 
     def _handle_signals(self):
         # SIGTERM (hearsay-run, Slurm) and SIGINT end the run after the current step, with
-        # its end event. Python runs handlers only between bytecodes; the wakeup fd reaches
-        # the engine while a step waits for a synchronous round.
-        if threading.current_thread() is threading.main_thread():  # signal handlers live there
-            r, w = os.pipe()
-            os.set_blocking(w, False)
-            signal.set_wakeup_fd(w)
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, lambda *_: self._engine.stop())
-            self._engine.watch_signals(r)
+        # its end event. Python runs handlers only between bytecodes; its wakeup fd reaches
+        # the engine's watcher (started before the join) while C++ waits: for the
+        # neighbours, or for a synchronous round. Returns the fd the engine watches (-1:
+        # not on the main thread, where signal handlers live).
+        if threading.current_thread() is not threading.main_thread():
+            return -1
+        r, w = os.pipe()
+        os.set_blocking(w, False)
+        signal.set_wakeup_fd(w)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+        return r
 
+    def _on_signal(self, signum, frame):
+        # The engine's watcher has stopped the peer; this says so, once, where the user looks.
+        engine = getattr(self, "_engine", None)
+        if engine is not None:
+            engine.stop()
+        if not self._said_signal:
+            self._said_signal = True
+            sys.stderr.write(f"{self._program}: {signal.Signals(signum).name}: stopping after the current step "
+                             "(finish() writes the end event and the checkpoint)\n")
+            sys.stderr.flush()
 
 def _rows_of(batch):
     """The samples in a batch as a DataLoader gives it: the first tensor's first dimension."""

@@ -46,7 +46,7 @@ ExternalPeer::ExternalPeer(const ExternalPeerOptions& o) {
                        "torch peer steps with its framework's optimizer; run it with native peers (hearsay-peer), or choose " +
                        "another algorithm");
     }
-    ClusterMembership m = join_cluster(cfg, name, *log_, &stop_);
+    ClusterMembership m = join_cluster(cfg, name, *log_, o.stop != nullptr ? o.stop : &stop_);
     transport_ = std::move(m.transport);
     network_ = m.network;
     in_cluster_ = true;
@@ -70,6 +70,7 @@ ExternalPeer::ExternalPeer(const ExternalPeerOptions& o) {
   ledger_ = std::make_unique<StepLedger>(spec_.train, spec_.log_every_steps, total_steps_, *log_, progress_.get(), clock_,
                                          nullptr);
   ledger_->begin_cadence();
+  if (o.stop != nullptr && *o.stop) stop_ = true;  // stopped while it joined: no step is taken
 }
 
 ExternalPeer::~ExternalPeer() {
@@ -119,7 +120,7 @@ void ExternalPeer::attach(ExternalModel m, bool join) {
                   .shard_size = shard_size_,
                   .batch_size = spec_.train.batch_size,
                   .seed = spec_.seed});
-  if (engine_ && join) engine_->join();
+  if (engine_ && join && !stop_) engine_->join();  // a peer stopped while it joined takes no model either
   synchronize();
   last_return_ = clock_.now();
 }

@@ -3,6 +3,7 @@ run (with its end event) at once, as hearsay-peer does; hearsay-run relies on it
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -104,6 +105,74 @@ class Signals(unittest.TestCase):
                     p.kill()
                 p.wait()
 
+
+    def torch_peer(self, config_text, *extra):
+        d = tempfile.mkdtemp()
+        config = os.path.join(d, "c.textproto")
+        with open(config, "w") as f:
+            f.write(config_text.replace("CKPT_DIR", os.path.join(d, "ckpt")))
+        env = dict(os.environ, HEARSAY_SECRET="a-test-secret-of-enough-bytes")
+        log = os.path.join(d, "a.jsonl")
+        cmd = [os.path.join(BIN, "hearsay-python"), os.path.join(ROOT, "examples", "torch", "fmnist.py"), "--config", config,
+               "--quiet", "--log", log] + list(extra)
+        return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), d, log
+
+    def test_sigint_while_joining_ends_the_join_at_once_with_a_message_and_python_s_interrupt(self):
+        # Its neighbour never comes and the join would wait 30 s: SIGINT ends it now.
+        config = CONFIG.replace('gossip { algorithm: "allreduce" sync_timeout_s: 120 }',
+                                'gossip { algorithm: "adpsgd" }\n  connect_timeout_s: 30')
+        proc, d, log = self.torch_peer(config, "--peer", "a")
+        try:
+            deadline = time.monotonic() + 60
+            while True:  # joining: its port is open (it listens, then waits for b)
+                self.assertLess(time.monotonic(), deadline, "the peer never listened")
+                self.assertIsNone(proc.poll(), proc.stderr.read() if proc.poll() is not None else "")
+                try:
+                    socket.create_connection(("127.0.0.1", 17457), timeout=1).close()
+                    break
+                except OSError:
+                    time.sleep(0.1)
+            time.sleep(0.5)
+            t0 = time.monotonic()
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=30)
+            took = time.monotonic() - t0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        self.assertLess(took, 10, "SIGINT waited for the join's timeout")
+        self.assertIn(proc.returncode, (-signal.SIGINT, 130), err)  # Python's own exit for an interrupt
+        self.assertIn("fmnist.py: SIGINT: stopping after the current step", err)
+        self.assertIn("fmnist.py: peer a: stopped by SIGINT after 0 steps", err)
+        self.assertIn("KeyboardInterrupt", err)
+        self.assertNotIn("neighbours connected within", err)  # not the quorum's error
+
+    def test_sigint_mid_training_writes_the_checkpoint_says_so_and_exits_as_an_interrupt(self):
+        config = ('name: "a"\nmodel { kind: MLP hidden: [16] }\n'
+                  'data { format: SYNTHETIC synthetic_train: 4096 synthetic_test: 256 synthetic_dim: 8 num_classes: 4 }\n'
+                  'optim { optimizer: "sgd" lr: 0.05 }\n'
+                  'train { batch_size: 16 max_steps: 1000000 epochs: 0 eval_every_steps: 1000000 }\n'
+                  'log { every_steps: 1 }\ncheckpoint { dir: "CKPT_DIR" every_steps: 1000000 }\n')
+        proc, d, log = self.torch_peer(config)
+        try:
+            deadline = time.monotonic() + 60
+            while not any(e["event"] == "step" and e["step"] >= 5 for e in events(log)):
+                self.assertLess(time.monotonic(), deadline, "the torch peer never stepped")
+                self.assertIsNone(proc.poll(), proc.stderr.read() if proc.poll() is not None else "")
+                time.sleep(0.1)
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        self.assertIn(proc.returncode, (-signal.SIGINT, 130), err)
+        [end] = [e for e in events(log) if e["event"] == "end"]
+        self.assertTrue(end["stopped"])
+        self.assertIsNone(end["final_test_acc"])  # nothing was evaluated: no accuracy, not 0
+        self.assertIn(f"fmnist.py: peer a: stopped by SIGINT after {end['steps']} steps", err)
+        self.assertTrue(os.path.exists(os.path.join(d, "ckpt", "a.pt")), err)
 
 if __name__ == "__main__":
     unittest.main()
