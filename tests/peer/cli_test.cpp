@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 #include <chrono>
@@ -493,4 +494,36 @@ TEST_CASE("cli: a GPT on text trains, checkpoints and samples, and bad text, a t
   const Run img = run_peer("--quiet --config " + dir.file("img.textproto"));
   CHECK(img.status == 2);
   CHECK(img.output.find("model.kind GPT trains on text") != std::string::npos);
+}
+
+TEST_CASE("cli: asynchronous peers start once their quorum is up and the grace window has passed, not after "
+          "connect_timeout_s, while a peer of the cluster never comes") {
+  TempDir dir;
+  write_file(dir.file("q.textproto"), R"(
+    data { format: SYNTHETIC synthetic_dim: 8 num_classes: 3 }
+    train { max_steps: 5 }
+    cluster {
+      secret_env: "HEARSAY_TEST_SECRET"
+      connect_timeout_s: 60
+      join_grace_s: 0.5
+      gossip { algorithm: "adpsgd" }
+      peers { name: "a" address: "127.0.0.1:17401" }
+      peers { name: "b" address: "127.0.0.1:17402" }
+      peers { name: "c" address: "127.0.0.1:17403" }
+    }
+  )");
+  const std::string env = "HEARSAY_TEST_SECRET=a-secret-of-the-quorum-test ";
+  const std::string peer = std::string(HEARSAY_BIN_DIR) + "/hearsay-peer --quiet --config " + dir.file("q.textproto");
+  // a and b together (c never): each has its quorum of 1 at once and waits 0.5 s for c.
+  const std::string both = env + peer + " --peer a > " + dir.file("a.out") + " 2>&1 & A=$!; " + env + peer + " --peer b > " +
+                           dir.file("b.out") + " 2>&1; b=$?; wait $A; a=$?; exit $((a * 16 + b))";
+  const auto t0 = std::chrono::steady_clock::now();
+  const int st = std::system(both.c_str());
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 0);  // both exited 0
+  for (const char* out : {"a.out", "b.out"}) {
+    CHECK(hearsay::test::read_file(dir.file(out)).find("1 of 2 neighbours connected; starting anyway") != std::string::npos);
+  }
+  CHECK(took < 30);  // connect_timeout_s is 60: they did not wait for it
 }
