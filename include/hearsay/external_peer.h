@@ -183,6 +183,7 @@ class ExternalPeer {
   std::unique_ptr<Transport> transport_;
   PeerNetwork network_;
   bool in_cluster_ = false;
+  bool device_from_config_ = false;  // the config (or its peer entry) names a device
   std::vector<std::string> peers_;
   int me_ = 0;
   std::unique_ptr<BatchSampler> sampler_;

@@ -147,9 +147,15 @@ ClusterMembership join_cluster(const config::Config& base, const std::string& na
     if (more > 0) missing += " and " + std::to_string(more) + " more";
     char timeout[32];
     std::snprintf(timeout, sizeof timeout, "%g", cl.connect_timeout_s());
+    // Connections refused meanwhile, by kind: "admission" many times is a secret that differs.
+    std::string refused;
+    for (const auto& [kind, times] : transport->counters().rejected) {
+      refused += (refused.empty() ? "; connections refused meanwhile: " : ", ") + kind + " " + std::to_string(times) + " times";
+    }
+    if (transport->counters().rejected.count("admission") != 0) refused += " (a cluster secret that differs?)";
     const std::string counted = "peer " + name + ": " + std::to_string(connected) + " of " + std::to_string(n - 1) +
                                 " neighbours connected within cluster.connect_timeout_s (" +
-                                timeout + " s); not connected: " + missing;
+                                timeout + " s); not connected: " + missing + refused;
     if (is_synchronous(cl.gossip().algorithm())) {
       throw InputError(counted + "; " + cl.gossip().algorithm() + " needs all");
     }

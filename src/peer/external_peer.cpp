@@ -53,9 +53,12 @@ ExternalPeer::ExternalPeer(const ExternalPeerOptions& o) {
     peers_ = network_.peers;
     me_ = network_.me;
     check_algorithm_topology(network_.gossip, static_cast<int>(peers_.size()));
-    spec_ = peer_spec(cluster_peer_config(cfg, name));
+    const config::Config mine = cluster_peer_config(cfg, name);
+    spec_ = peer_spec(mine);
+    device_from_config_ = mine.has_device();
   } else {
     spec_ = peer_spec(cfg);
+    device_from_config_ = cfg.has_device();
     peers_ = {name};
   }
   // The native peer's sampler: a torch peer sees its shard in the same order.
@@ -81,6 +84,15 @@ ExternalPeer::~ExternalPeer() {
 void ExternalPeer::attach(ExternalModel m, bool join) {
   if (model_) throw InputError("peer " + spec_.name + ": a model is attached already (one model per peer)");
   if (!m.optimizer_step) throw InputError("peer " + spec_.name + ": the model has no optimizer step");
+  // The framework's model decides where the engine computes; a config that names another
+  // kind of device was meant for another run (or the script forgot its .to()): said, not
+  // trained on silently. Which GPU is the script's (its LOCAL_RANK), so only the kind counts.
+  const auto kind = [](const std::string& d) { return d.rfind("cuda", 0) == 0 ? std::string("cuda") : d; };
+  if (device_from_config_ && kind(spec_.device) != kind(m.device)) {
+    throw InputError("peer " + spec_.name + ": the config's device is '" + spec_.device + "' but the model's parameters are on " +
+                     m.device + "; move the model there before wrapping it (model.to(\"" + spec_.device +
+                     "\")), or set device: \"" + m.device + "\" (or leave device out: the model's device is used)");
+  }
   backend_ = create_backend(m.device, spec_.threads);
   if (backend_->is_host() != (m.device == "cpu")) {
     throw InputError("peer " + spec_.name + ": device '" + m.device + "' is not where the backend computes");

@@ -76,12 +76,29 @@ void LinkTable::closed(const std::string& peer, const Connection* c, const std::
 }
 
 void LinkTable::rejected(const std::string& peer, const std::string& address, const std::string& reason) {
+  uint64_t times = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     count(reason);
+    // Said once per host, peer and reason, then again at 10, 100, 1000... times with the
+    // count: a neighbour with another secret redials for as long as the join waits, and a
+    // line a dial would bury the one message that matters. The host without its port (an
+    // accepted connection's port differs each time); a bounded table, past which every
+    // rejection is said (strangers choose their hosts).
+    const std::string key = address.substr(0, address.rfind(':')) + '\n' + peer + '\n' + reason;
+    const auto it = said_.find(key);
+    if (it != said_.end()) {
+      times = ++it->second;
+    } else if (said_.size() < kMaxSaid) {
+      times = said_[key] = 1;
+    }
   }
-  std::fprintf(stderr, "hearsay: %s: closed connection %s%s%s: %s\n", name_.c_str(), address.c_str(),
-               peer.empty() ? "" : " of peer ", peer.c_str(), reason.c_str());
+  const bool say = times <= 1 || times == 10 || times == 100 || times == 1000 || times % 10000 == 0;
+  if (say) {
+    const std::string again = times > 1 ? " (the same " + std::to_string(times) + " times now)" : "";
+    std::fprintf(stderr, "hearsay: %s: closed connection %s%s%s: %s%s\n", name_.c_str(), address.c_str(),
+                 peer.empty() ? "" : " of peer ", peer.c_str(), reason.c_str(), again.c_str());
+  }
   if (listener_) listener_({LinkEvent::Kind::kRejected, peer, address, reason});
 }
 

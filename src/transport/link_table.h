@@ -56,7 +56,8 @@ class LinkTable {
 
   void admitted(const std::string& peer, const std::shared_ptr<Connection>& c, const std::string& address);
   void closed(const std::string& peer, const Connection* c, const std::string& address, const std::string& reason);
-  // A connection refused (admission, a broken stream): counted, logged, reported.
+  // A connection refused (admission, a broken stream): counted, logged, reported (on
+  // stderr once per host, peer and reason, then with its count at 10, 100... times).
   void rejected(const std::string& peer, const std::string& address, const std::string& reason);
   // A dial to `peer` that reached no one (unresolvable, refused, unreachable): reported,
   // not counted (no stranger's doing).
@@ -83,6 +84,8 @@ class LinkTable {
   std::vector<std::pair<std::string, std::shared_ptr<Connection>>> links_;  // GUARDED_BY(mu_), newest last
   TransportCounters counters_;                                              // GUARDED_BY(mu_)
   std::map<std::string, LinkStats> retired_;  // GUARDED_BY(mu_): totals of closed connections
+  static constexpr size_t kMaxSaid = 256;
+  std::map<std::string, uint64_t> said_;  // GUARDED_BY(mu_): rejections said, by host, peer and reason
   static constexpr size_t kMaxEarlyFrames = 1024;
   static constexpr size_t kMaxEarlyBytes = 64u << 20;
   size_t early_bytes_ = 0;                                     // GUARDED_BY(mu_)

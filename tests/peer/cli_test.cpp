@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <sstream>
 #include <thread>
 #include <chrono>
 
@@ -526,4 +527,33 @@ TEST_CASE("cli: asynchronous peers start once their quorum is up and the grace w
     CHECK(hearsay::test::read_file(dir.file(out)).find("1 of 2 neighbours connected; starting anyway") != std::string::npos);
   }
   CHECK(took < 30);  // connect_timeout_s is 60: they did not wait for it
+}
+
+TEST_CASE("cli: two peers with different secrets each say the refusal once, and the join's error counts the refusals") {
+  TempDir dir;
+  write_file(dir.file("s.textproto"), R"(
+    data { format: SYNTHETIC synthetic_dim: 8 num_classes: 3 }
+    train { max_steps: 3 }
+    cluster {
+      secret_env: "HEARSAY_TEST_SECRET"
+      connect_timeout_s: 3
+      gossip { algorithm: "adpsgd" }
+      peers { name: "a" address: "127.0.0.1:17404" }
+      peers { name: "b" address: "127.0.0.1:17405" }
+    }
+  )");
+  const std::string peer = std::string(HEARSAY_BIN_DIR) + "/hearsay-peer --quiet --config " + dir.file("s.textproto");
+  const std::string both = "HEARSAY_TEST_SECRET=the-first-secret-of-this-test " + peer + " --peer a > " + dir.file("a.out") +
+                           " 2>&1 & A=$!; HEARSAY_TEST_SECRET=the-other-secret-of-this-test " + peer + " --peer b > " +
+                           dir.file("b.out") + " 2>&1; wait $A";
+  CHECK(std::system(both.c_str()) != -1);
+  for (const char* out : {"a.out", "b.out"}) {
+    const std::string text = hearsay::test::read_file(dir.file(out));
+    size_t lines = 0;  // the refusal said without a count: once, however often it was redialled in 3 s
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) lines += line.find("closed connection") != std::string::npos && line.find("(the same") == std::string::npos;
+    CHECK_MESSAGE(lines == 1, text);
+    CHECK_MESSAGE(text.find("connections refused meanwhile: admission") != std::string::npos, text);
+    CHECK_MESSAGE(text.find("(a cluster secret that differs?)") != std::string::npos, text);
+  }
 }

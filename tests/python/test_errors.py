@@ -112,6 +112,19 @@ class Errors(unittest.TestCase):
         self.assertIn("fmnist.py: b: 0 of 1 neighbours connected; starting anyway", r.stderr)
         self.assertNotIn("hearsay-peer:", r.stderr)
 
+    def test_a_config_device_of_another_kind_than_the_model_s_is_refused_naming_both(self):
+        peer = ht.Peer(CONFIG, argv=[], quiet=True, handle_signals=False, sets=['device: "cuda:0"'])
+        model = torch.nn.Linear(8, 4)  # on the CPU
+        with self.assertRaisesRegex(hearsay.InputError, r"the config's device is 'cuda:0' but the model's parameters are "
+                                                        r"on cpu; move the model there"):
+            ht.DecentralizedOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1), peer)
+        peer.close()
+        # Left out, the model's device is used; named the same, it is accepted.
+        for sets in ([], ['device: "cpu"']):
+            peer = ht.Peer(CONFIG, argv=[], quiet=True, handle_signals=False, sets=sets)
+            ht.DecentralizedOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1), peer)
+            peer.close()
+
     def test_hearsay_run_runs_a_one_peer_program_config_in_a_run_directory(self):
         root = os.path.dirname(os.path.dirname(HERE))
         bin_dir = os.environ.get("HEARSAY_BIN_DIR", os.path.join(root, "build", "bin"))
