@@ -171,6 +171,20 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         if resuming:
             self.load_state_dict(torch.load(self._checkpoint_path, map_location=self.device))
         peer._finish_hooks.append(self._save_checkpoint)
+        # A parameter reshaped after wrapping (its .data replaced) would fail first inside
+        # torch's backward (AccumulateGrad: the gradient's shape against the shared buffer's
+        # view) with no word of the wrapping: a hook on each parameter's gradient, before it
+        # is accumulated, says what changed (the check step() makes). Tensor hooks hold for
+        # TorchScript and traced copies too, which share these parameters.
+        def shape_check(shape):
+            def check(grad):
+                opt = this()
+                if opt is not None and tuple(grad.shape) != shape:
+                    opt._check_model()
+                return grad
+            return check
+        for _, p, _, _, shape in self._params:
+            p.register_hook(shape_check(shape))
 
     # torch.optim.Optimizer's __init__ is not run: it would make param_groups and state
     # of its own. These are the wrapped optimizer's, which its step() reads.

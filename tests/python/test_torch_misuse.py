@@ -24,6 +24,15 @@ class Parameters(unittest.TestCase):
         opt.step(backward(peer, model))  # put back, it steps again
         self.assertEqual(peer.steps, 1)
 
+    def test_a_parameter_reshaped_after_wrapping_is_refused_in_backward_before_torch_fails_on_it(self):
+        # A bias of one value broadcasts in the forward pass: torch would fail only in its
+        # backward (AccumulateGrad against the shared buffer's view), saying nothing of hearsay.
+        peer, model, opt = make()
+        model[0].bias.data = torch.zeros(1)
+        with self.assertRaisesRegex(hearsay.InputError, r"parameter '0.bias' changed shape from \[16\] to \[1\] after "
+                                                        r"wrapping"):
+            backward(peer, model)
+
     def test_a_model_moved_to_another_device_is_refused(self):
         peer, model, opt = make()
         model.to("meta")
