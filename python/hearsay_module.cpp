@@ -86,7 +86,7 @@ class PyPeer {
   // `signal_fd` (>= 0: Python's wakeup fd, signal.set_wakeup_fd) is watched from before
   // the peer is made, so that SIGTERM or SIGINT while it joins ends the join at once.
   PyPeer(const std::string& config, const std::string& name, const std::string& log, const std::vector<std::string>& sets,
-         bool quiet, bool alone, int signal_fd) {
+         bool quiet, bool alone, int signal_fd, const std::string& metrics) {
     hearsay::ExternalPeerOptions o;
     o.config_path = config;
     o.name = name;
@@ -95,6 +95,7 @@ class PyPeer {
     o.quiet = quiet;
     o.alone = alone;
     o.stop = &stop_requested_;
+    o.metrics_address = metrics;
     if (signal_fd >= 0) watch_signals(signal_fd);
     try {
       py::gil_scoped_release release;  // joining a cluster waits for the neighbours
@@ -458,9 +459,12 @@ PYBIND11_MODULE(_engine, m) {
       py::arg("env"), py::arg("peers"), py::arg("config"));
 
   py::class_<PyPeer>(m, "Peer")
-      .def(py::init<const std::string&, const std::string&, const std::string&, const std::vector<std::string>&, bool, bool, int>(),
+      .def(py::init<const std::string&, const std::string&, const std::string&, const std::vector<std::string>&, bool, bool, int,
+                    const std::string&>(),
            py::arg("config"), py::arg("name") = "", py::arg("log") = "", py::arg("sets") = std::vector<std::string>{},
-           py::arg("quiet") = false, py::arg("alone") = false, py::arg("signal_fd") = -1)
+           py::arg("quiet") = false, py::arg("alone") = false, py::arg("signal_fd") = -1, py::arg("metrics") = "")
+      .def_property_readonly("metrics_port", [](PyPeer& p) { return p.peer().metrics_port(); },
+                             "the port its metrics are served at (--metrics); 0 without")
       .def_property_readonly("stop_signal", [](const PyPeer& p) { return p.stop_signal(); },
                              "the signal (SIGTERM, SIGINT) that stopped the run; 0 if none")
       .def("attach", &PyPeer::attach, py::arg("params"), py::arg("grads"), py::arg("n"), py::arg("views"), py::arg("device"),

@@ -22,6 +22,7 @@
 #include "hearsay/clock.h"
 #include "hearsay/data.h"
 #include "hearsay/log.h"
+#include "hearsay/metrics.h"
 #include "hearsay/model.h"
 #include "hearsay/optim.h"
 #include "hearsay/peer.h"
@@ -76,6 +77,10 @@ struct ExternalPeerOptions {
   // Set (a signal's watcher, started before the peer is made): joining ends as soon as it
   // becomes true, and the peer is stopped before its first step. Must outlive the peer.
   const std::atomic<bool>* stop = nullptr;
+  // HOST:PORT (port 0 picks one): serve the peer's metrics in Prometheus's text format at
+  // http://HOST:PORT/metrics, as hearsay-peer --metrics does (docs/OPERATIONS.md). Up
+  // before the join, so that a port in use stops the peer before it joins.
+  std::string metrics_address;
 };
 
 class ExternalPeer {
@@ -93,6 +98,8 @@ class ExternalPeer {
   // Throws InputError when the model does not fit (sizes, views, device).
   void attach(ExternalModel model, bool join = true);
   bool attached() const { return model_ != nullptr; }
+  // The port its metrics are served at (--metrics); 0 without.
+  int metrics_port() const;
 
   // One step: the gradient of the batch is in the gradient buffer. Runs the algorithm
   // (sends, waits for a synchronous round, mixes arrivals, calls the optimizer), shares
@@ -178,6 +185,10 @@ class ExternalPeer {
 
   PeerSpec spec_;
   std::string model_kind_;  // the config's model, in text
+  // With --metrics: what the ledger and the engine report, and its endpoint. Declared
+  // before them so that both outlive the ledger and the engine that point at them.
+  std::unique_ptr<MetricsBoard> metrics_board_;
+  std::unique_ptr<MetricsServer> metrics_server_;
   std::unique_ptr<EventLog> log_;
   std::unique_ptr<Progress> progress_;
   std::unique_ptr<Transport> transport_;

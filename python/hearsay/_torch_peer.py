@@ -26,6 +26,7 @@ def _command_line(argv):
     ap.add_argument("--set", action="append", default=[])
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--measure-step", type=int, default=0)
+    ap.add_argument("--metrics")
     args, _ = ap.parse_known_args(argv)
     return args
 
@@ -63,7 +64,9 @@ class Peer:
     (list of str): the command line to read (default sys.argv[1:]; [] reads none).
     handle_signals (bool): SIGTERM and SIGINT end the run after the current step.
     tensorboard_dir (str): also write log_metrics()'s scalars to a TensorBoard event file
-    in this directory (no TensorBoard needed to write it).
+    in this directory (no TensorBoard needed to write it). metrics (str): HOST:PORT (port 0
+    picks one) to serve the peer's metrics in Prometheus's text format, as hearsay-peer
+    --metrics does; default --metrics.
 
     Joining waits up to connect_timeout_s for the neighbours; fewer than min_neighbours of
     them up by then (default 1; 0 lets a peer start alone), or a synchronous algorithm
@@ -73,7 +76,7 @@ class Peer:
     """
 
     def __init__(self, config=None, name=None, log=None, sets=(), quiet=None, argv=None, handle_signals=True,
-                 min_neighbours=None, connect_timeout_s=None, tensorboard_dir=None):
+                 min_neighbours=None, connect_timeout_s=None, tensorboard_dir=None, metrics=None):
         args = _command_line(sys.argv[1:] if argv is None else argv)
         config = config or args.config or os.environ.get("HEARSAY_CONFIG")
         if not config:
@@ -99,7 +102,7 @@ class Peer:
         # neighbours ends the wait at once, and the run then ends as stopped.
         signal_fd = self._handle_signals() if handle_signals else -1
         self._engine = _engine.Peer(config, name or "", log or args.log or "", sets, args.quiet if quiet is None else quiet,
-                                    self.measure_steps > 0, signal_fd)
+                                    self.measure_steps > 0, signal_fd, metrics or args.metrics or "")
         self._finish_hooks = []
         self._tensorboard = _tensorboard.EventFileWriter(tensorboard_dir) if tensorboard_dir else None
         self._closed = False
@@ -265,6 +268,7 @@ class Peer:
     algorithm = property(lambda self: self._engine.algorithm, doc="the gossip algorithm ('alone' without a cluster)")
     synchronous = property(lambda self: self._engine.synchronous, doc="whether the algorithm steps in rounds")
     steps = property(lambda self: self._engine.steps, doc="steps taken")
+    metrics_port = property(lambda self: self._engine.metrics_port, doc="the port of its metrics endpoint (0: none)")
     total_steps = property(lambda self: self._engine.total_steps, doc="steps the run will take")
     epochs_done = property(lambda self: self._engine.epochs_done, doc="passes over the data so far (fractional)")
     bytes_sent = property(lambda self: self._engine.bytes_sent, doc="bytes sent to neighbours")

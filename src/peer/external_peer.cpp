@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "hearsay/checkpoint.h"
 #include "hearsay/checkpoint.pb.h"
@@ -9,6 +10,7 @@
 #include "hearsay/config.pb.h"
 #include "hearsay/error.h"
 #include "hearsay/gossip.h"
+#include "hearsay/process.h"
 #include "../log/event_schema.h"
 #include "phases.h"
 #include "../model/external.h"
@@ -38,6 +40,17 @@ ExternalPeer::ExternalPeer(const ExternalPeerOptions& o) {
   const std::string log_path = o.log_path.empty() ? cfg.log().path() : o.log_path;
   log_ = std::make_unique<EventLog>(log_path, name);
   if (!o.quiet) progress_ = std::make_unique<Progress>(stderr, name);
+  if (!o.metrics_address.empty()) {
+    // Up before the join, as hearsay-peer's: a port in use stops the peer before it
+    // joins, and an operator sees it while it waits for its neighbours.
+    metrics_board_ = std::make_unique<MetricsBoard>(std::map<std::string, std::string>{
+        {"peer", name}, {"cluster", cfg.cluster().id()}, {"algorithm", cluster ? cfg.cluster().gossip().algorithm() : "alone"},
+        {"transport", cluster ? cfg.cluster().transport() : "none"}, {"device", cfg.device()}, {"framework", "torch"}});
+    metrics_server_ = std::make_unique<MetricsServer>(o.metrics_address, [b = metrics_board_.get()] { return b->render(); },
+                                                      "peer " + name + ": --metrics");
+    std::fprintf(stderr, "%s: %s serves metrics at %s (port %d)\n", program_name().c_str(), name.c_str(),
+                 o.metrics_address.c_str(), metrics_server_->port());
+  }
   if (cluster) {
     // Before joining: no neighbour need be up to be told this.
     const std::string& algorithm = cfg.cluster().gossip().algorithm();
@@ -71,7 +84,7 @@ ExternalPeer::ExternalPeer(const ExternalPeerOptions& o) {
   schedule_ = spec_.schedule;
   schedule_.total_steps = total_steps_;
   ledger_ = std::make_unique<StepLedger>(spec_.train, spec_.log_every_steps, total_steps_, *log_, progress_.get(), clock_,
-                                         nullptr);
+                                         metrics_board_.get());
   ledger_->begin_cadence();
   if (o.stop != nullptr && *o.stop) stop_ = true;  // stopped while it joined: no step is taken
 }
@@ -80,6 +93,8 @@ ExternalPeer::~ExternalPeer() {
   close();
   engine_.reset();  // before the transport it listens on
 }
+
+int ExternalPeer::metrics_port() const { return metrics_server_ ? metrics_server_->port() : 0; }
 
 void ExternalPeer::attach(ExternalModel m, bool join) {
   if (model_) throw InputError("peer " + spec_.name + ": a model is attached already (one model per peer)");
@@ -124,6 +139,7 @@ void ExternalPeer::attach(ExternalModel m, bool join) {
     // parameters: the engine copies them meanwhile, not on the step's time.
     engine_->copy_between_steps(true);
     engine_->owner_ends_steps(true);
+    engine_->set_metrics(metrics_board_.get());
   }
   ledger_->set_memory_source([this] { return measure_memory(*model_, *optimizer_, true, engine_.get()); });
   ledger_->start({.device = backend_->name(),
@@ -221,6 +237,7 @@ void ExternalPeer::run_step(const ExternalStepStats& stats, float lr) {
   }
   ++steps_;
   if (engine_) steps_ += engine_->take_skipped_steps();  // a site's view changed with this peer behind
+  if (metrics_board_) metrics_board_->on_step(steps_, loss, static_cast<int64_t>(stats.count));
   ledger_->stepped(steps_, epochs_done(), loss, lr, static_cast<int>(stats.count), step_s, compute_s, engine_.get());
   eval_due_ = ledger_->eval_due(steps_, epochs_done());
   synchronize();

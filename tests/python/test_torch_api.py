@@ -424,6 +424,24 @@ class Metrics(unittest.TestCase):
                 for name, v in logged.items():
                     self.assertAlmostEqual(values[name], v, places=5)  # float32 in the event file
 
+    def test_metrics_serves_the_torch_peer_s_steps_and_loss_in_prometheus_text(self):
+        import urllib.request
+        peer = alone("train { max_steps: 4 }")
+        self.assertEqual(peer.metrics_port, 0)  # none unless asked for
+        peer.close()
+        peer = ht.Peer(CONFIG, argv=["--metrics", "127.0.0.1:0"], quiet=True, handle_signals=False,
+                       sets=["train { max_steps: 4 }"])
+        self.assertGreater(peer.metrics_port, 0)
+        model = net()
+        opt = ht.DecentralizedOptimizer(model, torch.optim.SGD(model.parameters(), lr=0.1), peer)
+        train_to_the_end(peer, model, opt, lambda loss: None)
+        text = urllib.request.urlopen(f"http://127.0.0.1:{peer.metrics_port}/metrics", timeout=10).read().decode()
+        peer.finish()
+        values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines() if line and not line.startswith("#")}
+        self.assertEqual(values["hearsay_steps_total"], 4)
+        self.assertIn("hearsay_train_loss", values)
+        self.assertIn('framework="torch"', text)
+
     def test_bad_scalars_are_refused_naming_them(self):
         peer = alone()
         cases = [({"loss": float("nan")}, r"'loss' is nan"), ({"acc": "high"}, r"'acc' is a str; give a number"),
