@@ -112,13 +112,15 @@ ClusterMembership join_cluster(const config::Config& base, const std::string& na
   Clock& wall = wall_clock();  // a real peer joins on real time
   const double deadline = wall.now() + cl.connect_timeout_s();
   // An asynchronous peer trains once its quorum is up and the grace window for the rest
-  // has passed (at once with min_neighbours 0); a synchronous one needs every neighbour.
-  const bool needs_all = is_synchronous(cl.gossip().algorithm());
+  // has passed (at once with min_neighbours 0); a synchronous one needs every neighbour,
+  // and a site replica waits for everyone up to the timeout too (its site's ring sums
+  // every member's gradient each step), as before.
+  const bool waits_for_all = is_synchronous(cl.gossip().algorithm()) || cl.site_replicas();
   double quorum_at = -1;
   for (;;) {
     const int up_now = static_cast<int>(transport->connected_peers().size());
     if (up_now >= n - 1 || wall.now() >= deadline || (stop && *stop)) break;
-    if (!needs_all && up_now >= cl.min_neighbours()) {
+    if (!waits_for_all && up_now >= cl.min_neighbours()) {
       if (quorum_at < 0) quorum_at = wall.now();
       if (cl.min_neighbours() == 0 || wall.now() - quorum_at >= cl.join_grace_s()) break;
     }
