@@ -36,6 +36,7 @@
 #include "hearsay/log.h"
 #include "hearsay/model.h"
 #include "hearsay/process.h"
+#include "hearsay/wire.h"
 
 namespace py = pybind11;
 
@@ -425,6 +426,12 @@ PYBIND11_MODULE(_engine, m) {
     }
   });
   m.def("algorithms", &hearsay::gossip_algorithms, "the registered gossip algorithms");
+  m.def(
+      "crc32c", [](const py::bytes& data) {
+        const std::string_view v = data;
+        return hearsay::crc32c(v.data(), v.size());
+      },
+      "CRC32C (Castagnoli) of the bytes: the engine's own, for the formats written in Python (TensorBoard's records)");
   m.def("set_program_name", &hearsay::set_program_name,
         "the name the engine's messages on stderr begin with (the script's, not hearsay-peer)");
   // The config's cluster (after the --set fragments): its peers' names in order (empty

@@ -169,6 +169,8 @@ class Peer {
   // Points the snapshot at the live state instead of copying it, where it can; false: the
   // caller copies (CheckpointData::live).
   bool take_live_snapshot(CheckpointData& d);
+  // Whether this peer's snapshots are read from its live state (no copy made up front).
+  bool snapshots_live() const;
   // What run() sizes its steps by: in a cluster the mean shard (every peer takes the same
   // number of steps: synchronous algorithms meet every round), alone this peer's.
   int64_t shard_size() const;

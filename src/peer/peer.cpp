@@ -211,9 +211,7 @@ TrainResult Peer::run() {
   // has waited for the disk (live_snapshot.h): none are made for it now.
   if (!checkpoint_path().empty()) {
     make_checkpoint_writer();
-    OptimizerState probe;
-    const bool live = backend_->is_host() && optimizer_->save_state_live(probe).has_value();
-    if (!live) checkpoints_->prepare(model_->num_params(), optimizer_->state_buffer_names());
+    if (!snapshots_live()) checkpoints_->prepare(model_->num_params(), optimizer_->state_buffer_names());
   }
   // A resumed peer goes on from its own state; a fresh one may start from a neighbour's.
   if (engine_ && first_step == 0 && network_.join) engine_->join();
@@ -370,15 +368,19 @@ void Peer::save_checkpoint(int64_t step, double wall_s) {
   checkpoints_->submit(path, step, std::move(d), clock_->now() - t0 - waited_s, waited_s);
 }
 
+bool Peer::snapshots_live() const {
+  // A host peer writing in the background, whose optimizer lends its state: the state is
+  // read where it lies until the step loop's next write to it (live_snapshot.h). A GPU
+  // peer's state is downloaded instead, and a simulated peer writes in its step.
+  OptimizerState probe;
+  return backend_->is_host() && !clock_->simulated() && optimizer_->save_state_live(probe).has_value();
+}
+
 bool Peer::take_live_snapshot(CheckpointData& d) {
-  // A host peer writing in the background: the state is read where it lies until the step
-  // loop's next write to it (live_snapshot.h). A GPU peer's state is downloaded instead,
-  // and a simulated peer writes in its step.
+  if (!snapshots_live()) return false;
   const size_t n = model_->num_params();
-  if (!backend_->is_host() || clock_->simulated()) return false;
   OptimizerState header;
   const auto views = optimizer_->save_state_live(header);
-  if (!views) return false;
   // The spare's buffers, where the writer keeps them (a fence once waited for the disk):
   // the fence copies into them what the writer has not reached. Else none are held.
   bool copies = d.params.size() == n;
