@@ -513,6 +513,7 @@ PYBIND11_MODULE(_engine, m) {
       .def_property_readonly("steps", [](PyPeer& p) { return p.peer().steps(); })
       .def_property_readonly("total_steps", [](PyPeer& p) { return p.peer().total_steps(); })
       .def_property_readonly("epochs_done", [](PyPeer& p) { return p.peer().epochs_done(); })
+      .def_property_readonly("data_batches_fed", [](PyPeer& p) { return p.peer().data_batches_fed(); })
       .def_property_readonly("bytes_sent", [](PyPeer& p) { return p.peer().bytes_sent(); })
       .def_property_readonly("seed", [](PyPeer& p) { return p.peer().spec().seed; })
       .def_property_readonly("device", [](PyPeer& p) { return p.peer().spec().device; })

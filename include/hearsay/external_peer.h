@@ -109,12 +109,16 @@ class ExternalPeer {
   // The framework feeds its own data (a DataLoader) instead of next_batch(): the run's
   // steps are train.epochs passes over `batches_per_epoch` batches, `batches_per_step`
   // of them per step (gradient accumulation), or train.max_steps if that comes first;
-  // epochs count the batches fed (fed_batch). Before the first step only; a `plan` event
-  // when the start event has gone out already. Throws InputError on a bad count.
+  // epochs count the batches fed (fed_batch). Before the first step only (of this life: a
+  // resumed peer goes on counting from its checkpoint's); a `plan` event when the start
+  // event has gone out already. Throws InputError on a bad count, or one that is not the
+  // resumed checkpoint's.
   void follow_data(int64_t batches_per_epoch, int64_t batches_per_step);
   // One batch of the framework's data was fed: epochs_done() moves by 1 / batches_per_epoch.
   void fed_batch();
-  // Whether the run goes on: steps left, not stopped, target not reached (alone).
+  // Whether the run goes on: steps left, not stopped, target not reached (alone). Throws
+  // InputError when a resumed peer's checkpoint is at the run's end already: a rerun of a
+  // finished run trains nothing, and says so.
   bool running() const;
   // Whether the step just taken is one the config evaluates after (train.eval_every_*,
   // the epoch's end, the last step).
@@ -156,6 +160,8 @@ class ExternalPeer {
   int64_t total_steps() const { return total_steps_; }
   int64_t shard_size() const { return shard_size_; }
   double epochs_done() const;
+  // The script's batches fed over every life of the peer (follow_data, fed_batch).
+  int64_t data_batches_fed() const { return data_batches_fed_; }
   // The cluster's peer names (just this one alone), this peer's index, its algorithm.
   const std::vector<std::string>& peers() const { return peers_; }
   int rank() const { return me_; }
@@ -182,6 +188,9 @@ class ExternalPeer {
   // Seconds since the last step returned (or attach): the framework's compute.
   double framework_compute_s() const;
   void check_attached(const char* what) const;
+  // Throws InputError when the script's epoch of `given` batches is not the `resumed`
+  // checkpoint's (0: it had none).
+  void check_resumed_epoch(int64_t given, int64_t resumed, int64_t resumed_step) const;
 
   PeerSpec spec_;
   std::string model_kind_;  // the config's model, in text
@@ -217,6 +226,10 @@ class ExternalPeer {
   std::unique_ptr<StepLedger> ledger_;
   // The framework's own data (follow_data): batches per epoch and fed so far.
   int64_t data_batches_per_epoch_ = 0, data_batches_fed_ = 0;
+  int64_t data_batches_fed_at_step_ = 0;  // data_batches_fed_ when the last step was taken
+  // The step load_state() resumed at (-1: none), and the script's epoch then, which the
+  // data given after it (follow_data) must match.
+  int64_t resumed_at_ = -1, resumed_batches_per_epoch_ = 0;
   float* buffers_ = nullptr;
   size_t num_buffers_ = 0;
   ExternalModel::BufferSharing buffer_sharing_ = ExternalModel::BufferSharing::kBroadcast;

@@ -158,6 +158,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         self._step_lock, self._stepping_thread = threading.Lock(), None
         self._accumulating = False  # inside no_sync()
         self._skip_local_step = False  # a GradScaler found this step's gradient overflowed
+        self._restores_groups, self._resumed_groups = False, []
         self._checkpoint_path = (os.path.join(peer.checkpoint_dir, peer.name + ".pt") if peer.checkpoint_dir else None)
         resuming = bool(self._checkpoint_path and peer.resume and os.path.exists(self._checkpoint_path))
         # The engine holds the callback, and the optimizer the peer: a weak reference keeps
@@ -252,6 +253,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
             self._step_lock.release()
 
     def _step(self, loss, correct, count, grad_scaler):
+        self.peer._checkpoint_if_due()
         self._check_model()
         self._adopt_grads()
         self._skip_local_step = False
@@ -264,6 +266,9 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         # listed first must not hide the algorithm's scaling from the others).
         lr = next((float(g["lr"]) for g in self.optimizer.param_groups if g["lr"] > 0), 0.0)
         self._lr_given = lr
+        if not self.peer._stepped:
+            self.peer._script_state.first_step()
+            self.peer._stepped = True
         rows = self.peer._take_rows()
         count = int(count if count is not None else rows)
         loss_sum = float(loss) * count if loss is not None else 0.0
@@ -272,9 +277,13 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         self.peer._engine.step(loss_sum, int(correct), count, lr)
         if self.peer.measure_steps:
             self._measure()
+        # The checkpoint of this step is written when the next batch is drawn (or the next
+        # step starts): by then the script has done its own bookkeeping of this step
+        # (scheduler.step(), its counters), which the checkpoint carries, and nothing has
+        # yet changed the model (a forward pass moves BatchNorm's statistics).
         every = self.peer.checkpoint_every_steps
-        if self._checkpoint_path and every > 0 and self.peer.steps % every == 0 and self.peer.running:
-            self._save_checkpoint()
+        if self._checkpoint_path and every > 0 and self.peer.steps % every == 0:
+            self.peer._checkpoint_due = self._save_checkpoint
 
     def _unscale(self, scaler):
         # GradScaler's own unscale_ (unless the script called it), over the views in the
@@ -399,7 +408,20 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         with torch.no_grad():
             self.model.load_state_dict(state["model"])  # copies into the views: still shared
         self.optimizer.load_state_dict(state["optimizer"])
+        # A scheduler built after this (its first step sets its first rate) and then given
+        # its saved state (register_state) leaves the groups' rates at that first one:
+        # each registered object's load puts the saved groups' hyperparameters back.
+        groups = [{k: v for k, v in g.items() if k != "params"} for g in state["optimizer"]["param_groups"]]
+        self._resumed_groups = groups
+        if not self._restores_groups:
+            self._restores_groups = True
+            this = weakref.ref(self)
+            self.peer._script_state.after_load(lambda: this() and this()._restore_groups())
         self.peer.load_state_dict(state)
+
+    def _restore_groups(self):
+        for group, saved in zip(self.optimizer.param_groups, self._resumed_groups):
+            group.update(saved)
 
     def _save_checkpoint(self):
         if not self._checkpoint_path:

@@ -7,10 +7,12 @@ import os
 import signal
 import sys
 import threading
+import weakref
 
 import torch
 
 from . import _engine, _tensorboard
+from ._torch_state import ScriptState, rest_of_epoch
 from ._engine import InputError
 
 # The peer init() made, which DecentralizedOptimizer takes when it is given none.
@@ -104,6 +106,12 @@ class Peer:
         self._engine = _engine.Peer(config, name or "", log or args.log or "", sets, args.quiet if quiet is None else quiet,
                                     self.measure_steps > 0, signal_fd, metrics or args.metrics or "")
         self._finish_hooks = []
+        self._name = self._engine.name
+        self._script_state = ScriptState(self._name)
+        global _last_peer
+        _last_peer = weakref.ref(self)
+        self._stepped = False  # a step was taken in this process
+        self._checkpoint_due = None  # the optimizer's checkpoint writer, when the last step is one to keep
         self._tensorboard = _tensorboard.EventFileWriter(tensorboard_dir) if tensorboard_dir else None
         self._closed = False
         self._rows = 0  # samples fed since the last step (every micro-batch of an accumulation)
@@ -131,6 +139,7 @@ class Peer:
         """Writes the end event (final accuracy, bytes sent, time to target) and a last
         checkpoint. A run a signal stopped says so on stderr; after SIGINT, finish() then
         raises KeyboardInterrupt, as Python does for an interrupted program (exit 130)."""
+        self._checkpoint_due = None  # the last checkpoint (a finish hook) holds that step too
         for hook in self._finish_hooks:
             hook()
         self._engine.finish()
@@ -159,6 +168,7 @@ class Peer:
     def next_batch(self, batch=None, device="cpu"):
         """The next minibatch of this peer's shard: x float32 [b, features] (images flat,
         channels last) or int64 token ids [b, context]; y int64 labels [b] or next tokens."""
+        self._checkpoint_if_due()
         x, y = _tensors(*self._engine.next_batch(batch or self.batch_size), device)
         self._rows += int(x.shape[0])
         return x, y
@@ -250,15 +260,26 @@ class Peer:
         return self._engine.native_initial_params()
 
     # --- state -------------------------------------------------------------------------
+    def register_state(self, **objects):
+        """The script's own state for the peer's checkpoint, by name: a learning-rate
+        scheduler, a GradScaler, any object with state_dict() and load_state_dict() (what
+        torch.distributed.checkpoint calls Stateful), or a dict, whose items a resume
+        replaces in place. E.g. peer.register_state(scheduler=sched, scaler=scaler,
+        progress=my_dict). Before the first step; before or after the optimizer read the
+        checkpoint: an object registered later takes its state when it is registered."""
+        self._script_state.register(objects, self._stepped)
+
     def state_dict(self):
-        """The engine's state: step count, sampler, the algorithm's own (push-sum weight,
-        public copies, outer momentum...) and every link's error-feedback residual."""
-        return {"hearsay_peer": self._engine.save_state()}
+        """The engine's state (step count, the sampler's and the script's data's place, the
+        algorithm's own: push-sum weight, public copies, outer momentum..., every link's
+        error-feedback residual) and the registered objects' (register_state)."""
+        return {"hearsay_peer": self._engine.save_state(), "registered": self._script_state.state()}
 
     def load_state_dict(self, state):
         if not isinstance(state, dict) or "hearsay_peer" not in state:
             raise InputError("load_state_dict: not a hearsay.torch.Peer state_dict (no 'hearsay_peer' key)")
         self._engine.load_state(state["hearsay_peer"])
+        self._script_state.load(state.get("registered", {}))
 
     # --- what the config says ------------------------------------------------------
     name = property(lambda self: self._engine.name, doc="this peer's name")
@@ -281,6 +302,12 @@ class Peer:
     checkpoint_dir = property(lambda self: self._engine.checkpoint_dir, doc="checkpoint.dir")
     checkpoint_every_steps = property(lambda self: self._engine.checkpoint_every_steps, doc="checkpoint.every_steps")
     resume = property(lambda self: self._engine.resume, doc="checkpoint.resume")
+
+    def _checkpoint_if_due(self):
+        # Before anything changes the state of the last step: the next batch, the next step.
+        write, self._checkpoint_due = self._checkpoint_due, None
+        if write is not None:
+            write()
 
     def _take_rows(self):
         # The samples of this step: every batch fed since the last one, else the config's batch.
@@ -346,22 +373,47 @@ class _Batches:
 
     def __iter__(self):
         peer, loader = self._peer, self._loader
-        epoch = 0
+        # A resumed peer goes on where its checkpoint was: that epoch, after the batches fed.
+        epoch, skip = divmod(peer._engine.data_batches_fed, len(loader))
         while peer.running:
             sampler = getattr(loader, "sampler", None)
             if hasattr(sampler, "set_epoch"):
                 sampler.set_epoch(epoch)  # DistributedSampler: a new order each epoch
             got = 0
-            for batch in loader:
+            for batch in rest_of_epoch(loader, skip):
                 if not peer.running:
                     return
+                peer._checkpoint_if_due()
                 peer._engine.fed_batch()
                 peer._rows += _rows_of(batch)
                 got += 1
                 yield batch
-            if got == 0:
+            if got == 0 and skip == 0:
                 raise InputError(f"batches(): the {type(loader).__name__} gave no batch in epoch {epoch}")
-            epoch += 1
+            epoch, skip = epoch + 1, 0
+
+
+def _uncaught_input_error(kind, error, tb, previous=sys.excepthook):
+    """An InputError the script does not catch ends the program as hearsay-peer's do: one
+    line on stderr naming the program and the peer, exit status 2 (after the exit handlers:
+    the links close). Every other exception goes to the hook that was there before."""
+    if not issubclass(kind, InputError):
+        return previous(kind, error, tb)
+    message = str(error)
+    peer = _initialized if _initialized is not None else (_last_peer() if _last_peer else None)
+    name = getattr(peer, "_name", None)
+    if name and f"peer {name}" not in message:
+        message = f"peer {name}: {message}"
+    program = getattr(peer, "_program", None) or os.path.basename(sys.argv[0] or "python")
+    sys.stderr.write(f"{program}: error: {message}\n")
+    sys.stderr.flush()
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    os._exit(2)
+
+
+sys.excepthook = _uncaught_input_error
+_last_peer = None  # the last Peer made, for the name in an uncaught error's line
 
 
 def init(config=None, **kwargs):

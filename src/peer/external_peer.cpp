@@ -236,6 +236,7 @@ void ExternalPeer::run_step(const ExternalStepStats& stats, float lr) {
     }
   }
   ++steps_;
+  data_batches_fed_at_step_ = data_batches_fed_;
   if (engine_) steps_ += engine_->take_skipped_steps();  // a site's view changed with this peer behind
   if (metrics_board_) metrics_board_->on_step(steps_, loss, static_cast<int64_t>(stats.count));
   ledger_->stepped(steps_, epochs_done(), loss, lr, static_cast<int>(stats.count), step_s, compute_s, engine_.get());
@@ -245,7 +246,15 @@ void ExternalPeer::run_step(const ExternalStepStats& stats, float lr) {
 }
 
 bool ExternalPeer::running() const {
-  if (stop_ || finished_ || steps_ >= total_steps_) return false;
+  if (stop_ || finished_) return false;
+  if (steps_ >= total_steps_ && steps_ == resumed_at_) {
+    throw InputError("peer " + spec_.name + ": its checkpoint" +
+                     (spec_.checkpoint_dir.empty() ? std::string() : " in " + spec_.checkpoint_dir) + " is at step " +
+                     std::to_string(steps_) + ", and the run has " + std::to_string(total_steps_) +
+                     " steps: it is finished. To start afresh, give another checkpoint.dir or checkpoint { resume: false }; "
+                     "to go on, raise train.max_steps or train.epochs");
+  }
+  if (steps_ >= total_steps_) return false;
   return !ledger_->target_ends_run(engine_.get());
 }
 
@@ -309,7 +318,7 @@ double ExternalPeer::epochs_done() const {
 
 void ExternalPeer::follow_data(int64_t batches_per_epoch, int64_t batches_per_step) {
   const std::string where = "peer " + spec_.name + ": the script's data";
-  if (steps_ > 0) {
+  if (steps_ > 0 && steps_ != resumed_at_) {
     throw InputError(where + " was given after step " + std::to_string(steps_) + "; give it before the first step (the "
                      "learning-rate schedule and the stop follow it)");
   }
@@ -317,6 +326,7 @@ void ExternalPeer::follow_data(int64_t batches_per_epoch, int64_t batches_per_st
     throw InputError(where + ": " + std::to_string(batches_per_epoch) + " batches per epoch, " + std::to_string(batches_per_step) +
                      " per step (both must be >= 1)");
   }
+  if (resumed_at_ >= 0) check_resumed_epoch(batches_per_epoch, resumed_batches_per_epoch_, resumed_at_);
   const TrainSpec& t = spec_.train;
   const double epoch_steps = std::ceil(t.epochs * static_cast<double>(batches_per_epoch) / static_cast<double>(batches_per_step));
   if (!(epoch_steps >= 0 && epoch_steps < 1e15)) {
@@ -329,7 +339,7 @@ void ExternalPeer::follow_data(int64_t batches_per_epoch, int64_t batches_per_st
   schedule_.total_steps = total_steps_;
   ledger_->set_total_steps(total_steps_);
   data_batches_per_epoch_ = batches_per_epoch;
-  data_batches_fed_ = 0;
+  if (resumed_at_ < 0) data_batches_fed_ = 0;  // a resumed peer goes on from its checkpoint's place
   if (model_) {
     // The start event went out with the config's plan: this one replaces it.
     log_->write(log_->event("plan")
@@ -337,6 +347,17 @@ void ExternalPeer::follow_data(int64_t batches_per_epoch, int64_t batches_per_st
                     .add("batches_per_epoch", batches_per_epoch)
                     .add("batches_per_step", batches_per_step));
   }
+}
+
+void ExternalPeer::check_resumed_epoch(int64_t given, int64_t resumed, int64_t resumed_step) const {
+  // The resumed place in the data (epoch, batch) means the same samples only over epochs
+  // of the same length: another batch size, shard or dataset would silently shift it.
+  if (resumed == 0 || given == resumed) return;
+  throw InputError("peer " + spec_.name + ": the script's data has " + std::to_string(given) +
+                   " batches an epoch, but the checkpoint it resumes from (step " + std::to_string(resumed_step) + ") counted " +
+                   std::to_string(resumed) +
+                   "; its place in the data would not be the same samples. Give the loader it had (batch size, "
+                   "sampler, dataset), or start afresh (checkpoint { resume: false })");
 }
 
 void ExternalPeer::fed_batch() {
@@ -374,6 +395,10 @@ std::string ExternalPeer::save_state() const {
   c.set_step(steps_);
   // The optimizer's state is the framework's (torch's state_dict), not in this one.
   save_sampler_state(sampler_->state(), c);
+  // The batches the steps taken have consumed: a state saved once the next batch is
+  // drawn (a checkpoint at the next step's start) resumes with that batch.
+  c.set_script_batches_fed(data_batches_fed_at_step_);
+  c.set_script_batches_per_epoch(data_batches_per_epoch_);
   if (engine_) engine_->save_state(c);
   c.set_wall_s(ledger_->train_s());
   std::string out;
@@ -391,10 +416,18 @@ void ExternalPeer::load_state(const std::string& bytes) {
                      std::to_string(model_->num_params()));
   }
   if (c.step() < 0) throw InputError(where + ": a negative step count");
+  if (c.script_batches_fed() < 0 || c.script_batches_per_epoch() < 0) {
+    throw InputError(where + ": a negative count of the script's batches");
+  }
+  // The data given first (peer.batches() before the optimizer) must be the checkpoint's.
+  if (data_batches_per_epoch_ > 0) check_resumed_epoch(data_batches_per_epoch_, c.script_batches_per_epoch(), c.step());
   // The engine's part first: what is most likely not to fit throws before anything changed.
   if (engine_) engine_->load_state(c);
   sampler_->restore(load_sampler_state(c));
   steps_ = c.step();
+  resumed_at_ = c.step();
+  resumed_batches_per_epoch_ = c.script_batches_per_epoch();
+  data_batches_fed_ = data_batches_fed_at_step_ = c.script_batches_fed();
   synchronize();
   log_->write(log_->event("resume").add("step", steps_).add("path", std::string("state_dict")).add("their_wall_s", c.wall_s()));
 }
