@@ -240,6 +240,27 @@ class PyPeer {
     py::gil_scoped_release release;
     peer_->finish();
   }
+  void final_consensus() {
+    const Claim claim(*this, "finish()");
+    py::gil_scoped_release release;  // waits for the others to finish
+    peer_->final_consensus();
+  }
+  // The script's all_reduce over n floats at `values` (a contiguous float32 CPU tensor's
+  // memory, which the Python side keeps alive), in place.
+  void all_reduce(uintptr_t values, size_t n, const std::string& op) {
+    const Claim claim(*this, "all_reduce()");
+    using Op = hearsay::ExternalPeer::ReduceOp;
+    const Op o = op == "sum" ? Op::kSum : op == "mean" ? Op::kMean : op == "max" ? Op::kMax : op == "min" ? Op::kMin : [&]() -> Op {
+      throw hearsay::InputError("all_reduce(): op '" + op + "'; use sum, mean, max or min");
+    }();
+    py::gil_scoped_release release;
+    peer_->all_reduce(reinterpret_cast<float*>(values), n, o);
+  }
+  void barrier() {
+    const Claim claim(*this, "barrier()");
+    py::gil_scoped_release release;
+    peer_->barrier();
+  }
 
   // An event from Python: `fields` (str -> bool, int, float, str, list of str or dict of
   // str -> number) after
@@ -495,6 +516,9 @@ PYBIND11_MODULE(_engine, m) {
                              [](PyPeer& p) { return reinterpret_cast<uintptr_t>(p.peer().engine_params_address()); })
       .def("record_eval", &PyPeer::record_eval)
       .def("finish", &PyPeer::finish)
+      .def("final_consensus", &PyPeer::final_consensus)
+      .def("all_reduce", &PyPeer::all_reduce, py::arg("values"), py::arg("n"), py::arg("op"))
+      .def("barrier", &PyPeer::barrier)
       // Every thread this module started ends here: close() also runs at interpreter exit
       // (atexit), when the PyPeer itself may never be destroyed, and a watcher still
       // polling while the exit handlers tear the process down is a crash at exit.

@@ -7,8 +7,10 @@ with no_sync(), mixed precision (autocast; a GradScaler for float16 on a GPU) an
 TorchScript. The algorithm, codecs, links and stop criteria are the config's.
 
     # torchrun starts one process per peer of the config (RANK names the peer)
-    HEARSAY_SECRET=$(openssl rand -hex 16) PYTHONPATH=build/python \\
-        torchrun --nproc_per_node 2 examples/torch/ddp_style.py --config examples/torch/ddp-fmnist.textproto
+    # (build/bin/hearsay-torchrun, or an install's hearsay-torchrun: torchrun under the
+    # python that has hearsay)
+    HEARSAY_SECRET=$(openssl rand -hex 16) \\
+        build/bin/hearsay-torchrun --nproc_per_node 2 examples/torch/ddp_style.py --config examples/torch/ddp-fmnist.textproto
     # Slurm: srun -n 2 build/bin/hearsay-python examples/torch/ddp_style.py --config ...  (SLURM_PROCID)
     # hearsay-run: --set 'program: "examples/torch/ddp_style.py"'  (--peer NAME)
 
@@ -113,6 +115,9 @@ def main():
         run = torch.jit.trace(model, train[0:peer.batch_size][0].to(device))
     autocast_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.amp)
     scaler = torch.cuda.amp.GradScaler(enabled=args.amp == "fp16")
+    # The peer's checkpoint (checkpoint { dir } in the config) carries the scaler's state
+    # too: a restarted peer goes on with the scale it had, at the batch it had reached.
+    peer.register_state(scaler=scaler)
 
     k = args.accumulate
     loss_sum = 0.0

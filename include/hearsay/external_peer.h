@@ -125,6 +125,23 @@ class ExternalPeer {
   bool eval_due() const { return eval_due_; }
   // The framework's evaluation of the current model on the test set: an eval event.
   void record_eval(double test_acc, double test_loss);
+  // Ends the run on one model, as cluster.final_consensus says: waits (up to
+  // cluster.finish_timeout_s) until every peer has finished its training, then each
+  // takes the exact mean of all peers' parameters (AVERAGE) or only measures its distance
+  // from it (MEASURE); OFF does nothing. A peer stopped by a signal tells the others it
+  // leaves without it. What happened goes into the end event; a consensus that failed
+  // (a peer stopped, timed out, or refused) leaves the parameters as they were and says
+  // why on stderr. Once, before finish(); alone, nothing.
+  void final_consensus();
+  // The script's own collectives over every peer of the cluster (external_collectives.cpp),
+  // called by every peer in the same order, as torch.distributed's are: `values` (n host
+  // floats, at most kMaxCollectiveFloats) become their sum, mean, max or min over the
+  // peers, combined in peer order, so every peer holds the same bits; barrier() returns
+  // once every peer has called it. Each waits up to gossip.sync_timeout_s for the others.
+  enum class ReduceOp { kSum, kMean, kMax, kMin };
+  static constexpr size_t kMaxCollectiveFloats = size_t{1} << 24;
+  void all_reduce(float* values, size_t n, ReduceOp op);
+  void barrier();
   // Writes the end event (once) and closes the peer; run it when the loop ends.
   void finish();
   // Stops the engine and closes the transport (its links and threads); idempotent. After
@@ -230,6 +247,15 @@ class ExternalPeer {
   // The step load_state() resumed at (-1: none), and the script's epoch then, which the
   // data given after it (follow_data) must match.
   int64_t resumed_at_ = -1, resumed_batches_per_epoch_ = 0;
+  // cluster.final_consensus (0 AVERAGE, 1 MEASURE, 2 OFF), finish_timeout_s, and what
+  // final_consensus() did, for the end event: its outcome, this peer's distance from the
+  // mean before it (L2, when measured), its seconds.
+  int final_consensus_mode_ = 2;
+  double finish_timeout_s_ = 600;
+  std::string consensus_outcome_;
+  std::optional<double> consensus_distance_;
+  double consensus_s_ = 0;
+  uint64_t collectives_ = 0;  // the script's collectives so far: each its own round
   float* buffers_ = nullptr;
   size_t num_buffers_ = 0;
   ExternalModel::BufferSharing buffer_sharing_ = ExternalModel::BufferSharing::kBroadcast;

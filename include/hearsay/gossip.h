@@ -193,11 +193,14 @@ class GossipEngine {
   // The seconds this peer's last step computed for (its slowdown and emulation included,
   // waits excluded), for the site's split.
   void note_compute(double seconds, int rows);
-  // Asynchronous algorithms: asks a connected neighbour for its model and starts from it
-  // if that neighbour has already trained (a peer that joins late or restarts). Asks the
-  // next if one does not answer within a second; waits at most `timeout_s` in all,
-  // answering others' requests meanwhile.
-  void join(double timeout_s = 5.0);
+  // Asynchronous algorithms, before the first step: with `quorum` > 0, waits (up to
+  // quorum_timeout_s) until that many peers have answered a hello, and throws InputError
+  // naming the silent ones if they have not (a link that is up is not yet a neighbour
+  // that trains); then, with `adopt_model`, asks a connected neighbour for its model and
+  // starts from it if that neighbour has already trained (a peer that joins late or
+  // restarts without a checkpoint), asking the next if one does not answer within a
+  // second, 5 s at most in all. Answers others' requests meanwhile.
+  void join(bool adopt_model = true, int quorum = 0, double quorum_timeout_s = 30.0);
   // The round's targets among the neighbours that are connected now: a target that is
   // down is replaced by a connected neighbour, so its share goes to the live ones.
   std::vector<int> live_targets(int64_t round);
@@ -500,6 +503,8 @@ class GossipEngine {
   // and the whole tensor's length when the algorithm left it 0.
   void stamp(Message& m) const;
   void serve_join_requests();
+  void wait_for_quorum(int quorum, double timeout_s);
+  void adopt_neighbour_model(double timeout_s);
   int index_of(const std::string& id) const;
   // Peer i's outbox, made with its link encoders at first use (step-loop thread).
   Outbox& outgoing_link(int i);

@@ -100,6 +100,11 @@ struct PeerNetwork {
   // joiner's start). Tests of averaging invariants turn it off: a copied model is not an
   // average.
   bool join = true;
+  // Asynchronous algorithms on a real network: how many peers must answer before the
+  // first step (cluster.min_neighbours; 0: none), waiting up to join_timeout_s
+  // (cluster.connect_timeout_s). A resumed peer waits for them too.
+  int join_quorum = 0;
+  double join_timeout_s = 30;
   // Initialise the model from this seed instead of the config's (tests whose peers must
   // start apart; real clusters start from one seed).
   std::optional<uint64_t> init_seed;

@@ -8,7 +8,7 @@ wheel is written here as the wheel format (PEP 427) states it.
 
 The wheel holds the package `hearsay` (python/hearsay/*.py), its extension hearsay._engine,
 the native programs hearsay-peer and hearsay-sim with the experiment tools beside them in
-hearsay/bin/, and console scripts hearsay-peer, hearsay-sim, hearsay-run and hearsay-plot.
+hearsay/bin/, and console scripts hearsay-peer, hearsay-sim, hearsay-run, hearsay-plot and hearsay-torchrun.
 The native parts link Debian's libraries (protobuf, OpenBLAS, libfabric, ...) and CUDA's
 where it was built with CUDA: the wheel installs where the same packages are installed.
 

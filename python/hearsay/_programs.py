@@ -42,3 +42,41 @@ def run():
 
 def plot():
     _tool("hearsay_plot.py", "hearsay-plot")
+
+
+def _mend_torchrun_std():
+    """torch 1.13's torchrun (Debian's) reads --redirects and --tee by iterating its Std
+    flag for the value, and Python 3.11 no longer yields a flag's zero member (Std.NONE):
+    the defaults ("0") then fail with AttributeError. Looks the values up by number
+    instead, where that is needed; later torch releases do so themselves."""
+    import re
+
+    from torch.distributed.elastic.multiprocessing import api
+    std = api.Std
+    if any(s.value == 0 for s in std):
+        return
+    original = std.from_str
+
+    def from_str(vm):
+        if re.fullmatch(r"\d", vm):
+            return std(int(vm))
+        if re.fullmatch(r"(\d:\d)(,\d:\d)*", vm):
+            return {int(i): std(int(v)) for i, v in (m.split(":") for m in vm.split(","))}
+        return original(vm)
+
+    std.from_str = staticmethod(from_str)
+
+
+def torchrun():
+    """hearsay-torchrun: torchrun (torch.distributed.run) under this interpreter, so that
+    its workers run the python hearsay is installed in (a venv's; /usr/bin/torchrun runs
+    the system python, which does not see the venv). The arguments are torchrun's."""
+    try:
+        from torch.distributed import run as torch_run
+    except ImportError as e:
+        sys.stderr.write(f"hearsay-torchrun: error: torch is not importable from {sys.executable} ({e}); install it, "
+                         "or make the venv with --system-site-packages to see Debian's python3-torch\n")
+        sys.exit(2)
+    _mend_torchrun_std()
+    sys.argv[0] = "hearsay-torchrun"
+    torch_run.main(sys.argv[1:])

@@ -136,10 +136,16 @@ class Peer:
         return self._engine.scheduled_lr()
 
     def finish(self):
-        """Writes the end event (final accuracy, bytes sent, time to target) and a last
-        checkpoint. A run a signal stopped says so on stderr; after SIGINT, finish() then
-        raises KeyboardInterrupt, as Python does for an interrupted program (exit 130)."""
+        """Ends the run on one model, as cluster.final_consensus says (default AVERAGE: it
+        waits for every peer to finish, then each takes the exact mean of all peers'
+        parameters, the same bits on every peer); then writes a last checkpoint and the end
+        event (final accuracy, bytes sent, time to target, the consensus and this peer's
+        distance from the mean before it). A run a signal stopped leaves without the
+        consensus and says so on stderr; after SIGINT, finish() then raises
+        KeyboardInterrupt, as Python does for an interrupted program (exit 130)."""
         self._checkpoint_due = None  # the last checkpoint (a finish hook) holds that step too
+        # Before the last checkpoint, which then holds the model the cluster ends on.
+        self._engine.final_consensus()
         for hook in self._finish_hooks:
             hook()
         self._engine.finish()
@@ -154,6 +160,41 @@ class Peer:
             if stopped_by == signal.SIGINT:
                 raise KeyboardInterrupt(f"peer {self.name}: interrupted after {self.steps} steps")
         self._closed = True
+
+    def all_reduce(self, tensor, op="sum"):
+        """The script's own values combined over every peer, as torch.distributed.all_reduce:
+        `tensor` (a tensor, changed in place and returned, or a number, whose result is
+        returned) becomes the sum, mean, max or min (op: "sum", "mean" or "avg", "max",
+        "min", or torch.distributed.ReduceOp's SUM, AVG, MAX, MIN) over the peers, computed
+        in float32 in peer order, so every peer holds the same bits. Every peer calls the
+        same collectives in the same order, after the optimizer is made; each waits up to
+        gossip.sync_timeout_s for the others. Values must be finite (a peer refuses a
+        non-finite one); at most 16M of them (metrics, small tensors; the model's average is
+        finish()'s). Alone, the values are the result."""
+        name = op if isinstance(op, str) else getattr(op, "name", str(op).split(".")[-1])
+        name = {"avg": "mean"}.get(str(name).lower(), str(name).lower())
+        if name not in ("sum", "mean", "max", "min"):
+            raise InputError(f"all_reduce(): op {op!r}; use 'sum', 'mean' ('avg'), 'max' or 'min'")
+        number = not isinstance(tensor, torch.Tensor)
+        if number:
+            if isinstance(tensor, bool) or not isinstance(tensor, (int, float)):
+                raise InputError(f"all_reduce(): a {type(tensor).__name__}; give a tensor or a number")
+            values = torch.tensor([float(tensor)], dtype=torch.float32)
+        else:
+            if tensor.is_complex() or tensor.dtype == torch.bool:
+                raise InputError(f"all_reduce(): a {tensor.dtype} tensor; give a real one (float32 or narrower, ints)")
+            values = tensor.detach().to("cpu", torch.float32).contiguous().clone()
+        self._engine.all_reduce(values.data_ptr(), values.numel(), name)
+        if number:
+            return float(values[0])
+        with torch.no_grad():
+            tensor.copy_(values.view(tensor.shape))
+        return tensor
+
+    def barrier(self):
+        """Returns once every peer has called it (after the optimizer is made); waits up to
+        gossip.sync_timeout_s for them."""
+        self._engine.barrier()
 
     def stop(self):
         """Ends the run after the current step (a signal handler or another thread may call it)."""

@@ -438,6 +438,9 @@ void validate(const config::Config& c, const Locator& at) {
     if (!(k.min_density() > 0 && k.min_density() <= k.max_density())) fail("cluster.gossip.codec.min_density", "must be in (0, max_density]");
     if (!(cl.connect_timeout_s() > 0) || !std::isfinite(cl.connect_timeout_s())) fail("cluster.connect_timeout_s", "must be a positive number");
     if (!(cl.join_grace_s() >= 0) || !std::isfinite(cl.join_grace_s())) fail("cluster.join_grace_s", "must be a number >= 0");
+    if (!(cl.finish_timeout_s() > 0) || !std::isfinite(cl.finish_timeout_s())) {
+      fail("cluster.finish_timeout_s", "must be a number > 0");
+    }
 
     auto check_link = [&](const config::LinkConfig& l, const std::string& path) {
       const auto milliseconds = [&](double v, const std::string& field) {

@@ -173,6 +173,9 @@ ClusterMembership join_cluster(const config::Config& base, const std::string& na
 
   ClusterMembership m;
   m.network = cluster_peer_network(base, me);
+  // Connected is not yet answering: the engine waits for its quorum's answers too.
+  m.network.join_quorum = waits_for_all ? 0 : cl.min_neighbours();
+  m.network.join_timeout_s = cl.connect_timeout_s();
   m.network.transport = transport.get();
   m.transport = std::move(transport);
   return m;

@@ -69,6 +69,8 @@ ExternalPeer::ExternalPeer(const ExternalPeerOptions& o) {
     const config::Config mine = cluster_peer_config(cfg, name);
     spec_ = peer_spec(mine);
     device_from_config_ = mine.has_device();
+    final_consensus_mode_ = static_cast<int>(cfg.cluster().final_consensus());
+    finish_timeout_s_ = cfg.cluster().finish_timeout_s();
   } else {
     spec_ = peer_spec(cfg);
     device_from_config_ = cfg.has_device();
@@ -148,7 +150,9 @@ void ExternalPeer::attach(ExternalModel m, bool join) {
                   .shard_size = shard_size_,
                   .batch_size = spec_.train.batch_size,
                   .seed = spec_.seed});
-  if (engine_ && join && !stop_) engine_->join();  // a peer stopped while it joined takes no model either
+  // A peer stopped while it joined takes no model either; a resumed one (join false)
+  // still waits for its quorum to answer.
+  if (engine_ && !stop_) engine_->join(join, network_.join_quorum, network_.join_timeout_s);
   synchronize();
   last_return_ = clock_.now();
 }
@@ -275,7 +279,16 @@ void ExternalPeer::record_eval(double test_acc, double test_loss) {
 void ExternalPeer::finish() {
   if (finished_ || !model_) return;
   finished_ = true;
-  ledger_->finish(steps_, epochs_done(), spec_.train.batch_size, stop_ && steps_ < total_steps_, bytes_sent(), engine_ != nullptr);
+  ledger_->finish(steps_, epochs_done(), spec_.train.batch_size, stop_ && steps_ < total_steps_, bytes_sent(), engine_ != nullptr,
+                  [this](JsonObject& end) {
+                    if (consensus_outcome_.empty()) return;
+                    end.add("final_consensus", consensus_outcome_).add("consensus_s", consensus_s_);
+                    if (consensus_distance_) {
+                      end.add("consensus_distance", *consensus_distance_);
+                    } else {
+                      end.add_null("consensus_distance");
+                    }
+                  });
   close();
 }
 

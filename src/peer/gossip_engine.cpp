@@ -118,7 +118,10 @@ std::vector<std::string> GossipEngine::quarantined() const {
 }
 
 namespace {
+// The join's messages: round kJoinRound, phase 0 a request for the model and 1 its answer;
+// phase 2 a hello and 3 its answer, which make a neighbour count toward the quorum.
 constexpr uint64_t kJoinRound = ~uint64_t{0};
+constexpr uint32_t kModelRequestPhase = 0, kModelAnswerPhase = 1, kHelloPhase = 2, kHelloAnswerPhase = 3;
 }  // namespace
 
 bool GossipEngine::connected(int peer) const { return transport_.link_stats(peers_[peer]).connected; }
@@ -126,14 +129,73 @@ bool GossipEngine::connected(int peer) const { return transport_.link_stats(peer
 // One answer per neighbour at a time: a neighbour that asks again before it has read the
 // last (or asks every step and never reads) would otherwise queue a model per request.
 void GossipEngine::serve_join_requests() {
-  for (int j : inbox_->take_senders_of(kJoinRound, 0)) {
-    if (outgoing_link(j).holds_sync(kJoinRound, 1)) continue;  // the answer on its way serves this request too
-    send(j, {.kind = MessageKind::kModel, .synchronous = true, .round = kJoinRound, .phase = 1}, params_host());
+  for (int j : inbox_->take_senders_of(kJoinRound, kModelRequestPhase)) {
+    if (outgoing_link(j).holds_sync(kJoinRound, kModelAnswerPhase)) continue;  // the answer on its way serves this request too
+    send(j, {.kind = MessageKind::kModel, .synchronous = true, .round = kJoinRound, .phase = kModelAnswerPhase}, params_host());
+  }
+  for (int j : inbox_->take_senders_of(kJoinRound, kHelloPhase)) {
+    if (outgoing_link(j).holds_sync(kJoinRound, kHelloAnswerPhase)) continue;
+    send(j, {.kind = MessageKind::kModel, .synchronous = true, .round = kJoinRound, .phase = kHelloAnswerPhase}, {});
   }
 }
 
-void GossipEngine::join(double timeout_s) {
+void GossipEngine::join(bool adopt_model, int quorum, double quorum_timeout_s) {
   if (!entry_->joins_from_neighbour) return;  // synchronous ones start together by construction
+  if (quorum > 0) wait_for_quorum(quorum, quorum_timeout_s);
+  if (adopt_model) adopt_neighbour_model(5.0);
+  // Answers to the tries given up on would otherwise be held for good.
+  inbox_->forget_sync([](int, uint64_t round, uint32_t phase) {
+    return round == kJoinRound && (phase == kModelAnswerPhase || phase == kHelloAnswerPhase);
+  });
+}
+
+void GossipEngine::wait_for_quorum(int quorum, double timeout_s) {
+  // A link is up as soon as the neighbour's process has admitted it, which may be long
+  // before that neighbour trains (it is in its own join, or its script is still building
+  // the model): only an engine answers a hello, so only a neighbour that answered counts.
+  const int n = static_cast<int>(peers_.size());
+  const double start = clock_.now(), deadline = start + timeout_s;
+  std::vector<bool> answered(peers_.size(), false);
+  std::vector<double> asked_at(peers_.size(), -1.0);
+  int count = 0;
+  while (count < quorum) {
+    if (stopped_) return;  // the run ends as stopped, before its first step
+    const double now = clock_.now();
+    if (now >= deadline) {
+      std::string silent, absent;
+      for (int j = 0; j < n; ++j) {
+        if (j == me_ || answered[j]) continue;
+        std::string& list = connected(j) ? silent : absent;
+        list += (list.empty() ? "" : ", ") + peers_[j];
+      }
+      char waited[32];
+      std::snprintf(waited, sizeof waited, "%g", timeout_s);
+      throw InputError("peer " + peers_[me_] + ": " + std::to_string(count) + " of the " + std::to_string(quorum) +
+                       " neighbours it needs (cluster.min_neighbours) answered within cluster.connect_timeout_s (" + waited +
+                       " s)" + (silent.empty() ? "" : "; connected but not answering: " + silent +
+                                                          " (still in its own join, or its program has not started "
+                                                          "training: a neighbour counts once its engine answers)") +
+                       (absent.empty() ? "" : "; not connected: " + absent) +
+                       "; start them, or set min_neighbours: 0 to train alone until they come");
+    }
+    for (int j = 0; j < n; ++j) {
+      if (j == me_ || answered[j] || !connected(j) || (asked_at[j] >= 0 && now - asked_at[j] < 0.5)) continue;
+      send(j, {.kind = MessageKind::kModel, .synchronous = true, .round = kJoinRound, .phase = kHelloPhase}, {});
+      asked_at[j] = now;  // asked again after a while: a hello sent before its engine was up is lost
+    }
+    serve_join_requests();  // peers starting together must not wait on each other
+    for (int j : inbox_->take_senders_of(kJoinRound, kHelloAnswerPhase)) {
+      if (j != me_ && !answered[j]) {
+        answered[j] = true;
+        ++count;
+      }
+    }
+    if (count < quorum) clock_.sleep_for(0.02);
+  }
+  log_.write(log_.event("quorum").add("answered", static_cast<int64_t>(count)).add("wait_s", clock_.now() - start));
+}
+
+void GossipEngine::adopt_neighbour_model(double timeout_s) {
   std::vector<int> live;
   for (int j : topology_->neighbours(me_)) {
     if (connected(j)) live.push_back(j);
@@ -148,12 +210,12 @@ void GossipEngine::join(double timeout_s) {
   for (size_t t = 0; t < live.size(); ++t) {
     const int j = live[(first + t) % live.size()];
     if (clock_.now() >= deadline || stopped_) break;
-    send(j, {.kind = MessageKind::kModel, .synchronous = true, .round = kJoinRound, .phase = 0}, {});
+    send(j, {.kind = MessageKind::kModel, .synchronous = true, .round = kJoinRound, .phase = kModelRequestPhase}, {});
     const double give_up = std::min(deadline, clock_.now() + 1.0);
     std::optional<Message> m;
     while (!m && clock_.now() < give_up && !stopped_) {
       serve_join_requests();  // peers starting together must not wait on each other
-      m = inbox_->wait_sync(j, kJoinRound, 1, 0.05, stopped_);
+      m = inbox_->wait_sync(j, kJoinRound, kModelAnswerPhase, 0.05, stopped_);
       if (m) decode_kept(*m);
     }
     if (!m) continue;
@@ -163,8 +225,6 @@ void GossipEngine::join(double timeout_s) {
     }
     break;  // an untrained neighbour's answer too: everyone is starting together
   }
-  // Answers to the tries given up on would otherwise be held for good.
-  inbox_->forget_sync([](int, uint64_t round, uint32_t phase) { return round == kJoinRound && phase == 1; });
 }
 
 std::vector<int> GossipEngine::live_targets(int64_t round) {

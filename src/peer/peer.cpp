@@ -214,7 +214,7 @@ TrainResult Peer::run() {
     if (!snapshots_live()) checkpoints_->prepare(model_->num_params(), optimizer_->state_buffer_names());
   }
   // A resumed peer goes on from its own state; a fresh one may start from a neighbour's.
-  if (engine_ && first_step == 0 && network_.join) engine_->join();
+  if (engine_) engine_->join(first_step == 0 && network_.join, network_.join_quorum, network_.join_timeout_s);
   TrainResult result;
   result.steps = first_step;
   std::vector<int64_t> idx(static_cast<size_t>(batch) * max_site_share(engine_ ? &network_ : nullptr));

@@ -35,7 +35,14 @@ inline constexpr uint32_t kMaxSiteEpoch = std::numeric_limits<uint32_t>::max() /
 // An external peer's shared buffers (external_peer.cpp): their all-reduce of a step's round.
 inline constexpr PhaseRange kBufferPhases{1u << 21, 1u << 20};
 
+// An external peer's collectives (external_collectives.cpp): the final consensus at
+// finish() and the script's own all_reduce and barrier.
+inline constexpr PhaseRange kEndPhases{1u << 22, 1u << 20};
+
 static_assert(disjoint(kAlgorithmPhases, kSiteRingPhases) && disjoint(kAlgorithmPhases, kBufferPhases));
+static_assert(disjoint(kEndPhases, kBufferPhases) && disjoint(kEndPhases, kAlgorithmPhases) &&
+              !is_site_phase(kEndPhases.first) && !is_site_phase(kEndPhases.end() - 1),
+              "bit 20 clear throughout: never a site's phase of any epoch");
 static_assert(kSiteModelPhases.end() == kBufferPhases.first, "the site's ranges fill bit 20's half, below the buffers'");
 static_assert(disjoint(kSiteRingPhases, kBufferPhases) && disjoint(kSiteModelPhases, kBufferPhases));
 // Moved by an epoch, a site phase keeps bit 20 and stays clear of bit 21: never a buffer's

@@ -165,7 +165,8 @@ void StepLedger::evaluated(int64_t step, double epoch, double test_acc, double t
 
 double StepLedger::compute_utilisation() const { return utilisation(compute_s_, train_s_); }
 
-void StepLedger::finish(int64_t steps, double epoch, int batch, bool stopped, uint64_t bytes_sent, bool in_cluster) {
+void StepLedger::finish(int64_t steps, double epoch, int batch, bool stopped, uint64_t bytes_sent, bool in_cluster,
+                        const std::function<void(JsonObject&)>& more) {
   auto end = log_.event("end");
   end.add("steps", steps).add("epoch", epoch);
   // A run that evaluated nothing (stopped before its first evaluation) has no accuracy,
@@ -189,6 +190,7 @@ void StepLedger::finish(int64_t steps, double epoch, int batch, bool stopped, ui
   } else {
     end.add_null("time_to_target_s");
   }
+  if (more) more(end);
   log_.write(end);
   if (progress_ != nullptr) {
     state_.step = steps;

@@ -79,7 +79,8 @@ class StepLedger {
   bool target_ends_run(const GossipEngine* engine) const { return time_to_target_s_ && engine == nullptr; }
 
   // The end event. `batch` as for stepped(); `bytes_sent` to every neighbour.
-  void finish(int64_t steps, double epoch, int batch, bool stopped, uint64_t bytes_sent, bool in_cluster);
+  void finish(int64_t steps, double epoch, int batch, bool stopped, uint64_t bytes_sent, bool in_cluster,
+              const std::function<void(JsonObject&)>& more = {});
 
   int64_t& compute_overruns() { return compute_overruns_; }
   double train_s() const { return train_s_; }

@@ -10,6 +10,7 @@ Run by ctest with /usr/bin/python3; HEARSAY_BUILD_DIR names the build. Loopback 
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -112,6 +113,22 @@ class WheelInstall(unittest.TestCase):
         # failed report leaves the exit status alone, so it is looked for here).
         self.assertIn("hearsay-run: report in", r.stdout, r.stderr[-2000:])
         self.assertEqual(len(glob.glob(os.path.join(out, "*", "index.html"))), 1)
+
+    def test_the_installed_hearsay_torchrun_starts_the_peers_under_the_venvs_python(self):
+        # /usr/bin/torchrun runs the system python, which does not see the venv's hearsay;
+        # the venv's hearsay-torchrun runs torchrun, and so its workers, under the venv's.
+        config = os.path.join(self.work, "torchrun.textproto")
+        with open(config, "w") as f:
+            f.write(CONFIG)
+        r = self.venv_run([os.path.join(self.venv, "bin", "hearsay-torchrun"), "--nproc_per_node", "2",
+                           "--master_addr", "127.0.0.1", "--master_port", "17493", EXAMPLE, "--config", config, "--quiet"],
+                          env={**clean_env(), "HEARSAY_SECRET": "a secret of the wheel test, long enough"})
+        self.assertEqual(r.returncode, 0, r.stdout[-2000:] + r.stderr[-2000:])
+        # (The two ranks' lines may interleave on the shared stdout.)
+        finals = re.findall(r"final test accuracy ([0-9.]+)% \(loss ([0-9.]+)\)", r.stdout)
+        self.assertEqual(len(finals), 2, r.stdout)
+        # finish() averaged the two peers' models: both evaluate the same weights.
+        self.assertEqual(finals[0], finals[1], r.stdout)
 
     def test_the_installed_hearsay_peer_is_the_native_program(self):
         r = self.venv_run([os.path.join(self.venv, "bin", "hearsay-peer"), "--version"])
