@@ -36,6 +36,9 @@ struct ClusterSpec {
   // Tests of averaging invariants: every peer initialises its model from its own seed
   // (base seed + index), and none copies a neighbour's model at start (no join).
   bool distinct_init = false;
+  // Per peer: after this many steps one bit of its model flips (PeerNetwork::
+  // flip_bit_after_step); -1 or empty: never.
+  std::vector<int64_t> flip_bit_after_step;
 };
 
 struct ClusterResult {

@@ -208,6 +208,14 @@ class ExternalPeer {
   // Throws InputError when the script's epoch of `given` batches is not the `resumed`
   // checkpoint's (0: it had none).
   void check_resumed_epoch(int64_t given, int64_t resumed, int64_t resumed_step) const;
+  // The final consensus's words (external_collectives.cpp): `word` at (kFinalRound,
+  // phase) to every other peer (or those whose link is up); a wait for one peer's message (its values) that answers joiners and
+  // calls `repeat` each second meanwhile (nullopt at the timeout); and, from close(), the
+  // words of a peer that leaves before its finish().
+  void say_to_all(uint32_t phase, float word, bool only_linked = false);
+  std::optional<std::vector<float>> await_word(int from, uint64_t round, uint32_t phase, double timeout_s,
+                                               const std::function<void()>& repeat);
+  void leave_without_consensus();
 
   PeerSpec spec_;
   std::string model_kind_;  // the config's model, in text

@@ -105,6 +105,7 @@ struct GossipSpec {
   MixerSpec mixer;
   int gossip_every = 1;        // steps between sends (async algorithms)
   double sync_timeout_s = 60;  // synchronous algorithms: how long to wait for a peer
+  bool parity_check = false;   // gossip.parity_check: digests of the model after each equal-copies step
   size_t segment_elements = 1 << 20;  // updates larger than this travel in segments
   // A message of more bytes than this (a model of hundreds of megabytes) travels as a
   // stream (src/peer/message_stream.h; docs/WIRE.md, "Large messages"): at most this many
@@ -218,6 +219,10 @@ class GossipEngine {
   // Where log_stats also publishes (hearsay-peer --metrics); null: nowhere. Must outlive
   // the engine.
   void set_metrics(MetricsBoard* board) { metrics_ = board; }
+  // Answers the join requests and hellos that peers joining or restarting have sent (at
+  // every step's start, in this peer's own join, and wherever it waits long outside a
+  // step: a peer waiting in its final consensus is still a neighbour that answers).
+  void serve_join_requests();
   // Stops waiting in synchronous algorithms (shutdown).
   void stop();
   // After the run, for tests of conservation: whether nothing is left in this peer's
@@ -356,8 +361,11 @@ class GossipEngine {
   // Sends an encoded update to peer index `to` as `header` describes: the same payload
   // bytes on every link, never re-encoded, never folded with another, in order.
   void send_encoded(int to, Message header, std::shared_ptr<const Encoded> update);
-  // Whether the link to peer index `peer` is up now.
+  // Whether peer index `peer` takes part now: its link is up, and it has not finished its
+  // training (an external peer waiting in its final consensus keeps its links open).
   bool connected(int peer) const;
+  // Whether the link to peer index `peer` is up now, finished or not.
+  bool link_up(int peer) const;
   // Takes the asynchronous arrivals queued so far.
   std::vector<Message> take_async();
   // Push-sum mass this peer sent that no neighbour will take in, summed into one message
@@ -410,6 +418,10 @@ class GossipEngine {
   // of a site's attempt that its view change gave up (they would count against the inbox's
   // bound on held rounds for good).
   void forget_sync(const std::function<bool(int from, uint64_t round, uint32_t phase)>& stale);
+  // An algorithm calls it where its step leaves every peer with the same model (allreduce's
+  // every step, local_sgd's average, diloco's outer step): with gossip.parity_check the
+  // next step starts by comparing the peers' digests of it (engine_parity.cpp).
+  void copies_equal();
   // Host copy of the parameters, and writing them back.
   std::vector<float> params_host();
   void set_params_host(const std::vector<float>& p);
@@ -502,8 +514,12 @@ class GossipEngine {
   // Fills in what the engine knows of a message it sends: sender, clocks, step, samples,
   // and the whole tensor's length when the algorithm left it 0.
   void stamp(Message& m) const;
-  void serve_join_requests();
   void wait_for_quorum(int quorum, double timeout_s);
+  // Bit parity (engine_parity.cpp): the digests of the step copies_equal() marked,
+  // compared before the next step; a peer off the majority takes the model from its first
+  // holder. And the model's digest (CRC-32C of its bytes).
+  void check_parity();
+  uint32_t model_digest();
   void adopt_neighbour_model(double timeout_s);
   int index_of(const std::string& id) const;
   // Peer i's outbox, made with its link encoders at first use (step-loop thread).
@@ -584,6 +600,8 @@ class GossipEngine {
   // Inside step(): asynchronous sends wait here for its end (send()), until end_step().
   bool in_step_ = false;
   bool owner_ends_steps_ = false;
+  bool joining_ = false;  // in wait_for_quorum: hello answers are its to count
+  int64_t parity_due_ = -1;  // the step whose equal copies the next step checks first (copies_equal)
   std::vector<std::function<void()>> deferred_;
   // Offers a message to peer `to`'s outbox now, or at the step's end (deferred_).
   void offer(int to, Message&& m);

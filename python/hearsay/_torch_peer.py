@@ -144,11 +144,16 @@ class Peer:
         consensus and says so on stderr; after SIGINT, finish() then raises
         KeyboardInterrupt, as Python does for an interrupted program (exit 130)."""
         self._checkpoint_due = None  # the last checkpoint (a finish hook) holds that step too
-        # Before the last checkpoint, which then holds the model the cluster ends on.
-        self._engine.final_consensus()
-        for hook in self._finish_hooks:
-            hook()
-        self._engine.finish()
+        # Before the last checkpoint, which then holds the model the cluster ends on. The
+        # checkpoint and the end event are written whatever happens to it.
+        try:
+            self._engine.final_consensus()
+        finally:
+            try:
+                for hook in self._finish_hooks:
+                    hook()
+            finally:
+                self._engine.finish()
         if self._tensorboard is not None:
             self._tensorboard.close()
         stopped_by = self._engine.stop_signal
@@ -168,9 +173,10 @@ class Peer:
         "min", or torch.distributed.ReduceOp's SUM, AVG, MAX, MIN) over the peers, computed
         in float32 in peer order, so every peer holds the same bits. Every peer calls the
         same collectives in the same order, after the optimizer is made; each waits up to
-        gossip.sync_timeout_s for the others. Values must be finite (a peer refuses a
-        non-finite one); at most 16M of them (metrics, small tensors; the model's average is
-        finish()'s). Alone, the values are the result."""
+        gossip.sync_timeout_s for the others (RuntimeError if a signal stops the peer
+        meanwhile). Values must be finite (InputError); at most as many as the model has
+        parameters (metrics, small tensors; the model's average is finish()'s). Alone, the
+        values are the result."""
         name = op if isinstance(op, str) else getattr(op, "name", str(op).split(".")[-1])
         name = {"avg": "mean"}.get(str(name).lower(), str(name).lower())
         if name not in ("sum", "mean", "max", "min"):
@@ -184,7 +190,7 @@ class Peer:
             if tensor.is_complex() or tensor.dtype == torch.bool:
                 raise InputError(f"all_reduce(): a {tensor.dtype} tensor; give a real one (float32 or narrower, ints)")
             values = tensor.detach().to("cpu", torch.float32).contiguous().clone()
-        self._engine.all_reduce(values.data_ptr(), values.numel(), name)
+        self._collective("all_reduce()", lambda: self._engine.all_reduce(values.data_ptr(), values.numel(), name))
         if number:
             return float(values[0])
         with torch.no_grad():
@@ -194,7 +200,18 @@ class Peer:
     def barrier(self):
         """Returns once every peer has called it (after the optimizer is made); waits up to
         gossip.sync_timeout_s for them."""
-        self._engine.barrier()
+        self._collective("barrier()", self._engine.barrier)
+
+    def _collective(self, what, run):
+        # A signal while a collective waits leaves no result to give: said as such, not as
+        # the engine's bare "stop requested" (finish() in a finally block keeps the checkpoint).
+        try:
+            run()
+        except RuntimeError as e:
+            if str(e) != "stop requested" or isinstance(e, InputError):
+                raise
+            raise RuntimeError(f"peer {self.name}: {what}: stopped (SIGTERM or SIGINT) while it waited for the "
+                               "other peers; it has no result") from None
 
     def stop(self):
         """Ends the run after the current step (a signal handler or another thread may call it)."""

@@ -67,6 +67,7 @@ GossipSpec gossip_spec(const config::ClusterConfig& c) {
   s.gossip_every = g.gossip_every();
   s.options = algorithm_options_text(g);
   s.sync_timeout_s = g.sync_timeout_s();
+  s.parity_check = g.parity_check();
   const auto& codec = g.codec();
   s.codec.name = codec.name();
   s.codec.density = codec.density();

@@ -184,6 +184,7 @@ ClusterResult run_cluster(const ClusterSpec& spec) {
     net.me = i;
     net.transport = transports[i].get();
     net.slowdown = spec.slowdown.empty() ? 1.0 : spec.slowdown[i];
+    if (!spec.flip_bit_after_step.empty()) net.flip_bit_after_step = spec.flip_bit_after_step.at(i);
     net.on_snapshot = [&monitor, &gate, i](int64_t step, const std::vector<float>& p) {
       monitor.add(i, step, p);
       gate.reached(i, step);

@@ -21,12 +21,8 @@ namespace hearsay {
 
 namespace {
 
-// The final consensus's round: no step's, no collective's of the script (those count from
-// 1), and not the join's (the largest).
-constexpr uint64_t kFinalRound = std::numeric_limits<uint64_t>::max() - 1;
-// Phases of kEndPhases: the finish barrier's word, the final average's all-reduce (which
-// takes phases from its first on), and the script's collectives.
-constexpr uint32_t kFinishedPhase = kEndPhases.at(0);
+// Phases of kEndPhases beside the first word's (phases.h): the script's collectives, the
+// second word, and the final average's all-reduce (which takes phases from its first on).
 constexpr uint32_t kScriptPhase = kEndPhases.at(1);
 constexpr uint32_t kGoPhase = kEndPhases.at(2);
 constexpr uint32_t kAveragePhase = kEndPhases.at(16);
@@ -42,6 +38,33 @@ const char* mode_name(int mode) { return mode == 0 ? "average" : mode == 1 ? "me
 
 }  // namespace
 
+void ExternalPeer::say_to_all(uint32_t phase, float word, bool only_linked) {
+  for (int j = 0; j < static_cast<int>(peers_.size()); ++j) {
+    if (j == me_ || (only_linked && !engine_->link_up(j))) continue;
+    engine_->send(j, {.kind = MessageKind::kModel, .synchronous = true, .round = kFinalRound, .phase = phase}, {word});
+  }
+}
+
+std::optional<std::vector<float>> ExternalPeer::await_word(int from, uint64_t round, uint32_t phase, double timeout_s,
+                                                           const std::function<void()>& repeat) {
+  // In short waits, so that meanwhile this peer answers the peers that join or restart
+  // (it is still their neighbour: a restarted peer's quorum counts on its answer) and,
+  // each second, repeats its own word (a peer restarted since heard nothing of it).
+  const double deadline = clock_.now() + timeout_s;
+  double said = clock_.now();
+  for (;;) {
+    engine_->serve_join_requests();
+    const double left = deadline - clock_.now();
+    auto m = engine_->wait_sync_for(from, round, phase, std::clamp(left, 0.0, 0.2));
+    if (m) return std::move(m->data);
+    if (clock_.now() >= deadline) return std::nullopt;
+    if (repeat && clock_.now() - said >= 1.0) {
+      repeat();
+      said = clock_.now();
+    }
+  }
+}
+
 void ExternalPeer::final_consensus() {
   if (!in_cluster_ || !engine_ || finished_ || !consensus_outcome_.empty()) return;
   if (final_consensus_mode_ == 2) {
@@ -49,11 +72,10 @@ void ExternalPeer::final_consensus() {
     return;
   }
   const double t0 = clock_.now();
-  const auto seconds_since = [this](double t) { return clock_.now() - t; };
   const int n = static_cast<int>(peers_.size());
   const auto fail = [&](const std::string& why) {
     consensus_outcome_ = "failed";
-    consensus_s_ = seconds_since(t0);
+    consensus_s_ = clock_.now() - t0;
     std::fprintf(stderr, "%s: peer %s: no final %s (cluster.final_consensus): %s; it ends with its own parameters\n",
                  program_name().c_str(), spec_.name.c_str(), mode_name(final_consensus_mode_), why.c_str());
   };
@@ -68,46 +90,49 @@ void ExternalPeer::final_consensus() {
   // Everyone's word first: a peer that leaves (stopped, or missing a peer) says so, and
   // those that wait learn it at once instead of at the timeout.
   const bool leaving = stop_.load() || !never.empty();
-  for (int j = 0; j < n; ++j) {
-    if (j == me_) continue;
-    engine_->send(j, {.kind = MessageKind::kModel, .synchronous = true, .round = kFinalRound, .phase = kFinishedPhase},
-                  {leaving ? kLeaving : kFinished});
-  }
+  const float first = leaving ? kLeaving : kFinished;
+  say_to_all(kFinishedPhase, first);
   if (leaving) {
+    say_to_all(kGoPhase, kGaveUp);
     fail(stop_ ? "it was stopped, and the others were told it leaves"
                : "it never had a link with " + never + " this run, so not every peer can take part");
     return;
   }
-  const auto second_word = [&](float word) {
-    for (int j = 0; j < n; ++j) {
-      if (j != me_) {
-        engine_->send(j, {.kind = MessageKind::kModel, .synchronous = true, .round = kFinalRound, .phase = kGoPhase}, {word});
-      }
-    }
+  // Repeated over the links that are up only: a peer that is down would otherwise find a
+  // word a second queued for it when it comes back.
+  const auto repeat_first = [&] { say_to_all(kFinishedPhase, first, true); };
+  bool said_go = false;
+  // Whatever ends the consensus early, the others hear that this peer is gone.
+  const auto give_up = [&](const std::string& why) {
+    if (!said_go) say_to_all(kGoPhase, kGaveUp);
+    fail(why);
   };
   try {
     for (int j = 0; j < n; ++j) {
       if (j == me_) continue;
-      const double left = finish_timeout_s_ - seconds_since(t0);
-      auto word = engine_->wait_sync_for(j, kFinalRound, kFinishedPhase, std::max(left, 0.0));
+      auto word = await_word(j, kFinalRound, kFinishedPhase, std::max(finish_timeout_s_ - (clock_.now() - t0), 0.0), repeat_first);
       if (!word) {
-        second_word(kGaveUp);
-        fail("peer " + peers_[j] + " did not finish its training within cluster.finish_timeout_s (" +
-             std::to_string(static_cast<int>(finish_timeout_s_)) + " s)");
+        char waited[32];
+        std::snprintf(waited, sizeof waited, "%g", finish_timeout_s_);
+        give_up("peer " + peers_[j] + " did not finish its training within cluster.finish_timeout_s (" + waited + " s)");
         return;
       }
-      if (word->data.size() != 1 || word->data[0] != kFinished) {
-        second_word(kGaveUp);
-        fail("peer " + peers_[j] + " left without it (stopped)");
+      if (word->size() != 1 || (*word)[0] != kFinished) {
+        give_up("peer " + peers_[j] + " left without it (stopped, or it never had a link with every peer)");
         return;
       }
     }
-    second_word(kGo);
+    say_to_all(kGoPhase, kGo);
+    said_go = true;
     for (int j = 0; j < n; ++j) {
       if (j == me_) continue;
-      const GossipEngine::Message word = engine_->wait_sync(j, kFinalRound, kGoPhase);
-      if (word.data.size() != 1 || word.data[0] != kGo) {
-        fail("peer " + peers_[j] + " gave up waiting for the others (its cluster.finish_timeout_s) and left");
+      auto word = await_word(j, kFinalRound, kGoPhase, network_.gossip.sync_timeout_s, repeat_first);
+      if (!word) {
+        give_up("peer " + peers_[j] + " said nothing more within gossip.sync_timeout_s after it had finished");
+        return;
+      }
+      if (word->size() != 1 || (*word)[0] != kGo) {
+        give_up("peer " + peers_[j] + " gave up the consensus and left (stopped, or its cluster.finish_timeout_s passed)");
         return;
       }
     }
@@ -128,28 +153,47 @@ void ExternalPeer::final_consensus() {
       synchronize();
     }
     consensus_outcome_ = mode_name(final_consensus_mode_);
-    consensus_s_ = seconds_since(t0);
+    consensus_s_ = clock_.now() - t0;
   } catch (const StopRequested&) {
-    fail("a signal stopped it while it waited");
+    give_up("a signal stopped it while it waited; the others were told");
   } catch (const PeerTimeout& e) {
-    fail(std::string("a peer sent no part of the average within gossip.sync_timeout_s: ") + e.what());
+    give_up(std::string("a peer sent no part of the average within gossip.sync_timeout_s: ") + e.what());
+  } catch (const InputError& e) {
+    // A part the update guard refused (non-finite, or over its norm bound): no average.
+    give_up(e.what());
   }
+}
+
+void ExternalPeer::leave_without_consensus() {
+  // A peer closed before its finish() (an uncaught exception, close() alone) tells the
+  // others, who would otherwise wait finish_timeout_s for it.
+  if (!in_cluster_ || !engine_ || !consensus_outcome_.empty() || final_consensus_mode_ == 2) return;
+  consensus_outcome_ = "failed";
+  say_to_all(kFinishedPhase, kLeaving);
+  say_to_all(kGoPhase, kGaveUp);
 }
 
 void ExternalPeer::all_reduce(float* values, size_t n, ReduceOp op) {
   check_attached("all_reduce()");
-  if (n > kMaxCollectiveFloats) {
+  const size_t most = std::min(kMaxCollectiveFloats, model_->num_params());
+  if (n > most) {
     throw InputError("peer " + spec_.name + ": all_reduce() of " + std::to_string(n) + " values; at most " +
-                     std::to_string(kMaxCollectiveFloats) + " (it is for the script's metrics and small tensors; the "
-                     "model's average is finish()'s)");
+                     std::to_string(most) + " (the model's size, and at most " + std::to_string(kMaxCollectiveFloats) +
+                     ": it is for the script's metrics and small tensors; the model's average is finish()'s)");
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(values[i])) {
+      throw InputError("peer " + spec_.name + ": all_reduce(): value " + std::to_string(i) + " is " +
+                       std::to_string(values[i]) + "; every peer refuses a value that is not finite");
+    }
   }
   if (!in_cluster_ || !engine_) return;  // alone: its own values are the result
   const uint64_t round = ++collectives_;
   const int peers = static_cast<int>(peers_.size());
-  std::vector<float> own(values, values + n);
+  const auto own = std::make_shared<const std::vector<float>>(values, values + n);  // one copy every link reads
   for (int j = 0; j < peers; ++j) {
     if (j != me_) {
-      engine_->send(j, {.kind = MessageKind::kModel, .synchronous = true, .round = round, .phase = kScriptPhase}, own);
+      engine_->send_shared(j, {.kind = MessageKind::kModel, .synchronous = true, .round = round, .phase = kScriptPhase}, own);
     }
   }
   // Every peer's values, combined in peer order: the same operations in the same order on
@@ -158,9 +202,16 @@ void ExternalPeer::all_reduce(float* values, size_t n, ReduceOp op) {
   for (int j = 0; j < peers; ++j) {
     std::vector<float> got;
     if (j == me_) {
-      got = own;
+      got = *own;
     } else {
-      got = engine_->wait_sync(j, round, kScriptPhase).data;
+      auto m = await_word(j, round, kScriptPhase, network_.gossip.sync_timeout_s, {});
+      if (!m) {
+        throw PeerTimeout("peer " + spec_.name + ": all_reduce() #" + std::to_string(round) + " waited " +
+                              std::to_string(network_.gossip.sync_timeout_s) + " s (gossip.sync_timeout_s) for peer " +
+                              peers_[j] + "; every peer must call the same collectives, in the same order",
+                          j);
+      }
+      got = std::move(*m);
       if (got.size() != n) {
         throw InputError("peer " + spec_.name + ": all_reduce() #" + std::to_string(round) + ": peer " + peers_[j] +
                          " gave " + std::to_string(got.size()) + " values, this peer " + std::to_string(n) +

@@ -293,6 +293,7 @@ void ExternalPeer::finish() {
 }
 
 void ExternalPeer::close() {
+  leave_without_consensus();
   // As hearsay-peer ends: the engine stops waiting, then the transport closes its links
   // and ends its threads, while the framework's buffers still exist.
   if (engine_) {

@@ -10,6 +10,7 @@
 #include "../util/callback_gate.h"
 #include "timed_optimizer.h"
 #include "algorithm.h"
+#include "phases.h"
 #include "algorithm_registry.h"
 #include "hearsay/build_config.h"
 #include "hearsay/device_codec.h"
@@ -124,7 +125,14 @@ constexpr uint64_t kJoinRound = ~uint64_t{0};
 constexpr uint32_t kModelRequestPhase = 0, kModelAnswerPhase = 1, kHelloPhase = 2, kHelloAnswerPhase = 3;
 }  // namespace
 
-bool GossipEngine::connected(int peer) const { return transport_.link_stats(peers_[peer]).connected; }
+// A neighbour that has finished its training (its final consensus's first word is held)
+// keeps its links open while it waits for the others, but takes no more part: an
+// algorithm that waited for it, or gave it push-sum mass, would wait or lose it.
+bool GossipEngine::connected(int peer) const {
+  return link_up(peer) && !inbox_->holds_sync_from(peer, kFinalRound, kFinishedPhase);
+}
+
+bool GossipEngine::link_up(int peer) const { return transport_.link_stats(peers_[peer]).connected; }
 
 // One answer per neighbour at a time: a neighbour that asks again before it has read the
 // last (or asks every step and never reads) would otherwise queue a model per request.
@@ -137,11 +145,16 @@ void GossipEngine::serve_join_requests() {
     if (outgoing_link(j).holds_sync(kJoinRound, kHelloAnswerPhase)) continue;
     send(j, {.kind = MessageKind::kModel, .synchronous = true, .round = kJoinRound, .phase = kHelloAnswerPhase}, {});
   }
+  // Answers that came after this peer's own join had counted its quorum: dropped, so they
+  // do not hold a round's place in the inbox for good.
+  if (!joining_) inbox_->take_senders_of(kJoinRound, kHelloAnswerPhase);
 }
 
 void GossipEngine::join(bool adopt_model, int quorum, double quorum_timeout_s) {
   if (!entry_->joins_from_neighbour) return;  // synchronous ones start together by construction
+  joining_ = true;
   if (quorum > 0) wait_for_quorum(quorum, quorum_timeout_s);
+  joining_ = false;
   if (adopt_model) adopt_neighbour_model(5.0);
   // Answers to the tries given up on would otherwise be held for good.
   inbox_->forget_sync([](int, uint64_t round, uint32_t phase) {
@@ -165,7 +178,7 @@ void GossipEngine::wait_for_quorum(int quorum, double timeout_s) {
       std::string silent, absent;
       for (int j = 0; j < n; ++j) {
         if (j == me_ || answered[j]) continue;
-        std::string& list = connected(j) ? silent : absent;
+        std::string& list = link_up(j) ? silent : absent;
         list += (list.empty() ? "" : ", ") + peers_[j];
       }
       char waited[32];
@@ -179,7 +192,9 @@ void GossipEngine::wait_for_quorum(int quorum, double timeout_s) {
                        "; start them, or set min_neighbours: 0 to train alone until they come");
     }
     for (int j = 0; j < n; ++j) {
-      if (j == me_ || answered[j] || !connected(j) || (asked_at[j] >= 0 && now - asked_at[j] < 0.5)) continue;
+      // A neighbour that has finished and waits for the others to (its final consensus)
+      // answers and counts: this peer's training is what it waits for.
+      if (j == me_ || answered[j] || !link_up(j) || (asked_at[j] >= 0 && now - asked_at[j] < 0.5)) continue;
       send(j, {.kind = MessageKind::kModel, .synchronous = true, .round = kJoinRound, .phase = kHelloPhase}, {});
       asked_at[j] = now;  // asked again after a while: a hello sent before its engine was up is lost
     }
@@ -246,6 +261,7 @@ std::vector<int> GossipEngine::live_targets(int64_t round) {
 }
 
 BatchStats GossipEngine::step(const Batch& batch, float lr) {
+  check_parity();  // before anything of this step reads the model the last one left
   // The helper's copy of the parameters as the last step left them (copy_between_steps).
   start_snapshot_ = copy_between_steps_ ? take_copy() : nullptr;
   if (start_snapshot_) {

@@ -480,6 +480,11 @@ std::vector<int> Inbox::take_senders_of(uint64_t round, uint32_t phase) {
   return from;
 }
 
+bool Inbox::holds_sync_from(int from, uint64_t round, uint32_t phase) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return sync_.count({from, round, phase}) != 0;
+}
+
 void Inbox::wake() {
   std::lock_guard<std::mutex> lock(mu_);
   cv_.notify_all();

@@ -97,6 +97,8 @@ class Inbox {
   void forget_sync(const std::function<bool(int, uint64_t, uint32_t)>& stale);
   // Senders whose synchronous (round, phase) message is waiting; takes those messages.
   std::vector<int> take_senders_of(uint64_t round, uint32_t phase);
+  // Whether `from`'s synchronous (round, phase) message is held, not yet taken.
+  bool holds_sync_from(int from, uint64_t round, uint32_t phase) const;
   size_t buffered_bytes() const;
   uint64_t held_memory(std::unordered_set<const void*>& seen) const;
 

@@ -38,8 +38,18 @@ inline constexpr PhaseRange kBufferPhases{1u << 21, 1u << 20};
 // An external peer's collectives (external_collectives.cpp): the final consensus at
 // finish() and the script's own all_reduce and barrier.
 inline constexpr PhaseRange kEndPhases{1u << 22, 1u << 20};
+// The final consensus's round (no step's, no collective's of a script: those count from 1;
+// below the join's, the largest) and its first word: "this peer has finished" (or leaves).
+// The engine reads a neighbour whose word is held as gone from training.
+inline constexpr uint64_t kFinalRound = std::numeric_limits<uint64_t>::max() - 1;
+inline constexpr uint32_t kFinishedPhase = kEndPhases.at(0);
+// Bit parity (engine_parity.cpp): a step's digests, and the model a repaired peer takes.
+inline constexpr PhaseRange kParityPhases{(1u << 22) + (1u << 21), 2};
 
 static_assert(disjoint(kAlgorithmPhases, kSiteRingPhases) && disjoint(kAlgorithmPhases, kBufferPhases));
+static_assert(disjoint(kParityPhases, kEndPhases) && disjoint(kParityPhases, kBufferPhases) &&
+              disjoint(kParityPhases, kAlgorithmPhases) && !is_site_phase(kParityPhases.first) &&
+              !is_site_phase(kParityPhases.end() - 1));
 static_assert(disjoint(kEndPhases, kBufferPhases) && disjoint(kEndPhases, kAlgorithmPhases) &&
               !is_site_phase(kEndPhases.first) && !is_site_phase(kEndPhases.end() - 1),
               "bit 20 clear throughout: never a site's phase of any epoch");

@@ -38,23 +38,21 @@ cluster {
 class Consensus(unittest.TestCase):
     port = 17640
 
-    def start(self, extra="", collectives=False, b_sleep_s=0.02, b_extra=()):
+    def start(self, extra="", collectives=False, b_sleep_s=0.02, a_extra=()):
         Consensus.port += 2
         d = tempfile.mkdtemp(prefix="hearsay-consensus-")
-        config = os.path.join(d, "c.textproto")
-        with open(config, "w") as f:
+        with open(os.path.join(d, "c.textproto"), "w") as f:
             f.write(CONFIG % (Consensus.port, Consensus.port + 1, extra))
-        env = dict(os.environ, HEARSAY_TEST_SECRET=SECRET)
         procs = {}
-        for name, sleep_s in (("a", 0.0), ("b", b_sleep_s)):
-            cmd = [sys.executable, SCRIPT, "--config", config, "--peer", name, "--out", os.path.join(d, name + ".json"),
-                   "--log", os.path.join(d, name + ".jsonl"), "--sleep-s", str(sleep_s)]
-            if collectives:
-                cmd.append("--collectives")
-            if name == "b":
-                cmd += list(b_extra)
-            procs[name] = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for name, args in (("a", ("--sleep-s", "0") + tuple(a_extra)), ("b", ("--sleep-s", str(b_sleep_s)))):
+            procs[name] = self.restart(d, name, args + (("--collectives",) if collectives else ()))
         return d, procs
+
+    def restart(self, d, name, args):
+        cmd = [sys.executable, SCRIPT, "--config", os.path.join(d, "c.textproto"), "--peer", name,
+               "--out", os.path.join(d, name + ".json"), "--log", os.path.join(d, name + ".jsonl"), *args]
+        return subprocess.Popen(cmd, env=dict(os.environ, HEARSAY_TEST_SECRET=SECRET), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
 
     def finish(self, d, procs):
         out = {}
@@ -66,7 +64,8 @@ class Consensus(unittest.TestCase):
                 with open(path) as f:
                     out[name].update(json.load(f))
             with open(os.path.join(d, name + ".jsonl")) as f:
-                out[name]["end"] = next((e for e in map(json.loads, f) if e["event"] == "end"), None)
+                ends = [e for e in map(json.loads, f) if e["event"] == "end"]
+            out[name]["end"] = ends[-1] if ends else None
         return out
 
     def run_pair(self, extra="", **kw):
@@ -81,6 +80,7 @@ class Consensus(unittest.TestCase):
         for _ in range(10):
             out = self.run_pair()
             a, b = out["a"], out["b"]
+            self.assertEqual(a["params"], b["params"], "not the same bits")
             distances.append(math.dist(a["params"], b["params"]))
             self.assertEqual((a["end"]["final_consensus"], b["end"]["final_consensus"]), ("average", "average"))
             before.append(a["end"]["consensus_distance"])
@@ -116,6 +116,11 @@ class Consensus(unittest.TestCase):
             self.assertEqual(got["min"], [1.0, -20.0])
             self.assertEqual(got["number"], 2.0)
             self.assertEqual(got["counts"], [6, 8])
+            self.assertEqual(len(got["refused"]), 2, got["refused"])
+            self.assertRegex(got["refused"][0], r"peer .: all_reduce\(\) of 33 values; at most 32 \(the model's size")
+            self.assertRegex(got["refused"][1], r"peer .: all_reduce\(\): value 1 is nan; every peer refuses a value that "
+                                                r"is not finite")
+            self.assertEqual(got["after_refusals"], 2.0)
 
     def test_a_peer_stopped_by_sigint_tells_the_other_which_ends_at_once_with_its_own(self):
         d, procs = self.start(b_sleep_s=0.2)
@@ -127,9 +132,42 @@ class Consensus(unittest.TestCase):
         self.assertIn(out["b"]["rc"], (-signal.SIGINT, 130), out["b"]["stderr"])  # Python's exit for an interrupt
         self.assertEqual(out["a"]["rc"], 0, out["a"]["stderr"])
         self.assertEqual(out["a"]["end"]["final_consensus"], "failed")
-        self.assertIn("peer a: no final average (cluster.final_consensus): peer b left without it (stopped)",
+        self.assertIn("peer a: no final average (cluster.final_consensus): peer b left without it (stopped, or it never had "
+                      "a link with every peer)",
                       out["a"]["stderr"])
         self.assertIn("peer b: no final average (cluster.final_consensus): it was stopped", out["b"]["stderr"])
+
+    def test_a_peer_stopped_while_it_waits_in_finish_tells_the_other(self):
+        # a finishes at once and waits for b; SIGINT ends a's wait, and b, when it
+        # finishes, hears that a gave up instead of waiting for a's part of the average.
+        d, procs = self.start(b_sleep_s=0.15)
+        time.sleep(5)
+        procs["a"].send_signal(signal.SIGINT)
+        out = self.finish(d, procs)
+        self.assertIn(out["a"]["rc"], (-signal.SIGINT, 130), out["a"]["stderr"])
+        self.assertIn("peer a: no final average (cluster.final_consensus): a signal stopped it while it waited",
+                      out["a"]["stderr"])
+        self.assertEqual(out["b"]["rc"], 0, out["b"]["stderr"])
+        self.assertIn("peer b: no final average (cluster.final_consensus): peer a gave up the consensus and left",
+                      out["b"]["stderr"])
+        self.assertLess(out["b"]["end"]["consensus_s"], 5)
+
+    def test_a_peer_killed_and_restarted_while_the_other_waits_in_finish_ends_on_the_same_model(self):
+        # a crashes at step 20 (checkpoints every 10); b finishes and waits in finish() for
+        # a, answering its restart's hello (its quorum), and the two end on one model.
+        ckpt = tempfile.mkdtemp(prefix="hearsay-consensus-ckpt-")
+        extra = 'finish_timeout_s: 120 } checkpoint { dir: "%s" every_steps: 10' % ckpt
+        d, procs = self.start(extra, b_sleep_s=0.0, a_extra=("--kill-after", "20", "--sleep-s", "0.05"))
+        procs["a"].wait(timeout=60)
+        self.assertEqual(procs["a"].returncode, -signal.SIGKILL)
+        time.sleep(2)  # b has finished and waits
+        procs["a"] = self.restart(d, "a", ("--sleep-s", "0.02"))
+        out = self.finish(d, procs)
+        for name in "ab":
+            self.assertEqual(out[name]["rc"], 0, out[name]["stderr"])
+            self.assertEqual(out[name]["end"]["final_consensus"], "average", out[name]["stderr"])
+        self.assertEqual(out["a"]["end"]["steps"], 60)
+        self.assertEqual(out["a"]["params"], out["b"]["params"])
 
     def test_a_peer_that_never_finishes_is_waited_for_finish_timeout_s_only(self):
         d, procs = self.start("finish_timeout_s: 2", b_sleep_s=0.3)

@@ -5,6 +5,8 @@ what they gave; after finish(), its parameters. --sleep-s slows a peer's steps, 
 one finishes first and the other takes its last steps alone."""
 import argparse
 import json
+import os
+import signal
 import time
 
 import torch
@@ -15,6 +17,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--out", required=True)
 ap.add_argument("--sleep-s", type=float, default=0.0)
 ap.add_argument("--collectives", action="store_true")
+ap.add_argument("--kill-after", type=int, default=0, help="SIGKILL itself after this step (a crash)")
 ap.add_argument("--stall-s", type=float, default=0.0, help="sleep this long after joining, before making the optimizer")
 args, _ = ap.parse_known_args()
 
@@ -35,6 +38,14 @@ if args.collectives:
     out["number"] = peer.all_reduce(peer.rank + 0.5, "sum")
     peer.barrier()
     out["counts"] = peer.all_reduce(torch.tensor([3, 4], dtype=torch.int64)).tolist()
+    refused = []
+    for bad in (torch.zeros(33), torch.tensor([1.0, float("nan")])):  # larger than the model; not finite
+        try:
+            peer.all_reduce(bad)
+        except ht.InputError as e:
+            refused.append(str(e))
+    out["refused"] = refused
+    out["after_refusals"] = peer.all_reduce(1.0)  # nothing was sent: the next collective still matches
 
 while peer.running:
     x = torch.randn(32, 8, generator=data)
@@ -42,6 +53,8 @@ while peer.running:
     loss = torch.nn.functional.mse_loss(model(x), x @ target)
     loss.backward()
     opt.step(loss)
+    if args.kill_after and peer.steps == args.kill_after:
+        os.kill(os.getpid(), signal.SIGKILL)
     if args.sleep_s:
         time.sleep(args.sleep_s)
 peer.finish()

@@ -38,6 +38,7 @@ class AllReduce final : public Algorithm {
       b.upload(e.model().grads(), g.data(), sizeof(float) * n);
     }
     e.optimizer().step(e.model().params(), e.model().grads(), lr * lr_scale(e, step));
+    e.copies_equal();
     return s;
   }
   uint64_t held_bytes() const override { return powersgd_ ? powersgd_->held_bytes() : 0; }

@@ -39,6 +39,7 @@ class Diloco final : public Algorithm {
       allreduce_sum_in_place(e, MessageKind::kModelDelta, x, n, step / h_, 0, true, ReduceScope::kCluster, outer_codec_);
       outer_step(x, n, e.peers().size());
       e.write_params(0, n, anchor_.data());
+      e.copies_equal();
       return s;
     }
     std::vector<float> delta = e.params_host();
@@ -48,6 +49,7 @@ class Diloco final : public Algorithm {
                                                  ReduceScope::kCluster, outer_codec_);
     outer_step(sum.data(), sum.size(), e.peers().size());
     e.set_params_host(anchor_);
+    e.copies_equal();
     return s;
   }
 

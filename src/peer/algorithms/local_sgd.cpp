@@ -12,7 +12,10 @@ class LocalSgd final : public Algorithm {
   explicit LocalSgd(int local_steps) : h_(static_cast<uint64_t>(local_steps)) {}
   BatchStats step(GossipEngine& e, const Batch& batch, float lr, uint64_t step) override {
     const BatchStats s = local_step(e, batch, lr, step);
-    if (step % h_ == h_ - 1) e.set_params_host(average_models(e, step / h_));
+    if (step % h_ == h_ - 1) {
+      e.set_params_host(average_models(e, step / h_));
+      e.copies_equal();
+    }
     return s;
   }
 

@@ -1,0 +1,101 @@
+// Bit parity (gossip.parity_check): where an algorithm leaves every peer with the same model
+// (allreduce's every step, local_sgd's averages, diloco's outer steps), the peers compare a
+// 4-byte digest of it before their next step uses it. A silent corruption (a bit flipped in
+// memory, a bad write) would otherwise spread: the next gradient or outer delta computed
+// on it enters every peer's sum. The peers that differ from the majority are named, and
+// each takes the model from the first peer that holds the majority's digest.
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "algorithm.h"
+#include "hearsay/wire.h"
+#include "phases.h"
+
+namespace hearsay {
+
+namespace {
+
+// A digest travels as two 16-bit halves, each exact in a float (a message carries floats,
+// and a raw bit pattern could be a NaN, which every peer refuses).
+std::vector<float> halves(uint32_t digest) {
+  return {static_cast<float>(digest >> 16), static_cast<float>(digest & 0xffffu)};
+}
+
+bool from_halves(const std::vector<float>& v, uint32_t* digest) {
+  if (v.size() != 2) return false;
+  for (float x : v) {
+    if (!(x >= 0 && x <= 65535 && std::floor(x) == x)) return false;
+  }
+  *digest = (static_cast<uint32_t>(v[0]) << 16) | static_cast<uint32_t>(v[1]);
+  return true;
+}
+
+}  // namespace
+
+void GossipEngine::copies_equal() {
+  // Named by the steps taken once this one is done (its log's step count).
+  if (spec_.parity_check) parity_due_ = static_cast<int64_t>(steps_) + 1;
+}
+
+uint32_t GossipEngine::model_digest() {
+  if (model_.backend().is_host()) return crc32c(model_.params(), sizeof(float) * model_.num_params());
+  const std::vector<float> p = params_host();
+  return crc32c(p.data(), sizeof(float) * p.size());
+}
+
+void GossipEngine::check_parity() {
+  if (parity_due_ < 0) return;
+  const auto round = static_cast<uint64_t>(parity_due_);
+  parity_due_ = -1;
+  const int n = static_cast<int>(peers_.size());
+  const uint32_t phase = kParityPhases.at(0), model_phase = kParityPhases.at(1);
+  std::vector<uint32_t> digests(static_cast<size_t>(n));
+  digests[me_] = model_digest();
+  for (int j = 0; j < n; ++j) {
+    if (j != me_) send(j, {.kind = MessageKind::kModel, .synchronous = true, .round = round, .phase = phase}, halves(digests[me_]));
+  }
+  for (int j = 0; j < n; ++j) {
+    if (j == me_) continue;
+    if (!from_halves(wait_sync(j, round, phase).data, &digests[j])) {
+      refuse_sync(j, round, "a parity digest that is not two 16-bit halves");
+    }
+  }
+  // The majority's digest; between groups of one size, the group of the lowest index.
+  std::map<uint32_t, int> count;
+  for (uint32_t d : digests) ++count[d];
+  uint32_t majority = digests[0];
+  for (int j = 0; j < n; ++j) {
+    if (count[digests[j]] > count[majority]) majority = digests[j];
+  }
+  if (count[majority] == n) return;
+  const int donor = static_cast<int>(std::find(digests.begin(), digests.end(), majority) - digests.begin());
+  std::vector<std::string> differ;
+  for (int j = 0; j < n; ++j) {
+    if (digests[j] != majority) differ.push_back(peers_[j]);
+  }
+  const bool mine_differs = digests[me_] != majority;
+  log_.write(log_.event("parity")
+                 .add("step", static_cast<int64_t>(round))
+                 .add("digest", static_cast<int64_t>(majority))
+                 .add("differ", differ)
+                 .add("from", peers_[donor])
+                 .add("repaired", mine_differs));
+  if (me_ == donor) {
+    const auto model = std::make_shared<const std::vector<float>>(params_host());  // one copy every link reads
+    for (int j = 0; j < n; ++j) {
+      if (digests[j] != majority) {
+        send_shared(j, {.kind = MessageKind::kModel, .synchronous = true, .round = round, .phase = model_phase}, model);
+      }
+    }
+  }
+  if (!mine_differs) return;
+  Message m = wait_sync(donor, round, model_phase);
+  if (m.data.size() != model_.num_params() || crc32c(m.data.data(), sizeof(float) * m.data.size()) != majority) {
+    refuse_sync(donor, round, "a repair model whose digest is not the majority's");
+  }
+  params_written();  // a helper's copy between steps is of the model being replaced
+  set_params_host(m.data);
+}
+
+}  // namespace hearsay
