@@ -407,6 +407,15 @@ void validate(const config::Config& c, const Locator& at) {
     if (g.cross_every() < 1) fail("cluster.gossip.cross_every", "must be >= 1");
     if (!(g.bandwidth_floor() > 0 && g.bandwidth_floor() <= 1)) fail("cluster.gossip.bandwidth_floor", "must be in (0, 1]");
     if (!(g.sync_timeout_s() > 0) || !std::isfinite(g.sync_timeout_s())) fail("cluster.gossip.sync_timeout_s", "must be a positive number");
+    if (g.parity_check() && !algorithm->equal_copies) {
+      fail("cluster.gossip.parity_check", "checks the equal copies of allreduce, local_sgd and diloco; " + wire_text(g.algorithm()) +
+                                              " holds none the whole model at once (streaming_diloco and site replicas are "
+                                              "not checked yet)");
+    }
+    if (g.parity_check() && cl.site_replicas()) {
+      fail("cluster.gossip.parity_check", "is not served under cluster.site_replicas yet (a site's members repeat their "
+                                          "leader's step)");
+    }
     const std::set<std::string> robust{"none", "centered_clip", "trimmed_mean"};
     if (robust.count(g.robust()) == 0) fail("cluster.gossip.robust", "unknown '" + wire_text(g.robust()) + "'; use none, centered_clip or trimmed_mean");
     if (!(g.clip_factor() > 0) || !std::isfinite(g.clip_factor())) fail("cluster.gossip.clip_factor", "must be a positive number");

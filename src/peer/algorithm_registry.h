@@ -67,6 +67,9 @@ struct AlgorithmEntry {
   // Its collectives already sum each site's gradients first and cross the WAN only between
   // the sites' leaders (hierarchical): cluster.site_replicas adds nothing to it.
   bool sums_sites_first = false;
+  // Its steps leave every peer with the same whole model at known points, which it marks
+  // (GossipEngine::copies_equal): gossip.parity_check can compare their digests.
+  bool equal_copies = false;
   // Model-sized buffers its own state keeps, as its paper states it (diloco: the outer
   // model and its momentum): the least a peer holds, which a config is checked against
   // before it runs (src/config/simulation_memory.cpp); its memory events count them.
@@ -99,6 +102,7 @@ struct AlgorithmDefinition {
   bool new_site_leader = false;
   bool sums_sites_first = false;
   int model_buffers = 0;
+  bool equal_copies = false;
   std::vector<SendRule> sends;
   std::function<void(const Options&, const GossipSpec&, int peers)> check;
   std::function<std::unique_ptr<Algorithm>(const GossipSpec&, const Options&)> make;
@@ -121,6 +125,7 @@ bool register_algorithm(AlgorithmDefinition<Options> d) {
   e.new_site_leader = d.new_site_leader;
   e.sums_sites_first = d.sums_sites_first;
   e.model_buffers = d.model_buffers;
+  e.equal_copies = d.equal_copies;
   e.options = &Options::default_instance();
   e.sends = std::move(d.sends);
   if (d.check) {

@@ -8,7 +8,10 @@
 #include <cmath>
 #include <map>
 
+#include <cstdio>
+
 #include "algorithm.h"
+#include "hearsay/process.h"
 #include "hearsay/wire.h"
 #include "phases.h"
 
@@ -53,7 +56,11 @@ void GossipEngine::check_parity() {
   std::vector<uint32_t> digests(static_cast<size_t>(n));
   digests[me_] = model_digest();
   for (int j = 0; j < n; ++j) {
-    if (j != me_) send(j, {.kind = MessageKind::kModel, .synchronous = true, .round = round, .phase = phase}, halves(digests[me_]));
+    // total: the digest's own length, not the model's (a receiver sizes what it holds by it).
+    if (j != me_) {
+      send(j, {.kind = MessageKind::kModel, .synchronous = true, .round = round, .phase = phase, .total = 2},
+           halves(digests[me_]));
+    }
   }
   for (int j = 0; j < n; ++j) {
     if (j == me_) continue;
@@ -61,7 +68,7 @@ void GossipEngine::check_parity() {
       refuse_sync(j, round, "a parity digest that is not two 16-bit halves");
     }
   }
-  // The majority's digest; between groups of one size, the group of the lowest index.
+  // The digest most peers hold (between groups of one size, the group of the lowest index).
   std::map<uint32_t, int> count;
   for (uint32_t d : digests) ++count[d];
   uint32_t majority = digests[0];
@@ -69,11 +76,25 @@ void GossipEngine::check_parity() {
     if (count[digests[j]] > count[majority]) majority = digests[j];
   }
   if (count[majority] == n) return;
-  const int donor = static_cast<int>(std::find(digests.begin(), digests.end(), majority) - digests.begin());
   std::vector<std::string> differ;
   for (int j = 0; j < n; ++j) {
     if (digests[j] != majority) differ.push_back(peers_[j]);
   }
+  if (2 * count[majority] <= n) {
+    // No majority (two peers, or an even split): which copy is the altered one cannot be
+    // told, and taking either could spread the fault. Said, not repaired; the run goes on.
+    log_.write(log_.event("parity")
+                   .add("step", static_cast<int64_t>(round))
+                   .add("digest", static_cast<int64_t>(majority))
+                   .add("differ", differ)
+                   .add("from", std::string())
+                   .add("repaired", false));
+    std::fprintf(stderr, "%s: peer %s: the peers' models differ after step %llu and no digest has a majority of the %d "
+                         "peers: not repaired (bit parity needs 3 peers or more)\n",
+                 program_name().c_str(), peers_[me_].c_str(), static_cast<unsigned long long>(round), n);
+    return;
+  }
+  const int donor = static_cast<int>(std::find(digests.begin(), digests.end(), majority) - digests.begin());
   const bool mine_differs = digests[me_] != majority;
   log_.write(log_.event("parity")
                  .add("step", static_cast<int64_t>(round))
@@ -94,8 +115,12 @@ void GossipEngine::check_parity() {
   if (m.data.size() != model_.num_params() || crc32c(m.data.data(), sizeof(float) * m.data.size()) != majority) {
     refuse_sync(donor, round, "a repair model whose digest is not the majority's");
   }
+  // Held to the update guard's bound, as every synchronous part is: at most max_norm_ratio
+  // times this peer's own model's norm.
+  check_sync_part(m, round, model_norm(), 1.0);
   params_written();  // a helper's copy between steps is of the model being replaced
   set_params_host(m.data);
+  algorithm_->model_replaced(*this);
 }
 
 }  // namespace hearsay

@@ -13,6 +13,7 @@
 #include "hearsay/cluster.h"
 #include "hearsay/config.h"
 #include "hearsay/config.pb.h"
+#include "hearsay/error.h"
 
 using namespace hearsay;
 
@@ -75,4 +76,40 @@ TEST_CASE("parity: a bit flipped after an outer step is named, repaired from the
             std::string::npos);
     }
   }
+}
+
+TEST_CASE("parity: with two peers no digest has a majority: the difference is named and nothing is repaired") {
+  ClusterSpec s;
+  s.base = peer_spec(parse_config(kSmall, "parity-test", {}));
+  s.peers = 2;
+  s.gossip.algorithm = "allreduce";
+  s.gossip.topology.kind = "ring";
+  s.gossip.parity_check = true;
+  s.flip_bit_after_step = {-1, 8};
+  const std::string dir = "/tmp/hearsay-parity-test-pair";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  s.log_dir = dir;
+  const ClusterResult r = run_cluster(s);
+  // Neither copy was taken: the two models stay apart (allreduce adds the same update to both).
+  CHECK(!same_bits(r.final_params[0], r.final_params[1]));
+  for (int i = 0; i < 2; ++i) {
+    const std::string log = slurp(dir + "/peer" + std::to_string(i) + ".jsonl");
+    CHECK(log.find("\"differ\":[\"peer1\"],\"from\":\"\",\"repaired\":false") != std::string::npos);
+  }
+}
+
+TEST_CASE("parity: gossip.parity_check is refused at load with an algorithm it cannot serve, naming the field") {
+  const std::string cluster = R"(
+    cluster { id: "c" secret_env: "HEARSAY_SECRET"
+      peers { name: "a" address: "127.0.0.1:1" } peers { name: "b" address: "127.0.0.1:2" } peers { name: "c" address: "127.0.0.1:3" }
+      gossip { algorithm: "ALGORITHM" parity_check: true } })";
+  for (const char* algorithm : {"adpsgd", "streaming_diloco", "gossip_grad"}) {
+    std::string text = std::string(kSmall) + cluster;
+    text.replace(text.find("ALGORITHM"), 9, algorithm);
+    CHECK_THROWS_WITH_AS(parse_config(text, "p.textproto"), doctest::Contains("cluster.gossip.parity_check"), InputError);
+  }
+  std::string ok = std::string(kSmall) + cluster;
+  ok.replace(ok.find("ALGORITHM"), 9, "diloco");
+  CHECK_NOTHROW(parse_config(ok, "p.textproto"));
 }

@@ -67,6 +67,7 @@ const bool registered = register_algorithm<algorithms::AllreduceOptions>({
     .synchronous = true,
     .collective = true,
     .sums_sites_first = true,
+    .equal_copies = true,
     .check =
         [](const algorithms::AllreduceOptions& o, const GossipSpec& s, int) {
           check_sync_lr_options(o.sync_lr_scaling(), o.sync_lr_warmup_steps());

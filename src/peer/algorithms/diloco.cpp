@@ -54,6 +54,8 @@ class Diloco final : public Algorithm {
   }
 
   uint64_t held_bytes() const override { return floats_held({&anchor_, &velocity_}); }
+  // After an outer step the model is the outer model: a repaired model is the outer one.
+  void model_replaced(GossipEngine& e) override { anchor_ = e.params_host(); }
   std::string save() const override {
     StateWriter w;
     w.put_optional(anchor_).put_optional(velocity_);
@@ -92,6 +94,7 @@ const bool registered = register_algorithm<algorithms::DilocoOptions>({
     .synchronous = true,
     .collective = true,
     .model_buffers = 2,  // the outer model and its momentum
+    .equal_copies = true,
     .check =
         [](const algorithms::DilocoOptions& o, const GossipSpec& s, int) {
           if (o.local_steps() < 1) throw OptionError("local_steps", "must be >= 1, got " + std::to_string(o.local_steps()));

@@ -27,6 +27,7 @@ const bool registered = register_algorithm<algorithms::LocalSgdOptions>({
     .name = "local_sgd",
     .synchronous = true,
     .collective = true,
+    .equal_copies = true,
     .check =
         [](const algorithms::LocalSgdOptions& o, const GossipSpec&, int) {
           if (o.local_steps() < 1) throw OptionError("local_steps", "must be >= 1, got " + std::to_string(o.local_steps()));
