@@ -23,6 +23,7 @@
 #include "hearsay/error.h"
 #include "hearsay/log.h"
 #include "hearsay/metrics.h"
+#include "hearsay/peer_metrics.h"
 #include "hearsay/peer.h"
 #include "hearsay/preflight.h"
 #include "hearsay/process.h"
@@ -231,29 +232,21 @@ int main(int argc, char** argv) {
     const std::string name = clustered ? hearsay::resolve_peer_name(cfg, peer_name) : cfg.name();
     // The metrics endpoint is up before anything else starts, so that a port in use stops
     // the peer before it joins, and an operator sees it while it waits for neighbours.
-    std::unique_ptr<hearsay::MetricsBoard> board;
-    std::unique_ptr<hearsay::MetricsServer> metrics;
-    if (!metrics_address.empty()) {
-      board = std::make_unique<hearsay::MetricsBoard>(std::map<std::string, std::string>{
-          {"peer", name}, {"cluster", cfg.cluster().id()}, {"algorithm", clustered ? cfg.cluster().gossip().algorithm() : "alone"},
-          {"transport", clustered ? cfg.cluster().transport() : "none"}, {"device", cfg.device()}});
-      metrics = std::make_unique<hearsay::MetricsServer>(metrics_address, [b = board.get()] { return b->render(); },
-                                                         "peer " + name + ": --metrics");
-      std::fprintf(stderr, "hearsay-peer: %s serves metrics at %s (port %d)\n", name.c_str(), metrics_address.c_str(),
-                   metrics->port());
-    }
+    hearsay::PeerMetrics metrics;
+    if (!metrics_address.empty()) metrics = hearsay::serve_peer_metrics(cfg, clustered, name, metrics_address, "", "hearsay-peer");
+    hearsay::MetricsBoard* const board = metrics.board.get();
     if (clustered) {
       hearsay::EventLog log(log_path, name);
       hearsay::Progress progress(stderr, name);
       std::fprintf(stderr, "hearsay-peer: %s of cluster %s (%s, %s)%s%s\n", name.c_str(), cfg.cluster().id().c_str(),
                    cfg.cluster().gossip().algorithm().c_str(), cfg.cluster().transport().c_str(),
                    log_path.empty() ? "" : ", log ", log_path.c_str());
-      r = hearsay::run_cluster_peer(cfg, name, log, quiet ? nullptr : &progress, hearsay::stop_flag(), board.get());
+      r = hearsay::run_cluster_peer(cfg, name, log, quiet ? nullptr : &progress, hearsay::stop_flag(), board);
     } else {
       hearsay::EventLog log(log_path, cfg.name());
       hearsay::Progress progress(stderr, cfg.name());
       hearsay::Peer peer(hearsay::peer_spec(cfg), log, quiet ? nullptr : &progress);
-      peer.set_metrics(board.get());
+      peer.set_metrics(board);
       peer.stop_when(hearsay::stop_flag());
       std::fprintf(stderr, "hearsay-peer: %s on %s, %zu parameters, %lld training samples%s%s\n", cfg.name().c_str(),
                    cfg.device().c_str(), peer.model().num_params(), static_cast<long long>(peer.data().train.size),

@@ -10,6 +10,7 @@
 #include "hearsay/config.pb.h"
 #include "hearsay/error.h"
 #include "hearsay/gossip.h"
+#include "hearsay/peer_metrics.h"
 #include "hearsay/process.h"
 #include "../log/event_schema.h"
 #include "phases.h"
@@ -41,15 +42,10 @@ ExternalPeer::ExternalPeer(const ExternalPeerOptions& o) {
   log_ = std::make_unique<EventLog>(log_path, name);
   if (!o.quiet) progress_ = std::make_unique<Progress>(stderr, name);
   if (!o.metrics_address.empty()) {
-    // Up before the join, as hearsay-peer's: a port in use stops the peer before it
-    // joins, and an operator sees it while it waits for its neighbours.
-    metrics_board_ = std::make_unique<MetricsBoard>(std::map<std::string, std::string>{
-        {"peer", name}, {"cluster", cfg.cluster().id()}, {"algorithm", cluster ? cfg.cluster().gossip().algorithm() : "alone"},
-        {"transport", cluster ? cfg.cluster().transport() : "none"}, {"device", cfg.device()}, {"framework", "torch"}});
-    metrics_server_ = std::make_unique<MetricsServer>(o.metrics_address, [b = metrics_board_.get()] { return b->render(); },
-                                                      "peer " + name + ": --metrics");
-    std::fprintf(stderr, "%s: %s serves metrics at %s (port %d)\n", program_name().c_str(), name.c_str(),
-                 o.metrics_address.c_str(), metrics_server_->port());
+    // Up before the join, as hearsay-peer's.
+    PeerMetrics m = serve_peer_metrics(cfg, cluster, name, o.metrics_address, "torch", program_name());
+    metrics_board_ = std::move(m.board);
+    metrics_server_ = std::move(m.server);
   }
   if (cluster) {
     // Before joining: no neighbour need be up to be told this.
