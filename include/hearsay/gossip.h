@@ -419,9 +419,14 @@ class GossipEngine {
   // bound on held rounds for good).
   void forget_sync(const std::function<bool(int from, uint64_t round, uint32_t phase)>& stale);
   // An algorithm calls it where its step leaves every peer with the same model (allreduce's
-  // every step, local_sgd's average, diloco's outer step): with gossip.parity_check the
-  // next step starts by comparing the peers' digests of it (engine_parity.cpp).
+  // every step, local_sgd's average, diloco's outer step) or the same state of its own
+  // (streaming_diloco's outer model): with gossip.parity_check the next step starts by
+  // comparing the peers' digests of it (engine_parity.cpp).
   void copies_equal();
+  // Fault injection for tests of bit parity: one bit of what parity checks flips (the
+  // model, or the algorithm's equal state where the model is not one of the copies), as a
+  // silent memory error would.
+  void inject_bit_flip();
   // Host copy of the parameters, and writing them back.
   std::vector<float> params_host();
   void set_params_host(const std::vector<float>& p);
@@ -516,10 +521,14 @@ class GossipEngine {
   void stamp(Message& m) const;
   void wait_for_quorum(int quorum, double timeout_s);
   // Bit parity (engine_parity.cpp): the digests of the step copies_equal() marked,
-  // compared before the next step; a peer off the majority takes the model from its first
-  // holder. And the model's digest (CRC-32C of its bytes).
+  // compared before the next step; a peer off the majority takes the checked state (the
+  // model where it is one of the copies, then the algorithm's equal_state) from its first
+  // holder. Its digest (CRC-32C of those bytes in turn), its parts, and written back.
   void check_parity();
-  uint32_t model_digest();
+  uint32_t parity_digest();
+  std::vector<std::vector<float>> parity_parts();
+  std::vector<size_t> parity_part_sizes();
+  void take_parity_parts(const std::vector<std::vector<float>>& parts);
   void adopt_neighbour_model(double timeout_s);
   int index_of(const std::string& id) const;
   // Peer i's outbox, made with its link encoders at first use (step-loop thread).
@@ -602,6 +611,7 @@ class GossipEngine {
   bool owner_ends_steps_ = false;
   bool joining_ = false;  // in wait_for_quorum: hello answers are its to count
   int64_t parity_due_ = -1;  // the step whose equal copies the next step checks first (copies_equal)
+  bool said_no_majority_ = false;  // bit parity without a majority: said on stderr once (the log has each)
   std::vector<std::function<void()>> deferred_;
   // Offers a message to peer `to`'s outbox now, or at the step's end (deferred_).
   void offer(int to, Message&& m);

@@ -106,8 +106,7 @@ struct PeerNetwork {
   int join_quorum = 0;
   double join_timeout_s = 30;
   // Fault injection for tests of bit parity: after this step (its count of steps taken),
-  // one bit of one parameter of this peer's model flips, as a silent memory error would.
-  // -1: never.
+  // one bit of what parity checks flips (GossipEngine::inject_bit_flip). -1: never.
   int64_t flip_bit_after_step = -1;
   // Initialise the model from this seed instead of the config's (tests whose peers must
   // start apart; real clusters start from one seed).
@@ -165,8 +164,6 @@ class Peer {
   const TrainTest& data() const { return *data_; }
 
  private:
-  // PeerNetwork::flip_bit_after_step's fault: one bit of the model flips.
-  void flip_one_bit();
   // The next minibatch of this peer's shard into batch_x_ / batch_y_ (on the device).
   void next_batch(int batch, int64_t* idx);
   // Text windows idx[0..n) of `set` into batch_x_ (tokens) and batch_y_ (next tokens).

@@ -408,9 +408,9 @@ void validate(const config::Config& c, const Locator& at) {
     if (!(g.bandwidth_floor() > 0 && g.bandwidth_floor() <= 1)) fail("cluster.gossip.bandwidth_floor", "must be in (0, 1]");
     if (!(g.sync_timeout_s() > 0) || !std::isfinite(g.sync_timeout_s())) fail("cluster.gossip.sync_timeout_s", "must be a positive number");
     if (g.parity_check() && !algorithm->equal_copies) {
-      fail("cluster.gossip.parity_check", "checks the equal copies of allreduce, local_sgd and diloco; " + wire_text(g.algorithm()) +
-                                              " holds none the whole model at once (streaming_diloco and site replicas are "
-                                              "not checked yet)");
+      fail("cluster.gossip.parity_check", "checks the copies a synchronous algorithm holds equal on every peer; " +
+                                              wire_text(g.algorithm()) + " holds none (use allreduce, local_sgd, diloco or "
+                                              "streaming_diloco)");
     }
     if (g.parity_check() && cl.site_replicas()) {
       fail("cluster.gossip.parity_check", "is not served under cluster.site_replicas yet (a site's members repeat their "

@@ -40,10 +40,12 @@ class Algorithm {
   // After the run (GossipEngine::settle): take in what arrived since the last step, without
   // stepping. Only algorithms that conserve a quantity need it.
   virtual void settle(GossipEngine&) {}
-  // The model was replaced where every peer holds the same one (bit parity's repair,
-  // engine_parity.cpp): an algorithm that keeps a copy of it (diloco's outer model, equal
-  // to the model there) takes the new one.
-  virtual void model_replaced(GossipEngine&) {}
+  // Bit parity (engine_parity.cpp): where the algorithm marks equal copies
+  // (GossipEngine::copies_equal), whether the model itself is one of them, and its own
+  // buffers that every peer holds equal there too (diloco's outer model and momentum),
+  // which are digested and repaired with it.
+  virtual bool model_equal_at_copies() const { return true; }
+  virtual std::vector<std::vector<float>*> equal_state() { return {}; }
   // Bytes of host memory the algorithm's own state holds now (public copies, an outer
   // model and its momentum, error-feedback memories): the `algorithm` owner of a peer's
   // memory event. Buffers of one step's life are not state and are not counted.

@@ -6,6 +6,7 @@
 // each takes the model from the first peer that holds the majority's digest.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 
 #include <cstdio>
@@ -41,10 +42,62 @@ void GossipEngine::copies_equal() {
   if (spec_.parity_check) parity_due_ = static_cast<int64_t>(steps_) + 1;
 }
 
-uint32_t GossipEngine::model_digest() {
-  if (model_.backend().is_host()) return crc32c(model_.params(), sizeof(float) * model_.num_params());
-  const std::vector<float> p = params_host();
-  return crc32c(p.data(), sizeof(float) * p.size());
+uint32_t GossipEngine::parity_digest() {
+  // CRC-32C continued over each part in turn: the model (where it is one of the copies),
+  // then the algorithm's equal state, as one stream of bytes (what a repair sends).
+  uint32_t crc = 0;
+  if (algorithm_->model_equal_at_copies()) {
+    if (model_.backend().is_host()) {
+      crc = crc32c(model_.params(), sizeof(float) * model_.num_params());
+    } else {
+      const std::vector<float> p = params_host();
+      crc = crc32c(p.data(), sizeof(float) * p.size());
+    }
+  }
+  for (const std::vector<float>* v : algorithm_->equal_state()) crc = crc32c(v->data(), sizeof(float) * v->size(), crc);
+  return crc;
+}
+
+std::vector<std::vector<float>> GossipEngine::parity_parts() {
+  std::vector<std::vector<float>> parts;
+  if (algorithm_->model_equal_at_copies()) parts.push_back(params_host());
+  for (const std::vector<float>* v : algorithm_->equal_state()) parts.push_back(*v);
+  return parts;
+}
+
+std::vector<size_t> GossipEngine::parity_part_sizes() {
+  std::vector<size_t> sizes;
+  if (algorithm_->model_equal_at_copies()) sizes.push_back(model_.num_params());
+  for (const std::vector<float>* v : algorithm_->equal_state()) sizes.push_back(v->size());
+  return sizes;
+}
+
+void GossipEngine::take_parity_parts(const std::vector<std::vector<float>>& parts) {
+  size_t k = 0;
+  if (algorithm_->model_equal_at_copies()) {
+    params_written();  // a helper's copy between steps is of the model being replaced
+    set_params_host(parts[k++]);
+  }
+  for (std::vector<float>* v : algorithm_->equal_state()) *v = parts[k++];
+}
+
+void GossipEngine::inject_bit_flip() {
+  // The top bit of the mantissa of the middle value of what parity checks first: a change
+  // large enough to matter.
+  const auto flip = [](float& x) {
+    uint32_t bits;
+    std::memcpy(&bits, &x, sizeof bits);
+    bits ^= 1u << 22;
+    std::memcpy(&x, &bits, sizeof bits);
+  };
+  const auto state = algorithm_->equal_state();
+  if (!algorithm_->model_equal_at_copies() && !state.empty() && !state.front()->empty()) {
+    flip((*state.front())[state.front()->size() / 2]);
+    return;
+  }
+  std::vector<float> p = params_host();
+  flip(p[p.size() / 2]);
+  set_params_host(p);
 }
 
 void GossipEngine::check_parity() {
@@ -52,9 +105,9 @@ void GossipEngine::check_parity() {
   const auto round = static_cast<uint64_t>(parity_due_);
   parity_due_ = -1;
   const int n = static_cast<int>(peers_.size());
-  const uint32_t phase = kParityPhases.at(0), model_phase = kParityPhases.at(1);
+  const uint32_t phase = kParityPhases.at(0);
   std::vector<uint32_t> digests(static_cast<size_t>(n));
-  digests[me_] = model_digest();
+  digests[me_] = parity_digest();
   for (int j = 0; j < n; ++j) {
     // total: the digest's own length, not the model's (a receiver sizes what it holds by it).
     if (j != me_) {
@@ -89,9 +142,12 @@ void GossipEngine::check_parity() {
                    .add("differ", differ)
                    .add("from", std::string())
                    .add("repaired", false));
-    std::fprintf(stderr, "%s: peer %s: the peers' models differ after step %llu and no digest has a majority of the %d "
-                         "peers: not repaired (bit parity needs 3 peers or more)\n",
-                 program_name().c_str(), peers_[me_].c_str(), static_cast<unsigned long long>(round), n);
+    if (!said_no_majority_) {
+      said_no_majority_ = true;
+      std::fprintf(stderr, "%s: peer %s: the peers' models differ after step %llu and no digest has a majority of the %d "
+                           "peers: not repaired (bit parity needs 3 peers or more; each check's parity event says it)\n",
+                   program_name().c_str(), peers_[me_].c_str(), static_cast<unsigned long long>(round), n);
+    }
     return;
   }
   const int donor = static_cast<int>(std::find(digests.begin(), digests.end(), majority) - digests.begin());
@@ -102,25 +158,36 @@ void GossipEngine::check_parity() {
                  .add("differ", differ)
                  .add("from", peers_[donor])
                  .add("repaired", mine_differs));
+  // The repair travels as its parts (the model, each buffer of the algorithm's), one
+  // message each: none is longer than the model, which bounds what a receiver takes.
+  const std::vector<size_t> sizes = parity_part_sizes();
+  HEARSAY_CHECK(sizes.size() < kParityPhases.size, "bit parity: more parts than its phases");
   if (me_ == donor) {
-    const auto model = std::make_shared<const std::vector<float>>(params_host());  // one copy every link reads
-    for (int j = 0; j < n; ++j) {
-      if (digests[j] != majority) {
-        send_shared(j, {.kind = MessageKind::kModel, .synchronous = true, .round = round, .phase = model_phase}, model);
+    const std::vector<std::vector<float>> parts = parity_parts();
+    for (size_t k = 0; k < parts.size(); ++k) {
+      const auto part = std::make_shared<const std::vector<float>>(parts[k]);  // one copy every link reads
+      for (int j = 0; j < n; ++j) {
+        if (digests[j] == majority) continue;
+        send_shared(j, {.kind = MessageKind::kModel, .synchronous = true, .round = round,
+                        .phase = kParityPhases.at(1 + static_cast<uint32_t>(k)), .total = part->size()},
+                    part);
       }
     }
   }
   if (!mine_differs) return;
-  Message m = wait_sync(donor, round, model_phase);
-  if (m.data.size() != model_.num_params() || crc32c(m.data.data(), sizeof(float) * m.data.size()) != majority) {
-    refuse_sync(donor, round, "a repair model whose digest is not the majority's");
+  std::vector<std::vector<float>> parts;
+  uint32_t crc = 0;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    Message m = wait_sync(donor, round, kParityPhases.at(1 + static_cast<uint32_t>(k)));
+    if (m.data.size() != sizes[k]) refuse_sync(donor, round, "a repair part of another size than this peer's");
+    // Held to the update guard's bound, as every synchronous part is: at most
+    // max_norm_ratio times this peer's own model's norm.
+    check_sync_part(m, round, model_norm(), 1.0);
+    crc = crc32c(m.data.data(), sizeof(float) * m.data.size(), crc);
+    parts.push_back(std::move(m.data));
   }
-  // Held to the update guard's bound, as every synchronous part is: at most max_norm_ratio
-  // times this peer's own model's norm.
-  check_sync_part(m, round, model_norm(), 1.0);
-  params_written();  // a helper's copy between steps is of the model being replaced
-  set_params_host(m.data);
-  algorithm_->model_replaced(*this);
+  if (crc != majority) refuse_sync(donor, round, "a repair whose digest is not the majority's");
+  take_parity_parts(parts);
 }
 
 }  // namespace hearsay

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <thread>
 
 #include "hearsay/checkpoint.h"
@@ -274,7 +273,7 @@ TrainResult Peer::run() {
     ledger.check_finite(loss, step, lr, engine_.get(), "lower optim.lr (now " + std::to_string(spec_.schedule.base_lr) + ")");
     result.losses.push_back(loss);
     result.steps = step + 1;
-    if (result.steps == network_.flip_bit_after_step) flip_one_bit();
+    if (result.steps == network_.flip_bit_after_step && engine_) engine_->inject_bit_flip();
     if (metrics_ != nullptr) metrics_->on_step(result.steps, loss, rows);
     if (engine_) result.max_buffered_bytes = std::max(result.max_buffered_bytes, engine_->buffered_bytes());
     ledger.stepped(result.steps, sampler_->epochs_done(), loss, lr, batch, step_s, compute_s, engine_.get(), [&] {
@@ -318,16 +317,6 @@ TrainResult Peer::run() {
 }
 
 std::vector<float> Peer::params() const { return model_->get_params(); }
-
-void Peer::flip_one_bit() {
-  // The top bit of the mantissa of the middle parameter: a change large enough to matter.
-  std::vector<float> p = model_->get_params();
-  uint32_t bits;
-  std::memcpy(&bits, &p[p.size() / 2], sizeof bits);
-  bits ^= 1u << 22;
-  std::memcpy(&p[p.size() / 2], &bits, sizeof bits);
-  model_->set_params(p);
-}
 
 std::string Peer::algorithm_state() const { return engine_ ? engine_->algorithm_state() : std::string(); }
 

@@ -44,7 +44,7 @@ inline constexpr PhaseRange kEndPhases{1u << 22, 1u << 20};
 inline constexpr uint64_t kFinalRound = std::numeric_limits<uint64_t>::max() - 1;
 inline constexpr uint32_t kFinishedPhase = kEndPhases.at(0);
 // Bit parity (engine_parity.cpp): a step's digests, and the model a repaired peer takes.
-inline constexpr PhaseRange kParityPhases{(1u << 22) + (1u << 21), 2};
+inline constexpr PhaseRange kParityPhases{(1u << 22) + (1u << 21), 8};
 
 static_assert(disjoint(kAlgorithmPhases, kSiteRingPhases) && disjoint(kAlgorithmPhases, kBufferPhases));
 static_assert(disjoint(kParityPhases, kEndPhases) && disjoint(kParityPhases, kBufferPhases) &&

@@ -1,8 +1,8 @@
-// Bit parity (gossip.parity_check, src/peer/engine_parity.cpp): one peer's model altered by
-// one bit after an outer step (PeerNetwork::flip_bit_after_step) is named at the next
-// digest exchange, repairs itself from the majority, and the run ends with the model the
-// unaltered run ends with, bit for bit. Without the check the same bit spreads into every
-// peer's model.
+// Bit parity (gossip.parity_check, src/peer/engine_parity.cpp): one peer's model (or, under
+// streaming_diloco, its outer model) altered by one bit after an outer step
+// (PeerNetwork::flip_bit_after_step) is named at the next digest exchange, repairs itself
+// from the majority, and the run ends with the model the unaltered run ends with, bit for
+// bit. Without the check the same bit spreads into every peer's model.
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -54,9 +54,12 @@ std::string slurp(const std::string& path) {
 }  // namespace
 
 TEST_CASE("parity: a bit flipped after an outer step is named, repaired from the majority, and the run ends as unaltered") {
+  // streaming_diloco's checked copies are its outer model and momentum (its model is each
+  // peer's own): the flip lands in its outer model.
   for (const auto& [algorithm, options] : {std::pair<std::string, std::string>{"diloco", "local_steps: 4"},
                                            {"local_sgd", "local_steps: 4"},
-                                           {"allreduce", ""}}) {
+                                           {"allreduce", ""},
+                                           {"streaming_diloco", "local_steps: 4 fragments: 2 overlap_steps: 0"}}) {
     CAPTURE(algorithm);
     const ClusterResult clean = run(algorithm, options, true, 0);
     const ClusterResult spread = run(algorithm, options, false, 8);  // after the second outer step
@@ -104,7 +107,7 @@ TEST_CASE("parity: gossip.parity_check is refused at load with an algorithm it c
     cluster { id: "c" secret_env: "HEARSAY_SECRET"
       peers { name: "a" address: "127.0.0.1:1" } peers { name: "b" address: "127.0.0.1:2" } peers { name: "c" address: "127.0.0.1:3" }
       gossip { algorithm: "ALGORITHM" parity_check: true } })";
-  for (const char* algorithm : {"adpsgd", "streaming_diloco", "gossip_grad"}) {
+  for (const char* algorithm : {"adpsgd", "dpsgd", "gossip_grad"}) {
     std::string text = std::string(kSmall) + cluster;
     text.replace(text.find("ALGORITHM"), 9, algorithm);
     CHECK_THROWS_WITH_AS(parse_config(text, "p.textproto"), doctest::Contains("cluster.gossip.parity_check"), InputError);

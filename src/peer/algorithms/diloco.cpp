@@ -54,8 +54,7 @@ class Diloco final : public Algorithm {
   }
 
   uint64_t held_bytes() const override { return floats_held({&anchor_, &velocity_}); }
-  // After an outer step the model is the outer model: a repaired model is the outer one.
-  void model_replaced(GossipEngine& e) override { anchor_ = e.params_host(); }
+  std::vector<std::vector<float>*> equal_state() override { return {&anchor_, &velocity_}; }
   std::string save() const override {
     StateWriter w;
     w.put_optional(anchor_).put_optional(velocity_);

@@ -57,6 +57,10 @@ class StreamingDiloco final : public Algorithm {
   }
 
   uint64_t held_bytes() const override { return floats_held({&anchor_, &velocity_}); }
+  // After each fragment's outer step every peer holds the same outer model and momentum;
+  // the model itself is each peer's own (its inner steps, its merge).
+  bool model_equal_at_copies() const override { return false; }
+  std::vector<std::vector<float>*> equal_state() override { return {&anchor_, &velocity_}; }
   std::string save() const override {
     StateWriter w;
     w.put(static_cast<double>(syncs_));
@@ -122,6 +126,7 @@ class StreamingDiloco final : public Algorithm {
       }
       e.write_params(at, n, x.data());
     }
+    e.copies_equal();
   }
 
   uint64_t h_;
@@ -140,6 +145,7 @@ const bool registered = register_algorithm<algorithms::StreamingDilocoOptions>({
     .synchronous = true,
     .collective = true,
     .model_buffers = 2,  // the outer model and its momentum
+    .equal_copies = true,
     .check =
         [](const algorithms::StreamingDilocoOptions& o, const GossipSpec& s, int) {
           if (o.local_steps() < 1) throw OptionError("local_steps", "must be >= 1, got " + std::to_string(o.local_steps()));
