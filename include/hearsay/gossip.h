@@ -609,7 +609,6 @@ class GossipEngine {
   // Inside step(): asynchronous sends wait here for its end (send()), until end_step().
   bool in_step_ = false;
   bool owner_ends_steps_ = false;
-  bool joining_ = false;  // in wait_for_quorum: hello answers are its to count
   int64_t parity_due_ = -1;  // the step whose equal copies the next step checks first (copies_equal)
   bool said_no_majority_ = false;  // bit parity without a majority: said on stderr once (the log has each)
   std::vector<std::function<void()>> deferred_;

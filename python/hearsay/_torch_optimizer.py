@@ -158,7 +158,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         self._step_lock, self._stepping_thread = threading.Lock(), None
         self._accumulating = False  # inside no_sync()
         self._skip_local_step = False  # a GradScaler found this step's gradient overflowed
-        self._restores_groups, self._resumed_groups = False, []
+        self._resumed_groups = []  # the optimizer's saved groups, without their parameters, once a checkpoint is read
         self._checkpoint_path = (os.path.join(peer.checkpoint_dir, peer.name + ".pt") if peer.checkpoint_dir else None)
         resuming = bool(self._checkpoint_path and peer.resume and os.path.exists(self._checkpoint_path))
         # The engine holds the callback, and the optimizer the peer: a weak reference keeps
@@ -169,6 +169,9 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
                             join=not resuming,  # a resumed peer goes on from its own state
                             buffers=self.flat_buffers.data_ptr() if nb else 0, num_buffers=nb,
                             buffer_sharing=self.buffer_mode if nb else "broadcast")
+        # After each registered object's load, the optimizer's saved groups come back (see
+        # load_state_dict).
+        peer._script_state.after_load(lambda: this() and this()._restore_groups())
         if resuming:
             self.load_state_dict(torch.load(self._checkpoint_path, map_location=self.device))
         peer._finish_hooks.append(self._save_checkpoint)
@@ -266,9 +269,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         # listed first must not hide the algorithm's scaling from the others).
         lr = next((float(g["lr"]) for g in self.optimizer.param_groups if g["lr"] > 0), 0.0)
         self._lr_given = lr
-        if not self.peer._stepped:
-            self.peer._script_state.first_step()
-            self.peer._stepped = True
+        self.peer._script_state.stepping()
         rows = self.peer._take_rows()
         count = int(count if count is not None else rows)
         loss_sum = float(loss) * count if loss is not None else 0.0
@@ -411,12 +412,7 @@ class DecentralizedOptimizer(torch.optim.Optimizer):
         # A scheduler built after this (its first step sets its first rate) and then given
         # its saved state (register_state) leaves the groups' rates at that first one:
         # each registered object's load puts the saved groups' hyperparameters back.
-        groups = [{k: v for k, v in g.items() if k != "params"} for g in state["optimizer"]["param_groups"]]
-        self._resumed_groups = groups
-        if not self._restores_groups:
-            self._restores_groups = True
-            this = weakref.ref(self)
-            self.peer._script_state.after_load(lambda: this() and this()._restore_groups())
+        self._resumed_groups = [{k: v for k, v in g.items() if k != "params"} for g in state["optimizer"]["param_groups"]]
         self.peer.load_state_dict(state)
 
     def _restore_groups(self):

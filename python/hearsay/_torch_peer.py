@@ -110,7 +110,6 @@ class Peer:
         self._script_state = ScriptState(self._name)
         global _last_peer
         _last_peer = weakref.ref(self)
-        self._stepped = False  # a step was taken in this process
         self._checkpoint_due = None  # the optimizer's checkpoint writer, when the last step is one to keep
         self._tensorboard = _tensorboard.EventFileWriter(tensorboard_dir) if tensorboard_dir else None
         self._closed = False
@@ -325,7 +324,7 @@ class Peer:
         replaces in place. E.g. peer.register_state(scheduler=sched, scaler=scaler,
         progress=my_dict). Before the first step; before or after the optimizer read the
         checkpoint: an object registered later takes its state when it is registered."""
-        self._script_state.register(objects, self._stepped)
+        self._script_state.register(objects)
 
     def state_dict(self):
         """The engine's state (step count, the sampler's and the script's data's place, the

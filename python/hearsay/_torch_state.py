@@ -37,11 +37,11 @@ class ScriptState:
         self._objects = {}  # name -> object
         self._pending = {}  # name -> state from a checkpoint, for an object not registered yet
         self._after_load = []  # callables run after each object's state is loaded
-        self._warned = False
+        self._stepped = False  # a step was taken in this process
 
-    def register(self, objects, stepped):
+    def register(self, objects):
         for name, obj in objects.items():
-            if stepped:
+            if self._stepped:
                 raise InputError(f"peer {self._peer_name}: register_state({name}=...) after the first step; register what "
                                  "the checkpoint carries before the loop, so a resume can restore it before it is used")
             if name in self._objects:
@@ -74,10 +74,13 @@ class ScriptState:
         groups' rates, which a scheduler built after the resume had set to its first)."""
         self._after_load.append(fn)
 
-    def first_step(self):
-        # A state the checkpoint carried that nothing took: say so once, where the user looks.
-        if self._pending and not self._warned:
-            self._warned = True
+    def stepping(self):
+        """Before each step: at the first, a state the checkpoint carried that nothing took is
+        said, once, where the user looks."""
+        if self._stepped:
+            return
+        self._stepped = True
+        if self._pending:
             sys.stderr.write(f"hearsay: peer {self._peer_name}: the checkpoint carries state for "
                              f"{', '.join(repr(n) for n in sorted(self._pending))} that no register_state() took "
                              "before the first step: it is not restored\n")

@@ -133,15 +133,18 @@ void GossipEngine::check_parity() {
   for (int j = 0; j < n; ++j) {
     if (digests[j] != majority) differ.push_back(peers_[j]);
   }
-  if (2 * count[majority] <= n) {
-    // No majority (two peers, or an even split): which copy is the altered one cannot be
-    // told, and taking either could spread the fault. Said, not repaired; the run goes on.
+  const auto log_parity = [&](const std::string& from, bool repaired) {
     log_.write(log_.event("parity")
                    .add("step", static_cast<int64_t>(round))
                    .add("digest", static_cast<int64_t>(majority))
                    .add("differ", differ)
-                   .add("from", std::string())
-                   .add("repaired", false));
+                   .add("from", from)
+                   .add("repaired", repaired));
+  };
+  if (2 * count[majority] <= n) {
+    // No majority (two peers, or an even split): which copy is the altered one cannot be
+    // told, and taking either could spread the fault. Said, not repaired; the run goes on.
+    log_parity("", false);
     if (!said_no_majority_) {
       said_no_majority_ = true;
       std::fprintf(stderr, "%s: peer %s: the peers' models differ after step %llu and no digest has a majority of the %d "
@@ -152,20 +155,15 @@ void GossipEngine::check_parity() {
   }
   const int donor = static_cast<int>(std::find(digests.begin(), digests.end(), majority) - digests.begin());
   const bool mine_differs = digests[me_] != majority;
-  log_.write(log_.event("parity")
-                 .add("step", static_cast<int64_t>(round))
-                 .add("digest", static_cast<int64_t>(majority))
-                 .add("differ", differ)
-                 .add("from", peers_[donor])
-                 .add("repaired", mine_differs));
+  log_parity(peers_[donor], mine_differs);
   // The repair travels as its parts (the model, each buffer of the algorithm's), one
   // message each: none is longer than the model, which bounds what a receiver takes.
   const std::vector<size_t> sizes = parity_part_sizes();
   HEARSAY_CHECK(sizes.size() < kParityPhases.size, "bit parity: more parts than its phases");
   if (me_ == donor) {
-    const std::vector<std::vector<float>> parts = parity_parts();
+    std::vector<std::vector<float>> parts = parity_parts();
     for (size_t k = 0; k < parts.size(); ++k) {
-      const auto part = std::make_shared<const std::vector<float>>(parts[k]);  // one copy every link reads
+      const auto part = std::make_shared<const std::vector<float>>(std::move(parts[k]));  // one copy every link reads
       for (int j = 0; j < n; ++j) {
         if (digests[j] == majority) continue;
         send_shared(j, {.kind = MessageKind::kModel, .synchronous = true, .round = round,

@@ -136,9 +136,13 @@ void ExternalPeer::final_consensus() {
         return;
       }
     }
-    // On a copy: a sum that fails part-way leaves the parameters as they were.
-    std::vector<float> own = model_->get_params();
-    std::vector<float> mean = allreduce_sum(*engine_, MessageKind::kModel, own, kFinalRound, kAveragePhase, false);
+    // Summed on one host copy, where it lies: a sum that fails part-way leaves the
+    // parameters as they were, and the parameters themselves are the distance's other side
+    // (on a device, a second copy of them is read for it).
+    std::vector<float> mean = model_->get_params();
+    allreduce_sum_in_place(*engine_, MessageKind::kModel, mean.data(), mean.size(), kFinalRound, kAveragePhase, false);
+    std::vector<float> device_copy;
+    const float* own = backend_->is_host() ? model_->params() : (device_copy = model_->get_params()).data();
     const float inv = 1.0f / static_cast<float>(n);
     double d2 = 0;
     for (size_t i = 0; i < mean.size(); ++i) {

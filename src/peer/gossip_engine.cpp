@@ -145,16 +145,11 @@ void GossipEngine::serve_join_requests() {
     if (outgoing_link(j).holds_sync(kJoinRound, kHelloAnswerPhase)) continue;
     send(j, {.kind = MessageKind::kModel, .synchronous = true, .round = kJoinRound, .phase = kHelloAnswerPhase}, {});
   }
-  // Answers that came after this peer's own join had counted its quorum: dropped, so they
-  // do not hold a round's place in the inbox for good.
-  if (!joining_) inbox_->take_senders_of(kJoinRound, kHelloAnswerPhase);
 }
 
 void GossipEngine::join(bool adopt_model, int quorum, double quorum_timeout_s) {
   if (!entry_->joins_from_neighbour) return;  // synchronous ones start together by construction
-  joining_ = true;
   if (quorum > 0) wait_for_quorum(quorum, quorum_timeout_s);
-  joining_ = false;
   if (adopt_model) adopt_neighbour_model(5.0);
   // Answers to the tries given up on would otherwise be held for good.
   inbox_->forget_sync([](int, uint64_t round, uint32_t phase) {
@@ -276,6 +271,9 @@ BatchStats GossipEngine::step(const Batch& batch, float lr) {
   last_step_at_ = now;
   tick_streams();
   serve_join_requests();
+  // Hello answers that came after this peer's join had counted its quorum: dropped, so
+  // they do not hold a round's place in the inbox for good.
+  inbox_->take_senders_of(kJoinRound, kHelloAnswerPhase);
   ++logical_clock_;
   work_s_ = 0;
   compute_s_ = 0;
